@@ -1,0 +1,167 @@
+package etcdtest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// nopLogger silences clients whose failures are the point of the test.
+func nopLogger() *zap.Logger { return zap.NewNop() }
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func putGet(t *testing.T, c *clientv3.Client, key, val string) {
+	t.Helper()
+	ctx := ctxTimeout(t, 5*time.Second)
+	if _, err := c.Put(ctx, key, val); err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+	mustGet(t, c, key, val)
+}
+
+func mustGet(t *testing.T, c *clientv3.Client, key, want string) {
+	t.Helper()
+	resp, err := c.Get(ctxTimeout(t, 10*time.Second), key)
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != want {
+		t.Fatalf("get %q = %v, want one value %q", key, resp.Kvs, want)
+	}
+}
+
+func TestPlainRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := Start(t, Options{})
+
+	eps := s.Endpoints()
+	if len(eps) != 1 || !strings.HasPrefix(eps[0], "http://127.0.0.1:") || strings.HasSuffix(eps[0], ":0") {
+		t.Fatalf("Endpoints() = %v, want one http://127.0.0.1:<port>", eps)
+	}
+	putGet(t, s.Client(t), "plain", "value")
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := Start(t, Options{TLS: true})
+
+	eps := s.Endpoints()
+	if len(eps) != 1 || !strings.HasPrefix(eps[0], "https://127.0.0.1:") {
+		t.Fatalf("Endpoints() = %v, want one https://127.0.0.1:<port>", eps)
+	}
+	putGet(t, s.Client(t), "secure", "value")
+
+	t.Run("files build a working client", func(t *testing.T) {
+		pair, err := tls.LoadX509KeyPair(s.ClientCertFile(), s.ClientKeyFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newTLSClient(t, s, []tls.Certificate{pair})
+		mustGet(t, c, "secure", "value")
+	})
+
+	t.Run("client without certificate is refused", func(t *testing.T) {
+		c := newTLSClient(t, s, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := c.Get(ctx, "secure"); err == nil {
+			t.Fatal("get without a client certificate succeeded, want refusal")
+		}
+	})
+}
+
+// newTLSClient trusts the server's CA but presents only the given
+// certificates, to check what the server accepts.
+func newTLSClient(t *testing.T, s *Server, certs []tls.Certificate) *clientv3.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(s.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("no certificate in %s", s.CAFile())
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Endpoints(),
+		DialTimeout: time.Second,
+		TLS:         &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12},
+		Logger:      nopLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestStopRestartKeepsData(t *testing.T) {
+	t.Parallel()
+	s := Start(t, Options{})
+	c := s.Client(t)
+	putGet(t, c, "durable", "before")
+	before := s.Endpoints()
+
+	s.Stop(t)
+	s.Stop(t) // must be harmless
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(ctx, "durable"); err == nil {
+		t.Fatal("get succeeded while the server was stopped")
+	}
+
+	s.Restart(t)
+	if after := s.Endpoints(); after[0] != before[0] {
+		t.Fatalf("endpoint changed across restart: %v -> %v", before, after)
+	}
+	// The same client, never told about the restart.
+	mustGet(t, c, "durable", "before")
+	putGet(t, c, "durable", "after")
+}
+
+func TestCompactBreaksOldWatch(t *testing.T) {
+	t.Parallel()
+	s := Start(t, Options{})
+	c := s.Client(t)
+
+	ctx := ctxTimeout(t, 5*time.Second)
+	first, err := c.Put(ctx, "k", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "k", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	s.Compact(t)
+	s.Compact(t) // nothing new to compact: must not fail
+
+	wch := c.Watch(clientv3.WithRequireLeader(ctx), "k", clientv3.WithRev(first.Header.Revision))
+	select {
+	case resp, ok := <-wch:
+		if !ok {
+			t.Fatal("watch channel closed without a response")
+		}
+		if !errors.Is(resp.Err(), rpctypes.ErrCompacted) {
+			t.Fatalf("watch from compacted revision %d: Err() = %v, want %v",
+				first.Header.Revision, resp.Err(), rpctypes.ErrCompacted)
+		}
+	case <-ctx.Done():
+		t.Fatal("no watch response before timeout")
+	}
+}

@@ -1,0 +1,391 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// Defaults of flanneld.
+const (
+	DefaultPrefix = "/coreos.com/network"
+	DefaultTTL    = 24 * time.Hour
+)
+
+// maxAttempts bounds how often one Acquire goes round after losing a race. Each lost race
+// means another node got a subnet, so this is only reached when something is badly wrong.
+const maxAttempts = 1000
+
+// Options tune a Manager. The zero value is flanneld's behaviour.
+type Options struct {
+	Prefix string        // key prefix, default DefaultPrefix
+	TTL    time.Duration // lifetime of a lease not renewed, default DefaultTTL
+	Logger *slog.Logger
+	// OnSkip is called for every lease in etcd that cannot be used (a malformed key or
+	// value), once per version of it, after it has been logged. Metrics hook in here.
+	OnSkip func(key string, err error)
+}
+
+// Manager is a subnet.Manager on etcd v3.
+type Manager struct {
+	cli    *clientv3.Client
+	prefix string
+	ttl    time.Duration
+	log    *slog.Logger
+	onSkip func(key string, err error)
+}
+
+var _ subnet.Manager = (*Manager)(nil)
+
+// New returns a Manager on cli. The caller keeps ownership of cli.
+func New(cli *clientv3.Client, opts Options) *Manager {
+	m := &Manager{cli: cli, prefix: strings.TrimSuffix(opts.Prefix, "/"), ttl: opts.TTL, log: opts.Logger, onSkip: opts.OnSkip}
+	if m.prefix == "" {
+		m.prefix = DefaultPrefix
+	}
+	if m.ttl <= 0 {
+		m.ttl = DefaultTTL
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	return m
+}
+
+func (m *Manager) configKey() string  { return m.prefix + "/config" }
+func (m *Manager) subnetsDir() string { return m.prefix + "/subnets/" }
+
+// GetConfig reads and validates <prefix>/config.
+func (m *Manager) GetConfig(ctx context.Context) (*subnet.Config, error) {
+	resp, err := m.cli.Get(ctx, m.configKey())
+	if err != nil {
+		return nil, fmt.Errorf("etcd: get %s: %w", m.configKey(), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("etcd: %s: %w", m.configKey(), subnet.ErrNoConfig)
+	}
+	cfg, err := subnet.ParseConfig(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %s: %w", m.configKey(), err)
+	}
+	return cfg, nil
+}
+
+// entry is one key under <prefix>/subnets/ whose key names a subnet.
+type entry struct {
+	kv     *mvccpb.KeyValue
+	lease  subnet.Lease // Attrs are valid only when valErr is nil
+	valErr error
+}
+
+// parse turns a key-value into an entry; ok is false when the key names no subnet.
+func (m *Manager) parse(kv *mvccpb.KeyValue) (e entry, ok bool) {
+	name := strings.TrimPrefix(string(kv.Key), m.subnetsDir())
+	sn, sn6, err := subnet.ParseKey(name)
+	if err != nil {
+		return entry{kv: kv, valErr: err}, false
+	}
+	e = entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}}
+	if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
+		e.valErr = err
+	}
+	return e, true
+}
+
+func (m *Manager) parseAll(kvs []*mvccpb.KeyValue) []entry {
+	out := make([]entry, 0, len(kvs))
+	for _, kv := range kvs {
+		if e, ok := m.parse(kv); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (m *Manager) listOp() clientv3.Op { return clientv3.OpGet(m.subnetsDir(), clientv3.WithPrefix()) }
+
+func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
+	resp, err := m.cli.Do(ctx, m.listOp())
+	if err != nil {
+		return nil, 0, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
+	}
+	return m.parseAll(resp.Get().Kvs), resp.Get().Header.Revision, nil
+}
+
+// Acquire implements subnet.Manager.
+func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subnet.Lease, error) {
+	cfg, err := m.GetConfig(ctx)
+	if err != nil {
+		return subnet.Lease{}, err
+	}
+	if cfg.EnableIPv4 && !req.Attrs.PublicIP.Is4() {
+		return subnet.Lease{}, fmt.Errorf("etcd: acquire: IPv4 is enabled but the public IP %q is not IPv4", req.Attrs.PublicIP)
+	}
+	if cfg.EnableIPv6 && !req.Attrs.PublicIPv6.Is6() {
+		return subnet.Lease{}, fmt.Errorf("etcd: acquire: IPv6 is enabled but the public IPv6 %q is not IPv6", req.Attrs.PublicIPv6)
+	}
+	a := &acquisition{m: m, cfg: cfg, req: req}
+	l, err := a.run(ctx)
+	if err != nil && a.grant != 0 {
+		// The grant was never bound to a key: give it back instead of leaving it for 24 h.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := m.cli.Revoke(rctx, a.grant); rerr != nil {
+			m.log.Warn("revoking an unused etcd lease", "lease", fmt.Sprintf("%x", int64(a.grant)), "err", rerr)
+		}
+	}
+	return l, err
+}
+
+// acquisition is one run of Acquire: the config it works under and the etcd lease it
+// granted, reused across lost races so that a node never holds more than one.
+type acquisition struct {
+	m     *Manager
+	cfg   *subnet.Config
+	req   subnet.AcquireRequest
+	grant clientv3.LeaseID
+}
+
+func (a *acquisition) run(ctx context.Context) (subnet.Lease, error) {
+	m := a.m
+	entries, _, err := m.list(ctx)
+	if err != nil {
+		return subnet.Lease{}, err
+	}
+	for range maxAttempts {
+		var (
+			l    subnet.Lease
+			done bool
+			err  error
+		)
+		if own, ok := a.findOwn(entries); ok {
+			l, done, entries, err = a.claim(ctx, own)
+		} else {
+			l, done, entries, err = a.create(ctx, entries)
+		}
+		if err != nil || done {
+			return l, err
+		}
+	}
+	return subnet.Lease{}, fmt.Errorf("etcd: acquire: lost the race for a subnet %d times", maxAttempts)
+}
+
+// isOwn reports whether attrs were published by the node asking: same public address.
+func (a *acquisition) isOwn(attrs subnet.LeaseAttrs) bool {
+	if a.cfg.EnableIPv4 {
+		return attrs.PublicIP == a.req.Attrs.PublicIP
+	}
+	return attrs.PublicIPv6 == a.req.Attrs.PublicIPv6
+}
+
+func (a *acquisition) findOwn(entries []entry) (entry, bool) {
+	for _, e := range entries {
+		if e.valErr == nil && a.isOwn(e.lease.Attrs) {
+			return e, true
+		}
+	}
+	return entry{}, false
+}
+
+// claim takes over the node's existing lease: the same subnet and etcd lease, new attributes.
+// A lease that no longer fits the config is deleted so that a new one is made.
+func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool, []entry, error) {
+	m := a.m
+	key := string(own.kv.Key)
+	unchanged := clientv3.Compare(clientv3.ModRevision(key), "=", own.kv.ModRevision)
+	if !a.cfg.Compatible(own.lease.Subnet, own.lease.IPv6Subnet) {
+		m.log.Info("deleting own lease made under another network config", "lease", own.lease.Key())
+		resp, err := m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpDelete(key)).Else(m.listOp()).Commit()
+		if err != nil {
+			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: delete stale lease %s: %w", key, err)
+		}
+		return a.relist(ctx, resp)
+	}
+	l := own.lease
+	l.Attrs = a.req.Attrs
+	id := clientv3.LeaseID(own.kv.Lease)
+	if id != 0 {
+		ka, err := m.cli.KeepAliveOnce(ctx, id)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// Expired since the list: the key is gone with it, look again.
+			entries, _, err := m.list(ctx)
+			return subnet.Lease{}, false, entries, err
+		}
+		if err != nil {
+			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: keep lease %s alive: %w", key, err)
+		}
+		l.Expiration = time.Now().Add(time.Duration(ka.TTL) * time.Second)
+	}
+	if own.lease.Attrs.Equal(a.req.Attrs) {
+		return l, true, nil, nil
+	}
+	val, err := a.req.Attrs.MarshalJSON()
+	if err != nil {
+		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: encode lease %s: %w", key, err)
+	}
+	var opts []clientv3.OpOption
+	if id != 0 {
+		opts = append(opts, clientv3.WithLease(id))
+	}
+	resp, err := m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpPut(key, string(val), opts...)).Else(m.listOp()).Commit()
+	if err != nil {
+		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: update lease %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return a.relist(ctx, resp)
+	}
+	return l, true, nil, nil
+}
+
+// relist reads the listing that the Else branch of a failed transaction returned.
+func (a *acquisition) relist(ctx context.Context, resp *clientv3.TxnResponse) (subnet.Lease, bool, []entry, error) {
+	if resp.Succeeded || len(resp.Responses) == 0 {
+		entries, _, err := a.m.list(ctx)
+		return subnet.Lease{}, false, entries, err
+	}
+	return subnet.Lease{}, false, a.m.parseAll(resp.Responses[0].GetResponseRange().Kvs), nil
+}
+
+// create picks a free subnet and creates its key, if nobody did meanwhile.
+func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease, bool, []entry, error) {
+	m := a.m
+	var taken4, taken6 []netip.Prefix
+	for _, e := range entries {
+		// A key with a bad value still occupies its subnet: its key cannot be created.
+		taken4 = append(taken4, e.lease.Subnet)
+		taken6 = append(taken6, e.lease.IPv6Subnet)
+	}
+	l := subnet.Lease{Attrs: a.req.Attrs}
+	var err error
+	if a.cfg.EnableIPv4 {
+		if l.Subnet, err = subnet.Allocate(a.cfg.IPv4Range(), taken4, a.req.Previous, rand.Uint64N); err != nil {
+			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: acquire IPv4 subnet in %s: %w", a.cfg.Network, err)
+		}
+	}
+	if a.cfg.EnableIPv6 {
+		if l.IPv6Subnet, err = subnet.Allocate(a.cfg.IPv6Range(), taken6, a.req.PreviousIPv6, rand.Uint64N); err != nil {
+			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: acquire IPv6 subnet in %s: %w", a.cfg.IPv6Network, err)
+		}
+	}
+	if a.grant == 0 {
+		g, err := m.cli.Grant(ctx, int64(m.ttl/time.Second))
+		if err != nil {
+			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: grant a %s lease: %w", m.ttl, err)
+		}
+		a.grant = g.ID
+	}
+	val, err := l.Attrs.MarshalJSON()
+	if err != nil {
+		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: encode lease: %w", err)
+	}
+	key := m.subnetsDir() + l.Key()
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(a.grant)), m.listOp()).
+		Else(m.listOp()).
+		Commit()
+	if err != nil {
+		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: create lease %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return a.relist(ctx, resp)
+	}
+	// Keys of other lengths or, for dual stack, the other family can overlap ours without
+	// being the same key. The older key wins: whoever created later sees it here and yields.
+	created := resp.Header.Revision
+	after := m.parseAll(resp.Responses[1].GetResponseRange().Kvs)
+	for _, e := range after {
+		if string(e.kv.Key) != key && e.kv.CreateRevision < created && overlaps(e.lease, l) {
+			m.log.Info("new lease overlaps an older one, trying another", "lease", l.Key(), "older", string(e.kv.Key))
+			if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", created)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+				return subnet.Lease{}, false, nil, fmt.Errorf("etcd: delete overlapping lease %s: %w", key, err)
+			}
+			entries, _, err := m.list(ctx)
+			return subnet.Lease{}, false, entries, err
+		}
+	}
+	a.grant = 0 // bound to the key now: no longer ours to revoke on failure
+	l.Expiration = time.Now().Add(m.ttl)
+	m.log.Info("acquired lease", "lease", l.String())
+	return l, true, nil, nil
+}
+
+func overlaps(a, b subnet.Lease) bool {
+	return a.Subnet.IsValid() && b.Subnet.IsValid() && a.Subnet.Overlaps(b.Subnet) ||
+		a.IPv6Subnet.IsValid() && b.IPv6Subnet.IsValid() && a.IPv6Subnet.Overlaps(b.IPv6Subnet)
+}
+
+// Renew implements subnet.Manager: it keeps the node's etcd lease alive (no new grant) and,
+// when the lease is gone, acquires one again, on the same subnet if it is still free.
+func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, error) {
+	key := m.subnetsDir() + own.Key()
+	resp, err := m.cli.Get(ctx, key)
+	if err != nil {
+		return subnet.Lease{}, fmt.Errorf("etcd: renew %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 1 {
+		e, _ := m.parse(resp.Kvs[0])
+		if e.valErr == nil && e.lease.Attrs.PublicIP == own.Attrs.PublicIP && e.lease.Attrs.PublicIPv6 == own.Attrs.PublicIPv6 {
+			if id := clientv3.LeaseID(e.kv.Lease); id == 0 {
+				own.Expiration = time.Time{} // a reservation never expires
+				return own, nil
+			} else if ka, err := m.cli.KeepAliveOnce(ctx, id); err == nil {
+				own.Expiration = time.Now().Add(time.Duration(ka.TTL) * time.Second)
+				if !e.lease.Attrs.Equal(own.Attrs) {
+					// Someone edited our value: Acquire puts ours back on the same key.
+					return m.reacquire(ctx, own, "lease value changed in etcd")
+				}
+				return own, nil
+			} else if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return subnet.Lease{}, fmt.Errorf("etcd: renew %s: keep lease alive: %w", key, err)
+			}
+		}
+	}
+	return m.reacquire(ctx, own, "lease lost")
+}
+
+func (m *Manager) reacquire(ctx context.Context, own subnet.Lease, why string) (subnet.Lease, error) {
+	m.log.Warn("re-acquiring own lease", "lease", own.Key(), "reason", why)
+	l, err := m.Acquire(ctx, subnet.AcquireRequest{Attrs: own.Attrs, Previous: own.Subnet, PreviousIPv6: own.IPv6Subnet})
+	if err != nil {
+		return subnet.Lease{}, fmt.Errorf("etcd: re-acquire after %s: %w", why, err)
+	}
+	if !l.SameSubnets(own) {
+		m.log.Warn("own subnet changed", "old", own.Key(), "new", l.Key())
+	}
+	return l, nil
+}
+
+// Release implements subnet.Manager: it revokes the node's etcd lease, which deletes the key.
+// A reservation (a key without an etcd lease) belongs to the administrator and stays.
+func (m *Manager) Release(ctx context.Context, own subnet.Lease) error {
+	key := m.subnetsDir() + own.Key()
+	resp, err := m.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("etcd: release %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	e, _ := m.parse(resp.Kvs[0])
+	if e.valErr != nil || e.lease.Attrs.PublicIP != own.Attrs.PublicIP || e.lease.Attrs.PublicIPv6 != own.Attrs.PublicIPv6 {
+		return nil // not ours any more
+	}
+	if id := clientv3.LeaseID(e.kv.Lease); id != 0 {
+		if _, err := m.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("etcd: release %s: revoke: %w", key, err)
+		}
+	}
+	return nil
+}

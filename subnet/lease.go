@@ -1,0 +1,124 @@
+package subnet
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Lease is a node's claim on a subnet of the cluster network.
+type Lease struct {
+	Subnet     netip.Prefix // IPv4 subnet; zero when the lease has none
+	IPv6Subnet netip.Prefix // zero when the lease has none
+	Attrs      LeaseAttrs
+	// Expiration is when the datastore drops the lease unless it is renewed. Zero means
+	// never (a reservation, or a datastore without expiry) or unknown (a peer's lease).
+	Expiration time.Time
+}
+
+// Key is the lease's datastore key.
+func (l Lease) Key() string { return Key(l.Subnet, l.IPv6Subnet) }
+
+// SameSubnets reports whether two leases name the same subnets.
+func (l Lease) SameSubnets(o Lease) bool {
+	return l.Subnet == o.Subnet && l.IPv6Subnet == o.IPv6Subnet
+}
+
+// String is for logs.
+func (l Lease) String() string {
+	s := l.Key() + " " + l.Attrs.BackendType + " " + l.Attrs.PublicIP.String()
+	if l.Attrs.PublicIPv6.IsValid() {
+		s += " " + l.Attrs.PublicIPv6.String()
+	}
+	return s
+}
+
+// LeaseAttrs is what a node publishes with its lease; its JSON is flannel's.
+type LeaseAttrs struct {
+	PublicIP      netip.Addr // zero when the node has no IPv4 address
+	PublicIPv6    netip.Addr
+	BackendType   string
+	BackendData   json.RawMessage // e.g. {"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}; nil for host-gw
+	BackendV6Data json.RawMessage
+}
+
+// Equal reports whether two attribute sets are the same, BackendData compared as JSON values.
+func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
+	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
+		jsonEqual(a.BackendData, b.BackendData) && jsonEqual(a.BackendV6Data, b.BackendV6Data)
+}
+
+// wireAttrs is the JSON layout flannel reads and writes.
+type wireAttrs struct {
+	PublicIP      string
+	PublicIPv6    *string
+	BackendType   string          `json:",omitempty"`
+	BackendData   json.RawMessage // null for host-gw, as flannel writes it
+	BackendV6Data json.RawMessage `json:",omitempty"`
+}
+
+// MarshalJSON writes flannel's lease value.
+func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
+	w := wireAttrs{PublicIP: "0.0.0.0", BackendType: a.BackendType, BackendData: a.BackendData, BackendV6Data: a.BackendV6Data}
+	if a.PublicIP.IsValid() {
+		w.PublicIP = a.PublicIP.String()
+	}
+	if a.PublicIPv6.IsValid() {
+		s := a.PublicIPv6.String()
+		w.PublicIPv6 = &s
+	}
+	if len(w.BackendData) == 0 {
+		w.BackendData = json.RawMessage("null")
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a lease value. It is written by other nodes, maybe by other software,
+// so unknown keys are ignored, but every known key must hold a valid value.
+func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
+	var w wireAttrs
+	if err := json.Unmarshal(data, &w); err != nil {
+		return fmt.Errorf("lease attributes: %w", err)
+	}
+	var out LeaseAttrs
+	if w.PublicIP != "" {
+		ip, err := netip.ParseAddr(w.PublicIP)
+		if err != nil || !ip.Is4() {
+			return fmt.Errorf("lease attributes: PublicIP %q is not an IPv4 address", w.PublicIP)
+		}
+		if !ip.IsUnspecified() {
+			out.PublicIP = ip
+		}
+	}
+	if w.PublicIPv6 != nil && *w.PublicIPv6 != "" {
+		ip, err := netip.ParseAddr(*w.PublicIPv6)
+		if err != nil || !ip.Is6() || ip.Is4In6() || ip.Zone() != "" {
+			return fmt.Errorf("lease attributes: PublicIPv6 %q is not an IPv6 address", *w.PublicIPv6)
+		}
+		if !ip.IsUnspecified() {
+			out.PublicIPv6 = ip
+		}
+	}
+	out.BackendType = w.BackendType
+	if !isJSONNull(w.BackendData) {
+		out.BackendData = bytes.Clone(w.BackendData)
+	}
+	if !isJSONNull(w.BackendV6Data) {
+		out.BackendV6Data = bytes.Clone(w.BackendV6Data)
+	}
+	*a = out
+	return nil
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if isJSONNull(a) || len(a) == 0 {
+		return isJSONNull(b) || len(b) == 0
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}

@@ -1,0 +1,71 @@
+package subnet
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
+
+// ErrNotSupported is returned by a Manager for an operation its datastore does not have
+// (a Kubernetes node cannot release its podCIDR).
+var ErrNotSupported = errors.New("not supported by this datastore")
+
+// Manager is the datastore seam: it hands out the node's lease and tells of everyone's.
+// Implementations are safe for concurrent use by one node.
+type Manager interface {
+	// GetConfig returns the validated network configuration.
+	GetConfig(ctx context.Context) (*Config, error)
+	// Acquire leases a subnet for this node and publishes attrs with it. A node keeps its
+	// subnet: the lease that already carries its public IP is reused, else req.Previous
+	// if it is free, else a free one is picked. ErrOutOfSubnets when none is left.
+	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
+	// Renew extends the node's lease. If the lease was lost (expired, revoked, deleted)
+	// it is acquired again, on the same subnet if still free: callers compare the
+	// returned lease with the one they had to see whether anything changed.
+	Renew(ctx context.Context, own Lease) (Lease, error)
+	// Watch sends batches of lease events until ctx is done: first every current lease as
+	// EventAdded (always one batch, maybe empty), then changes. A gap in the datastore's
+	// history is bridged by sending the difference. It returns ctx's error, or an error
+	// that makes going on pointless.
+	Watch(ctx context.Context, out chan<- []Event) error
+	// Release gives the lease back. ErrNotSupported where the datastore has no such thing.
+	Release(ctx context.Context, own Lease) error
+}
+
+// AcquireRequest is what a node asks for.
+type AcquireRequest struct {
+	Attrs LeaseAttrs
+	// Previous and PreviousIPv6 are the subnets the node had before (from its subnet.env),
+	// tried first when the datastore holds no lease for the node.
+	Previous     netip.Prefix
+	PreviousIPv6 netip.Prefix
+}
+
+// EventType says whether a lease appeared (or changed) or went away.
+type EventType int
+
+const (
+	// EventAdded is a new lease or a new version of one.
+	EventAdded EventType = iota
+	// EventRemoved is a lease that is gone: deleted, expired or released.
+	EventRemoved
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventAdded:
+		return "added"
+	case EventRemoved:
+		return "removed"
+	}
+	return "unknown"
+}
+
+// Event is a change of one lease. For EventRemoved the Lease is the last one seen.
+type Event struct {
+	Type  EventType
+	Lease Lease
+}
+
+// ErrNoConfig is returned by GetConfig while the datastore holds no network configuration.
+var ErrNoConfig = errors.New("no network configuration")

@@ -1,0 +1,289 @@
+// Package subnettest is the conformance suite of subnet.Manager: the behaviour every
+// datastore must show, run by each implementation's tests against a real server.
+package subnettest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// NetConf is the network config the suite runs under: a /16 with /24 subnets.
+const NetConf = `{"Network":"10.42.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+
+// Harness gives the suite datastores to run against.
+type Harness interface {
+	// Env sets up a datastore of its own, holding netConf as the network config.
+	Env(t *testing.T, netConf string) Env
+}
+
+// Env is one datastore seen by the suite.
+type Env interface {
+	// Node returns a new Manager for the node called name, as a freshly started daemon
+	// would make it; called again for the same name it is that node restarting.
+	Node(t *testing.T, name string) subnet.Manager
+	// PutPeer publishes l as the lease of another node called name, as that node would.
+	PutPeer(t *testing.T, name string, l subnet.Lease)
+	// DeletePeer removes the lease of the node called name.
+	DeletePeer(t *testing.T, name string, l subnet.Lease)
+	// Drop makes the datastore lose l behind its holder's back (expired, revoked, deleted).
+	Drop(t *testing.T, l subnet.Lease)
+}
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	t.Run("Config", func(t *testing.T) { testConfig(t, h) })
+	t.Run("AcquireIsStable", func(t *testing.T) { testAcquireIsStable(t, h) })
+	t.Run("NodesGetDistinctSubnets", func(t *testing.T) { testDistinct(t, h) })
+	t.Run("WatchSnapshotAndChanges", func(t *testing.T) { testWatch(t, h) })
+	t.Run("RenewKeepsLease", func(t *testing.T) { testRenew(t, h) })
+	t.Run("RenewAfterLoss", func(t *testing.T) { testRenewAfterLoss(t, h) })
+	t.Run("Release", func(t *testing.T) { testRelease(t, h) })
+}
+
+// NodeIP is the public IP the suite gives the node called name.
+func NodeIP(name string) netip.Addr {
+	var h byte
+	for _, c := range name {
+		h = h*31 + byte(c)
+	}
+	return netip.AddrFrom4([4]byte{192, 0, 2, h%250 + 2})
+}
+
+// Attrs are the attributes a vxlan node called name publishes.
+func Attrs(name string) subnet.LeaseAttrs {
+	ip := NodeIP(name)
+	mac := fmt.Sprintf("0e:2a:c0:00:02:%02x", ip.As4()[3])
+	return subnet.LeaseAttrs{
+		PublicIP:    ip,
+		BackendType: subnet.BackendVXLAN,
+		BackendData: []byte(`{"VNI":4096,"VtepMAC":"` + mac + `"}`),
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func acquire(t *testing.T, m subnet.Manager, name string) subnet.Lease {
+	t.Helper()
+	l, err := m.Acquire(ctx(t), subnet.AcquireRequest{Attrs: Attrs(name)})
+	if err != nil {
+		t.Fatalf("acquire for %s: %v", name, err)
+	}
+	return l
+}
+
+func testConfig(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	cfg, err := env.Node(t, "a").GetConfig(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Network != netip.MustParsePrefix("10.42.0.0/16") || cfg.SubnetLen != 24 || cfg.Backend.VNIFor("linux") != 4096 {
+		t.Errorf("config = %+v, want Network 10.42.0.0/16, SubnetLen 24, VNI 4096", cfg)
+	}
+}
+
+func testAcquireIsStable(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	l := acquire(t, env.Node(t, "a"), "a")
+	cfg, _ := subnet.ParseConfig([]byte(NetConf))
+	if !cfg.Compatible(l.Subnet, l.IPv6Subnet) {
+		t.Fatalf("lease %s does not fit the config", l)
+	}
+	if !l.Attrs.Equal(Attrs("a")) {
+		t.Errorf("lease attrs = %+v, want %+v", l.Attrs, Attrs("a"))
+	}
+	// A restarted daemon (new Manager, same node) gets the same subnet back.
+	again := acquire(t, env.Node(t, "a"), "a")
+	if !again.SameSubnets(l) {
+		t.Errorf("after restart got %s, want %s", again.Key(), l.Key())
+	}
+	// So does one that publishes new attributes (a new VTEP MAC), and they are stored.
+	attrs := Attrs("a")
+	attrs.BackendData = []byte(`{"VNI":4096,"VtepMAC":"0e:2a:00:00:00:99"}`)
+	changed, err := env.Node(t, "a").Acquire(ctx(t), subnet.AcquireRequest{Attrs: attrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !changed.SameSubnets(l) {
+		t.Errorf("with new attrs got %s, want %s", changed.Key(), l.Key())
+	}
+	snap := snapshot(t, env.Node(t, "observer"))
+	if got, ok := snap[l.Key()]; !ok || !got.Attrs.Equal(attrs) {
+		t.Errorf("datastore holds %+v for %s, want %+v", got.Attrs, l.Key(), attrs)
+	}
+}
+
+func testDistinct(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	seen := map[netip.Prefix]string{}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		l := acquire(t, env.Node(t, n), n)
+		if other, dup := seen[l.Subnet]; dup {
+			t.Errorf("%s and %s both got %s", n, other, l.Subnet)
+		}
+		seen[l.Subnet] = n
+	}
+}
+
+// snapshot returns the first batch of a new watch, by key.
+func snapshot(t *testing.T, m subnet.Manager) map[string]subnet.Lease {
+	t.Helper()
+	w := startWatch(t, m)
+	return w.next(t, "the first batch")
+}
+
+type watch struct {
+	ch    chan []subnet.Event
+	state map[string]subnet.Lease
+}
+
+func startWatch(t *testing.T, m subnet.Manager) *watch {
+	c, cancel := context.WithCancel(t.Context())
+	w := &watch{ch: make(chan []subnet.Event, 16), state: map[string]subnet.Lease{}}
+	done := make(chan error, 1)
+	go func() { done <- m.Watch(c, w.ch) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Watch did not return after its context was cancelled")
+		}
+	})
+	return w
+}
+
+// next applies one batch to the watch's state and returns the state.
+func (w *watch) next(t *testing.T, what string) map[string]subnet.Lease {
+	t.Helper()
+	select {
+	case evs := <-w.ch:
+		for _, ev := range evs {
+			switch ev.Type {
+			case subnet.EventAdded:
+				w.state[ev.Lease.Key()] = ev.Lease
+			case subnet.EventRemoved:
+				if _, ok := w.state[ev.Lease.Key()]; !ok {
+					t.Errorf("removal of %s, which was never added", ev.Lease.Key())
+				}
+				delete(w.state, ev.Lease.Key())
+			}
+		}
+		return w.state
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no watch batch for %s", what)
+		return nil
+	}
+}
+
+// until applies batches until cond holds.
+func (w *watch) until(t *testing.T, what string, cond func(map[string]subnet.Lease) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond(w.state) {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch never showed %s; state %v", what, keys(w.state))
+		}
+		w.next(t, what)
+	}
+}
+
+func keys(m map[string]subnet.Lease) []string {
+	var out []string
+	for k, l := range m {
+		out = append(out, k+"="+l.Attrs.PublicIP.String())
+	}
+	return out
+}
+
+func testWatch(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	a := env.Node(t, "a")
+	own := acquire(t, a, "a")
+	peer := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.200.0/24"), Attrs: Attrs("p")}
+	env.PutPeer(t, "p", peer)
+
+	w := startWatch(t, a)
+	first := w.next(t, "the first batch")
+	if len(first) != 2 || !first[own.Key()].Attrs.Equal(own.Attrs) || !first[peer.Key()].Attrs.Equal(peer.Attrs) {
+		t.Fatalf("first batch = %v, want own lease %s and peer %s", keys(first), own.Key(), peer.Key())
+	}
+
+	late := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.201.0/24"), Attrs: Attrs("q")}
+	env.PutPeer(t, "q", late)
+	w.until(t, "the late peer", func(s map[string]subnet.Lease) bool { return s[late.Key()].Attrs.Equal(late.Attrs) })
+
+	// A peer that restarts with a new VTEP MAC is an update of its lease.
+	moved := late
+	moved.Attrs.BackendData = []byte(`{"VNI":4096,"VtepMAC":"0e:2a:00:00:00:42"}`)
+	env.PutPeer(t, "q", moved)
+	w.until(t, "the peer's new attributes", func(s map[string]subnet.Lease) bool { return s[late.Key()].Attrs.Equal(moved.Attrs) })
+
+	env.DeletePeer(t, "p", peer)
+	w.until(t, "the peer gone", func(s map[string]subnet.Lease) bool { _, ok := s[peer.Key()]; return !ok })
+	if _, ok := w.state[own.Key()]; !ok {
+		t.Errorf("own lease disappeared from the watch")
+	}
+}
+
+func testRenew(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	m := env.Node(t, "a")
+	l := acquire(t, m, "a")
+	r, err := m.Renew(ctx(t), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.SameSubnets(l) || !r.Attrs.Equal(l.Attrs) {
+		t.Errorf("renewed lease %s, want %s", r, l)
+	}
+	if !l.Expiration.IsZero() && r.Expiration.Before(l.Expiration) {
+		t.Errorf("renewal moved expiration back from %v to %v", l.Expiration, r.Expiration)
+	}
+}
+
+func testRenewAfterLoss(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	m := env.Node(t, "a")
+	l := acquire(t, m, "a")
+	w := startWatch(t, env.Node(t, "observer"))
+	w.until(t, "the lease", func(s map[string]subnet.Lease) bool { _, ok := s[l.Key()]; return ok })
+
+	env.Drop(t, l)
+	w.until(t, "the lease dropped", func(s map[string]subnet.Lease) bool { _, ok := s[l.Key()]; return !ok })
+
+	r, err := m.Renew(ctx(t), l)
+	if err != nil {
+		t.Fatalf("renew after loss: %v", err)
+	}
+	if !r.SameSubnets(l) {
+		t.Errorf("renew after loss got %s, want the same subnet %s back", r.Key(), l.Key())
+	}
+	w.until(t, "the lease back", func(s map[string]subnet.Lease) bool { return s[l.Key()].Attrs.Equal(l.Attrs) })
+}
+
+func testRelease(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	m := env.Node(t, "a")
+	l := acquire(t, m, "a")
+	w := startWatch(t, env.Node(t, "observer"))
+	w.until(t, "the lease", func(s map[string]subnet.Lease) bool { _, ok := s[l.Key()]; return ok })
+	err := m.Release(ctx(t), l)
+	if err != nil {
+		if errors.Is(err, subnet.ErrNotSupported) {
+			t.Skip("the datastore has no release")
+		}
+		t.Fatal(err)
+	}
+	w.until(t, "the lease released", func(s map[string]subnet.Lease) bool { _, ok := s[l.Key()]; return !ok })
+}
