@@ -79,8 +79,26 @@ func TestTLS(t *testing.T) {
 		c := newTLSClient(t, s, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		if _, err := c.Get(ctx, "secure"); err == nil {
+		_, err := c.Get(ctx, "secure")
+		if err == nil {
 			t.Fatal("get without a client certificate succeeded, want refusal")
+		}
+		t.Logf("refused as expected: %v", err)
+
+		// The Get above only shows that something failed; the handshake
+		// shows it is the missing certificate.
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(s.Endpoints()[0], "https://"),
+			&tls.Config{RootCAs: caPool(t, s), MinVersion: tls.VersionTLS13})
+		if err != nil {
+			t.Fatalf("TLS dial: %v", err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		// TLS 1.3 reports the server's verdict on the client's certificate
+		// on the first read after the handshake. crypto/tls exposes that
+		// alert only as text for non-QUIC connections.
+		if _, err := conn.Read(make([]byte, 1)); err == nil || !strings.Contains(err.Error(), "certificate required") {
+			t.Fatalf("read without client certificate: %v, want the certificate required alert", err)
 		}
 	})
 }
@@ -88,6 +106,21 @@ func TestTLS(t *testing.T) {
 // newTLSClient trusts the server's CA but presents only the given
 // certificates, to check what the server accepts.
 func newTLSClient(t *testing.T, s *Server, certs []tls.Certificate) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   s.Endpoints(),
+		DialTimeout: time.Second,
+		TLS:         &tls.Config{RootCAs: caPool(t, s), Certificates: certs, MinVersion: tls.VersionTLS12},
+		Logger:      nopLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func caPool(t *testing.T, s *Server) *x509.CertPool {
 	t.Helper()
 	caPEM, err := os.ReadFile(s.CAFile())
 	if err != nil {
@@ -97,17 +130,7 @@ func newTLSClient(t *testing.T, s *Server, certs []tls.Certificate) *clientv3.Cl
 	if !pool.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("no certificate in %s", s.CAFile())
 	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   s.Endpoints(),
-		DialTimeout: time.Second,
-		TLS:         &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12},
-		Logger:      nopLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return pool
 }
 
 func TestStopRestartKeepsData(t *testing.T) {

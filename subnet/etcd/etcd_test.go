@@ -580,3 +580,47 @@ func TestGetConfigErrors(t *testing.T) {
 		t.Errorf("bad config: %v, want a ConfigError naming SubnetLen", err)
 	}
 }
+
+// TestUserPassword: the manager works against an etcd with authentication on, given
+// flanneld's --etcd-username/--etcd-password; a wrong password is refused.
+func TestUserPassword(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	admin := srv.Client(t)
+	put(t, admin, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	ctx := t.Context()
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.UserAdd(ctx, "weft", "s3cret"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "weft"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "weft", etcd.DefaultPrefix+"/", clientv3.GetPrefixRangeEnd(etcd.DefaultPrefix+"/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := admin.UserGrantRole(ctx, "weft", "weft"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("setting up auth: %v", err)
+		}
+	}
+
+	cli, err := etcd.NewClient(etcd.ClientConfig{Endpoints: srv.Endpoints(), Username: "weft", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := etcd.New(cli, etcd.Options{}).Acquire(ctx, subnet.AcquireRequest{Attrs: nodeAttrs(1)}); err != nil {
+		t.Fatalf("acquire with user and password: %v", err)
+	}
+
+	// clientv3 authenticates while connecting: a wrong password fails there or on first use.
+	bad, err := etcd.NewClient(etcd.ClientConfig{Endpoints: srv.Endpoints(), Username: "weft", Password: "wrong"})
+	if err == nil {
+		defer bad.Close()
+		_, err = etcd.New(bad, etcd.Options{}).GetConfig(ctx)
+	}
+	if err == nil {
+		t.Error("a wrong password was accepted")
+	}
+}
