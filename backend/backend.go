@@ -86,3 +86,27 @@ type Skipped struct {
 	Key    string
 	Reason string
 }
+
+// Ownership says which system entries are the daemon's, so which ones a data plane may delete.
+// Anything else is left alone, however stale it looks: it may belong to an administrator, the
+// CNI bridge or another daemon.
+type Ownership struct {
+	// Networks are the cluster networks (IPv4 and IPv6): only routes whose Dst lies inside
+	// one of them can be ours.
+	Networks []netip.Prefix
+	// Own are the node's own subnets: routes to them belong to the CNI bridge, never to us.
+	Own []netip.Prefix
+	// Devices are devices whose gatewayed routes into Networks are ours even when the State
+	// routes nothing through them: the external interface of host-gw and DirectRouting. Without
+	// it the route of the last host-gw peer could never be removed, since an empty
+	// State.Routes names no device.
+	Devices []string
+}
+
+// MissingDeviceError is returned by a data plane's Reconcile when the State's VXLAN device does not exist
+// (deleted by hand): the caller must run EnsureVXLAN again, and publish the new device's MAC.
+type MissingDeviceError struct{ Name string }
+
+func (e *MissingDeviceError) Error() string {
+	return fmt.Sprintf("VXLAN device %q does not exist", e.Name)
+}

@@ -1,0 +1,51 @@
+// Command weftd is weft's node daemon: it leases the node's pod subnet, writes subnet.env for
+// the CNI plugin and keeps every other node's pods reachable. Its flags are flanneld's; each
+// may also be given as WEFTD_<FLAG> (or FLANNELD_<FLAG>) in the environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/weftnet/weft/daemon"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "weftd:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg := daemon.DefaultConfig()
+	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
+	cfg.AddFlags(fs)
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := daemon.LoadEnv(fs, os.LookupEnv); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level=%q: %w", *level, err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return daemon.Run(ctx, cfg, log)
+}

@@ -1,0 +1,194 @@
+// Package daemon is weftd's lifecycle: it reads the network config, picks the external
+// interface and public IP, leases the node's subnet, writes subnet.env, and keeps the data
+// plane converged to the leases it watches, renewing its own lease, until it is told to stop.
+// Stopping leaves everything programmed, so traffic flows on while the daemon restarts.
+package daemon
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/weftnet/weft/subnet/etcd"
+)
+
+// Config is how weftd runs. Flags carry flanneld's names where flanneld has them.
+type Config struct {
+	EtcdEndpoints []string
+	EtcdPrefix    string
+	EtcdCAFile    string
+	EtcdCertFile  string
+	EtcdKeyFile   string
+	EtcdUsername  string
+	EtcdPassword  string
+
+	Ifaces      []string // names or addresses, tried in order
+	IfaceRegexs []string
+	PublicIP    string
+
+	SubnetFile     string
+	RenewMargin    time.Duration
+	IPMasq         bool
+	HealthzIP      string
+	HealthzPort    int
+	ResyncInterval time.Duration
+}
+
+// DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.
+func DefaultConfig() Config {
+	return Config{
+		EtcdEndpoints:  []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"},
+		EtcdPrefix:     etcd.DefaultPrefix,
+		SubnetFile:     "/run/flannel/subnet.env",
+		RenewMargin:    60 * time.Minute,
+		HealthzIP:      "127.0.0.1",
+		HealthzPort:    8285,
+		ResyncInterval: 30 * time.Second,
+	}
+}
+
+// AddFlags registers the flags on fs, writing into c.
+func (c *Config) AddFlags(fs *flag.FlagSet) {
+	fs.Var(listFlag{&c.EtcdEndpoints}, "etcd-endpoints", "comma-separated etcd endpoints")
+	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", c.EtcdPrefix, "etcd prefix of the network config and leases")
+	fs.StringVar(&c.EtcdCAFile, "etcd-cafile", c.EtcdCAFile, "CA bundle that signed etcd's certificate")
+	fs.StringVar(&c.EtcdCertFile, "etcd-certfile", c.EtcdCertFile, "client certificate for etcd")
+	fs.StringVar(&c.EtcdKeyFile, "etcd-keyfile", c.EtcdKeyFile, "key of the client certificate for etcd")
+	fs.StringVar(&c.EtcdUsername, "etcd-username", c.EtcdUsername, "etcd user name")
+	fs.StringVar(&c.EtcdPassword, "etcd-password", c.EtcdPassword, "etcd password")
+	fs.Var(appendFlag{&c.Ifaces}, "iface", "interface (name or address) for inter-node traffic; repeat or comma-separate to try several in order")
+	fs.Var(appendFlag{&c.IfaceRegexs}, "iface-regex", "regular expression matching the interface name or address to use; repeatable")
+	fs.StringVar(&c.PublicIP, "public-ip", c.PublicIP, "IP other nodes reach this one on (default: the interface's address)")
+	fs.StringVar(&c.SubnetFile, "subnet-file", c.SubnetFile, "where to write subnet.env for the CNI plugin")
+	fs.Var(minutesFlag{&c.RenewMargin}, "subnet-lease-renew-margin", "renew the lease this many minutes before it expires")
+	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
+	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz and /readyz")
+	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz and /readyz (0: off)")
+	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
+}
+
+// LoadEnv sets every flag not given on the command line from WEFTD_<NAME> (or, for drop-in
+// use, FLANNELD_<NAME>), NAME being the flag in upper case with '-' as '_'.
+func LoadEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		name := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		for _, prefix := range []string{"WEFTD_", "FLANNELD_"} {
+			if v, ok := lookup(prefix + name); ok {
+				if e := fs.Set(f.Name, v); e != nil {
+					err = fmt.Errorf("environment %s%s=%q: %w", prefix, name, v, e)
+				}
+				return
+			}
+		}
+	})
+	return err
+}
+
+// Validate checks what can be checked before talking to anyone; errors name the flag.
+func (c *Config) Validate() error {
+	if len(c.EtcdEndpoints) == 0 {
+		return fmt.Errorf("--etcd-endpoints: none given")
+	}
+	for _, re := range c.IfaceRegexs {
+		if _, err := regexp.Compile(re); err != nil {
+			return fmt.Errorf("--iface-regex=%q: %w", re, err)
+		}
+	}
+	if c.PublicIP != "" {
+		if a, err := netip.ParseAddr(c.PublicIP); err != nil || !a.Is4() {
+			return fmt.Errorf("--public-ip=%q: not an IPv4 address", c.PublicIP)
+		}
+	}
+	if c.SubnetFile == "" {
+		return fmt.Errorf("--subnet-file: empty")
+	}
+	if c.RenewMargin <= 0 {
+		return fmt.Errorf("--subnet-lease-renew-margin=%v: must be positive", c.RenewMargin)
+	}
+	if c.HealthzPort < 0 || c.HealthzPort > 65535 {
+		return fmt.Errorf("--healthz-port=%d: not a port", c.HealthzPort)
+	}
+	if c.HealthzPort != 0 {
+		if _, err := netip.ParseAddr(c.HealthzIP); err != nil {
+			return fmt.Errorf("--healthz-ip=%q: not an IP address", c.HealthzIP)
+		}
+	}
+	if c.ResyncInterval < time.Second {
+		return fmt.Errorf("--resync-interval=%v: must be at least 1s", c.ResyncInterval)
+	}
+	return nil
+}
+
+// listFlag is a comma-separated list that replaces its default when set.
+type listFlag struct{ p *[]string }
+
+func (f listFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f listFlag) Set(s string) error {
+	*f.p = splitList(s)
+	return nil
+}
+
+// appendFlag is a list that grows with each use of the flag (and with commas).
+type appendFlag struct{ p *[]string }
+
+func (f appendFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f appendFlag) Set(s string) error {
+	*f.p = append(*f.p, splitList(s)...)
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// minutesFlag is a duration given in whole minutes, as flanneld takes it ("60"); a Go
+// duration ("90m") is accepted too.
+type minutesFlag struct{ p *time.Duration }
+
+func (f minutesFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return fmt.Sprint(int(f.p.Minutes()))
+}
+
+func (f minutesFlag) Set(s string) error {
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s {
+		*f.p = time.Duration(n) * time.Minute
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a number of minutes: %q", s)
+	}
+	*f.p = d
+	return nil
+}

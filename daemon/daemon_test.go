@@ -1,0 +1,268 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/subnet/etcd"
+)
+
+// fakePlane records what the daemon asks of the data plane.
+type fakePlane struct {
+	mu     sync.Mutex
+	states []backend.State
+	fail   error
+	mac    backend.MAC
+}
+
+func (p *fakePlane) EnsureVXLAN(backend.VXLANDevice) (backend.MAC, error) { return p.mac, nil }
+
+func (p *fakePlane) Reconcile(st backend.State, _ backend.Ownership) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.states = append(p.states, st)
+	return "", p.fail
+}
+
+func (p *fakePlane) Masquerade(netip.Prefix, netip.Prefix) (bool, error) { return false, nil }
+
+func (p *fakePlane) Watch(ctx context.Context, _ func()) error { <-ctx.Done(); return nil }
+
+func (p *fakePlane) Close() {}
+
+func (p *fakePlane) last() (backend.State, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.states) == 0 {
+		return backend.State{}, 0
+	}
+	return p.states[len(p.states)-1], len(p.states)
+}
+
+func routes(st backend.State) []string {
+	var out []string
+	for _, r := range st.Routes {
+		out = append(out, r.Dst.String())
+	}
+	return out
+}
+
+type testNode struct {
+	plane  *fakePlane
+	cfg    Config
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+var testIfaces = []Interface{
+	{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
+	{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}},
+}
+
+func startNode(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane) *testNode {
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.ResyncInterval = time.Second
+	cfg.Ifaces = []string{"eth0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &testNode{plane: plane, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	go func() {
+		n.done <- RunWith(ctx, cfg, log, Deps{
+			Manager:    etcd.New(cli, etcd.Options{Logger: log}),
+			Plane:      plane,
+			Interfaces: func() ([]Interface, error) { return testIfaces, nil },
+			DefaultIf:  func() (string, error) { return "eth0", nil },
+		})
+	}()
+	t.Cleanup(n.stop)
+	return n
+}
+
+// stop stops the daemon and waits for it, unless a test already took its result.
+func (n *testNode) stop() {
+	n.once.Do(func() {
+		n.cancel()
+		<-n.done
+	})
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func putPeer(t *testing.T, cli *clientv3.Client, key, ip, mac string) {
+	v := fmt.Sprintf(`{"PublicIP":%q,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":%q}}`, ip, mac)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/subnets/"+key, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
+
+// TestDaemonFollowsLeases: subnet.env is written, peers come and go, bad peers are skipped
+// without disturbing the others.
+func TestDaemonFollowsLeases(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	dir := t.TempDir()
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+	n := startNode(t, cli, dir, plane)
+
+	eventually(t, "the first convergence with the peer", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24]"
+	})
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.MTU != 1450 || env.Network != netip.MustParsePrefix("10.244.0.0/16") || !env.Subnet.IsValid() {
+		t.Errorf("subnet.env = %+v", env)
+	}
+	// The published lease carries the device's MAC.
+	sn, _ := env.LeaseSubnets()
+	resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/"+subnet.Key(sn, netip.Prefix{}))
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"VtepMAC":"0e:01:02:03:04:05"`) {
+		t.Fatalf("own lease in etcd: %v %s", err, resp.Kvs)
+	}
+
+	putPeer(t, cli, "10.244.8.0-24", "192.0.2.18", "0e:00:00:00:00:08")
+	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "ff:ff:ff:ff:ff:ff") // broadcast MAC: skipped
+	putPeer(t, cli, "10.245.1.0-24", "192.0.2.20", "0e:00:00:00:00:20") // outside the network
+	eventually(t, "the second peer", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24 10.244.8.0/24]"
+	})
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.7.0-24"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first peer gone", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.8.0/24]"
+	})
+}
+
+// TestDaemonRestartKeepsPeers: a starting daemon never hands the data plane a state without
+// the peers it already has: that would cut traffic until the watch caught up.
+func TestDaemonRestartKeepsPeers(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 20; i++ {
+		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 100+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:00:%02x", i))
+	}
+	dir := t.TempDir()
+	first := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNode(t, cli, dir, first)
+	eventually(t, "convergence", func() bool { st, _ := first.last(); return len(st.Routes) == 20 })
+	env1, _ := subnet.ReadEnv(n.cfg.SubnetFile)
+	n.stop()
+
+	second := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n2 := startNode(t, cli, dir, second)
+	eventually(t, "convergence after restart", func() bool { _, k := second.last(); return k > 0 })
+	second.mu.Lock()
+	for i, st := range second.states {
+		if len(st.Routes) != 20 {
+			t.Errorf("reconcile %d after restart had %d routes, want all 20", i, len(st.Routes))
+		}
+	}
+	second.mu.Unlock()
+	env2, _ := subnet.ReadEnv(n2.cfg.SubnetFile)
+	if env1.Subnet != env2.Subnet {
+		t.Errorf("subnet changed across restart: %s -> %s", env1.Subnet, env2.Subnet)
+	}
+}
+
+// TestDaemonRecoversLostLease: when the own lease disappears from etcd, the daemon takes it
+// back on the same subnet without restarting.
+func TestDaemonRecoversLostLease(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNode(t, cli, t.TempDir(), plane)
+	eventually(t, "convergence", func() bool { _, k := plane.last(); return k > 0 })
+	env, _ := subnet.ReadEnv(n.cfg.SubnetFile)
+	sn, _ := env.LeaseSubnets()
+	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	resp, err := cli.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the lease back in etcd", func() bool {
+		r, err := cli.Get(t.Context(), key)
+		return err == nil && len(r.Kvs) == 1
+	})
+	select {
+	case err := <-n.done:
+		n.once.Do(func() {})
+		t.Fatalf("daemon exited: %v", err)
+	default:
+	}
+}
+
+// TestDaemonBadConfig: a config the daemon cannot use stops start-up with the key named.
+func TestDaemonBadConfig(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	for conf, key := range map[string]string{
+		`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":99999999}}`: "Backend.VNI",
+		`{"Network":"10.244.0.0/16","SubnetLen":12}`:                            "SubnetLen",
+		`{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}`:                  "Backend.Type",
+	} {
+		if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+			t.Fatal(err)
+		}
+		n := startNode(t, cli, t.TempDir(), &fakePlane{})
+		select {
+		case err := <-n.done:
+			n.once.Do(func() {})
+			var ce *subnet.ConfigError
+			if !errors.As(err, &ce) || ce.Key != key {
+				t.Errorf("%s: %v, want a config error naming %s", conf, err, key)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: daemon did not stop", conf)
+		}
+	}
+}

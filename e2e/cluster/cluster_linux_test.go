@@ -1,0 +1,283 @@
+package cluster
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+const testNetConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
+
+// needRoot skips tests that make namespaces unless they can, and returns the CNI plugin
+// directory, which the harness tests need too.
+func needRoot(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it creates network namespaces")
+	}
+	repo, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PreparePing(repo); err != nil {
+		t.Fatal(err)
+	}
+	cni, err := PrepareCNI(repo)
+	if err != nil {
+		t.Skipf("CNI plugins unavailable: %v", err)
+	}
+	return cni
+}
+
+// TestHarnessWithoutWeftd checks the harness itself, with the routes weftd would program made
+// by hand: underlay reachability, etcd from a node, pods on one node through cni0, and pods
+// on two nodes through host-gw style routes.
+func TestHarnessWithoutWeftd(t *testing.T) {
+	cni := needRoot(t)
+	c, err := New(t, Options{NetConf: testNetConf, CNIBin: cni})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, err := c.AddNode("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := c.AddNode("n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1.IP != netip.MustParseAddr("192.0.2.11") || n2.IP != netip.MustParseAddr("192.0.2.12") {
+		t.Fatalf("node addresses %s %s, want 192.0.2.11 192.0.2.12", n1.IP, n2.IP)
+	}
+
+	for _, to := range []netip.Addr{n2.IP, netip.MustParseAddr(underlayGateway)} {
+		sent, recv, err := n1.Ping(to, 3, 50*time.Millisecond)
+		if err != nil || sent != 3 || recv != 3 {
+			t.Fatalf("underlay ping n1 -> %s: %d/%d, %v", to, recv, sent, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := dialIn(ctx, n2.NS, "tcp", underlayGateway+":2379")
+	if err != nil {
+		t.Fatalf("etcd from node n2: %v", err)
+	}
+	conn.Close()
+	if out, _ := n1.Exec("cat", "/proc/sys/net/ipv4/ip_forward"); strings.TrimSpace(out) != "1" {
+		t.Errorf("ip_forward in n1 = %q, want 1", out)
+	}
+
+	sn := map[*Node]netip.Prefix{
+		n1: netip.MustParsePrefix("10.244.1.0/24"),
+		n2: netip.MustParsePrefix("10.244.2.0/24"),
+	}
+	for n, p := range sn {
+		env := subnet.NewEnv(netip.MustParsePrefix("10.244.0.0/16"), p, netip.Prefix{}, netip.Prefix{}, 1450, false)
+		if err := n.WriteSubnetEnv(env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := c.AddPod(n1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.AddPod(n1, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.AddPod(n2, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sn[n1].Contains(a.IP) || !sn[n1].Contains(b.IP) || !sn[n2].Contains(d.IP) || a.IP == b.IP {
+		t.Fatalf("pod addresses a=%s b=%s d=%s outside their node subnets", a.IP, b.IP, d.IP)
+	}
+	if a.Gateway != sn[n1].Addr().Next() {
+		t.Errorf("pod a gateway %s, want %s", a.Gateway, sn[n1].Addr().Next())
+	}
+	if out, err := n1.Exec("ip", "-o", "link", "show", PodBridge); err != nil || !strings.Contains(out, "mtu 1450") {
+		t.Errorf("cni0 on n1: %q %v, want mtu 1450 (FLANNEL_MTU)", out, err)
+	}
+
+	if sent, recv, err := Ping(a, b.IP, 3, 20*time.Millisecond); err != nil || recv != sent || sent != 3 {
+		t.Fatalf("ping a -> b on one node: %d/%d, %v", recv, sent, err)
+	}
+	res, err := Stream(a, b, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stream a -> b on one node: %d bytes in %v (%.0f Mbit/s)", res.Bytes, res.Elapsed, res.Mbps())
+
+	// Across nodes nothing routes until someone programs it: this is weftd's job, done
+	// here by hand the way host-gw does it.
+	if sent, recv, err := Ping(a, d.IP, 2, 20*time.Millisecond); err != nil || recv != 0 || sent != 2 {
+		t.Fatalf("ping a -> d with no routes: %d/%d, %v; want 0/2", recv, sent, err)
+	}
+	if _, err := n1.Exec("ip", "route", "add", sn[n2].String(), "via", n2.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.Exec("ip", "route", "add", sn[n1].String(), "via", n1.IP.String()); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := n1.RouteTo(sn[n2]); err != nil || !strings.Contains(r, "via 192.0.2.12") {
+		t.Fatalf("RouteTo(%s) on n1 = %q, %v", sn[n2], r, err)
+	}
+	if r, err := n1.RouteTo(netip.MustParsePrefix("10.244.9.0/24")); err != nil || r != "" {
+		t.Fatalf("RouteTo(missing) = %q, %v; want empty", r, err)
+	}
+	if sent, recv, err := Ping(a, d.IP, 3, 20*time.Millisecond); err != nil || recv != sent || sent != 3 {
+		t.Fatalf("ping a -> d across nodes: %d/%d, %v", recv, sent, err)
+	}
+	if res, err = Stream(d, a, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stream d -> a across nodes: %d bytes in %v (%.0f Mbit/s)", res.Bytes, res.Elapsed, res.Mbps())
+
+	// Leases, as weftd would write them.
+	if _, err := c.Etcd().Put(ctx, DefaultEtcdPrefix+"/subnets/10.244.1.0-24",
+		`{"PublicIP":"192.0.2.11","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:01"}}`); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := c.Leases()
+	if err != nil || len(leases) != 1 || leases[0].Subnet != sn[n1] || leases[0].Attrs.PublicIP != n1.IP {
+		t.Fatalf("Leases() = %v, %v", leases, err)
+	}
+	if err := c.DeleteLease(sn[n1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteLease(sn[n1]); err == nil {
+		t.Fatal("DeleteLease of a missing lease: no error")
+	}
+
+	if err := a.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(netnsDir, a.NS)); !os.IsNotExist(err) {
+		t.Fatalf("pod namespace %s still there after Delete: %v", a.NS, err)
+	}
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := listNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range names {
+		if strings.HasPrefix(ns, c.Prefix()+"-") {
+			t.Errorf("namespace %s left after Close", ns)
+		}
+	}
+	if _, err := os.Stat(recordPath(c.Prefix())); !os.IsNotExist(err) {
+		t.Errorf("registry record left after Close: %v", err)
+	}
+	if _, err := os.Stat(c.Dir()); !os.IsNotExist(err) {
+		t.Errorf("directory %s left after a passing Close: %v", c.Dir(), err)
+	}
+}
+
+// TestSweep leaves a cluster behind as a killed run would (a record whose owner is gone, a
+// namespace with a process in it) and an unclaimed namespace, and checks that Sweep removes
+// both and nothing else.
+func TestSweep(t *testing.T) {
+	needRoot(t)
+
+	// A PID that surely names no process: one that has just exited and been reaped.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// lookalike has our shape but no underlay namespace: not ours, so it must stay.
+	orphan, unclaimed, lookalike := "wfzz01", "wfzz02", "wfzz04"
+	live, err := newRecord("wfzz03", t.TempDir(), false) // claimed by this live process
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record{Prefix: orphan, PID: dead.Process.Pid, Start: 1, Dir: t.TempDir()}
+	for _, p := range []string{orphan, unclaimed, live.Prefix, lookalike} {
+		_ = teardown(p, false) // left by an earlier run of this test that was killed
+	}
+	for _, rec := range []record{r, live} {
+		if err := claimRecord(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range []string{orphan, unclaimed, live.Prefix, lookalike} {
+			_ = teardown(p, false)
+		}
+	})
+	for _, ns := range []string{orphan + "-ul", orphan + "-n1", unclaimed + "-ul", unclaimed + "-n1",
+		live.Prefix + "-n1", lookalike + "-n1"} {
+		if err := ip("netns", "add", ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sleeper := exec.Command("ip", netnsExecArgs(orphan+"-n1", "sleep", "60")...)
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sleeper.Wait() }()
+
+	removed, err := Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the end state is checked for the stale ones: another test binary starting a
+	// cluster at the same time may have swept them first.
+	for _, p := range removed {
+		if p == live.Prefix || p == lookalike {
+			t.Fatalf("Sweep removed %s, which is not a stale cluster", p)
+		}
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process in the stale namespace still runs after Sweep")
+	}
+	names, err := listNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := strings.Join(names, " ")
+	for _, ns := range []string{orphan + "-ul", orphan + "-n1", unclaimed + "-ul", unclaimed + "-n1"} {
+		if strings.Contains(left, ns) {
+			t.Errorf("namespace %s left after Sweep", ns)
+		}
+	}
+	for _, ns := range []string{live.Prefix + "-n1", lookalike + "-n1"} {
+		if !strings.Contains(left, ns) {
+			t.Errorf("Sweep removed %s, which is not a stale cluster's", ns)
+		}
+	}
+	if _, err := os.Stat(recordPath(orphan)); !os.IsNotExist(err) {
+		t.Errorf("record of %s left after Sweep: %v", orphan, err)
+	}
+}
+
+func TestParsePing(t *testing.T) {
+	for _, tc := range []struct {
+		out        string
+		sent, recv int
+		ok         bool
+	}{
+		{"PING 10.244.1.2 (10.244.1.2) 56(84) bytes of data.\n\n--- 10.244.1.2 ping statistics ---\n" +
+			"500 packets transmitted, 500 received, 0% packet loss, time 7982ms\nrtt min/avg/max/mdev = 0.030/0.061/0.160/0.012 ms\n", 500, 500, true},
+		{"--- 10.244.2.2 ping statistics ---\n2 packets transmitted, 0 received, 100% packet loss, time 1020ms\n", 2, 0, true},
+		{"--- x ping statistics ---\n3 packets transmitted, 1 received, +2 errors, 66.6667% packet loss, time 2003ms\n", 3, 1, true},
+		{"ping: connect: Network is unreachable\n", 0, 0, false},
+	} {
+		sent, recv, err := parsePing(tc.out)
+		if (err == nil) != tc.ok || sent != tc.sent || recv != tc.recv {
+			t.Errorf("parsePing(%q) = %d, %d, %v; want %d, %d, ok=%v", tc.out, sent, recv, err, tc.sent, tc.recv, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// cniPlugins are the plugin binaries AddPod runs.
+func cniPlugins() []string { return []string{"bridge", "host-local"} }
+
+// MissingCNIPlugins returns the CNI plugins AddPod needs that dir does not hold as
+// executables.
+func MissingCNIPlugins(dir string) []string {
+	var missing []string
+	for _, p := range cniPlugins() {
+		st, err := os.Stat(filepath.Join(dir, p))
+		if err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}
+
+// RepoRoot finds the weft repository that holds the working directory: the nearest parent
+// with a go.mod and tools/install-cni.sh.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository root: %w", err)
+	}
+	for {
+		if fileExists(filepath.Join(dir, "go.mod")) && fileExists(filepath.Join(dir, "tools", "install-cni.sh")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository root: no parent directory has go.mod and tools/install-cni.sh")
+		}
+		dir = parent
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// PrepareCNI returns the directory of the CNI plugins for tests: $WEFT_CNI_BIN if set, else
+// <repo>/.cache/cni/bin, where tools/install-cni.sh installs them first if any is missing
+// (it needs the Go toolchain and the module proxy, once).
+func PrepareCNI(repo string) (string, error) {
+	if dir := os.Getenv("WEFT_CNI_BIN"); dir != "" {
+		if missing := MissingCNIPlugins(dir); len(missing) > 0 {
+			return "", fmt.Errorf("WEFT_CNI_BIN=%s lacks the CNI plugins %s", dir, strings.Join(missing, ", "))
+		}
+		return dir, nil
+	}
+	dir := filepath.Join(repo, ".cache", "cni", "bin")
+	if len(MissingCNIPlugins(dir)) == 0 {
+		return dir, nil
+	}
+	script := filepath.Join(repo, "tools", "install-cni.sh")
+	out, err := exec.Command(script, dir).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("installing the CNI plugins with %s %s: %w: %s", script, dir, err, strings.TrimSpace(string(out)))
+	}
+	if missing := MissingCNIPlugins(dir); len(missing) > 0 {
+		return "", fmt.Errorf("%s %s did not install %s", script, dir, strings.Join(missing, ", "))
+	}
+	return dir, nil
+}
+
+// PreparePing makes sure iputils ping is installed, running tools/install-e2e-deps.sh (which
+// uses apt-get) if it is not.
+func PreparePing(repo string) error {
+	if out, err := exec.Command("ping", "-V").CombinedOutput(); err == nil && strings.Contains(string(out), "iputils") {
+		return nil
+	}
+	script := filepath.Join(repo, "tools", "install-e2e-deps.sh")
+	out, err := exec.Command(script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("installing iputils ping with %s: %w: %s", script, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

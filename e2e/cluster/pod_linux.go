@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	// CNINetworkName is the CNI network name of the pods; the bridge plugin uses it for
+	// its IPAM state too.
+	CNINetworkName = "weft"
+	// PodBridge is the bridge the CNI plugin makes in each node.
+	PodBridge = "cni0"
+	podIfName = "eth0"
+)
+
+// Pod is a network namespace wired to a node by the CNI bridge plugin.
+type Pod struct {
+	Name    string
+	Node    *Node
+	NS      string     // network namespace name
+	IP      netip.Addr // eth0's address, from the CNI result
+	Gateway netip.Addr // its default gateway (the node's cni0)
+
+	containerID string
+	config      []byte // the CNI config of the ADD, which DEL must repeat
+	deleted     bool   // guarded by the cluster's mu
+}
+
+// cniConfig is the network configuration the bridge plugin gets, as a CNI configuration
+// file would hold it, built from the node's subnet.env like flannel's CNI plugin does.
+type cniConfig struct {
+	CNIVersion string  `json:"cniVersion"`
+	Name       string  `json:"name"`
+	Type       string  `json:"type"`
+	Bridge     string  `json:"bridge"`
+	IsGateway  bool    `json:"isGateway"`
+	IPMasq     bool    `json:"ipMasq"`
+	MTU        int     `json:"mtu"`
+	IPAM       cniIPAM `json:"ipam"`
+}
+
+type cniIPAM struct {
+	Type    string     `json:"type"`
+	Subnet  string     `json:"subnet"`
+	DataDir string     `json:"dataDir"`
+	Routes  []cniRoute `json:"routes"`
+}
+
+type cniRoute struct {
+	Dst string `json:"dst"`
+}
+
+// cniResult is the part of a CNI result the harness reads.
+type cniResult struct {
+	IPs []struct {
+		Address string `json:"address"`
+		Gateway string `json:"gateway"`
+	} `json:"ips"`
+}
+
+// cniError is what a CNI plugin prints on stdout when it fails.
+type cniError struct {
+	Code    int    `json:"code"`
+	Msg     string `json:"msg"`
+	Details string `json:"details"`
+}
+
+// AddPod creates a pod on node: namespace <prefix>-<node>-<name>, and a CNI ADD of the bridge
+// plugin (host-local IPAM over the node's subnet from subnet.env) run inside the node's
+// namespace, as a kubelet on that node would run it.
+func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
+	if c.opts.CNIBin == "" {
+		return nil, fmt.Errorf("cluster %s: AddPod needs Options.CNIBin", c.prefix)
+	}
+	if !isName(name) {
+		return nil, fmt.Errorf("cluster %s: pod name %q: want 1 to 10 lower-case letters or digits", c.prefix, name)
+	}
+	env, err := node.SubnetEnv()
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	if !env.Subnet.IsValid() {
+		return nil, fmt.Errorf("pod %s: %s has no FLANNEL_SUBNET", name, node.SubnetFile)
+	}
+	cfg, err := json.Marshal(cniConfig{
+		CNIVersion: "1.0.0",
+		Name:       CNINetworkName,
+		Type:       "bridge",
+		Bridge:     PodBridge,
+		IsGateway:  true,
+		MTU:        env.MTU,
+		IPAM: cniIPAM{
+			Type:    "host-local",
+			Subnet:  env.Subnet.Masked().String(),
+			DataDir: filepath.Join(node.Dir, "ipam"),
+			Routes:  []cniRoute{{Dst: "0.0.0.0/0"}},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: encoding CNI config: %w", name, err)
+	}
+	p := &Pod{
+		Name:        name,
+		Node:        node,
+		NS:          node.NS + "-" + name,
+		containerID: c.prefix + "-" + node.Name + "-" + name,
+		config:      cfg,
+	}
+	c.mu.Lock()
+	for _, q := range c.pods {
+		if q.NS == p.NS && !q.deleted {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("pod %s on node %s exists already", name, node.Name)
+		}
+	}
+	// Registered first, so that Close deletes a half-made pod too.
+	c.pods = append(c.pods, p)
+	c.mu.Unlock()
+
+	if err := ip("netns", "add", p.NS); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	if err := ip("-n", p.NS, "link", "set", "lo", "up"); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
+	out, err := p.cni("ADD")
+	if err != nil {
+		return nil, err
+	}
+	var res cniResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("pod %s: parsing CNI ADD result %q: %w", name, out, err)
+	}
+	for _, a := range res.IPs {
+		pfx, err := netip.ParsePrefix(a.Address)
+		if err != nil || !pfx.Addr().Is4() {
+			continue
+		}
+		p.IP = pfx.Addr()
+		if gw, err := netip.ParseAddr(a.Gateway); err == nil {
+			p.Gateway = gw
+		}
+		break
+	}
+	if !p.IP.IsValid() {
+		return nil, fmt.Errorf("pod %s: CNI ADD result has no IPv4 address: %s", name, out)
+	}
+	c.log.Logf("cluster %s: pod %s on node %s: namespace %s, %s", c.prefix, name, node.Name, p.NS, p.IP)
+	return p, nil
+}
+
+// cni runs the bridge plugin with the given command for the pod, inside the node's
+// namespace, and returns its stdout.
+func (p *Pod) cni(command string) ([]byte, error) {
+	c := p.Node.c
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	plugin := filepath.Join(c.opts.CNIBin, "bridge")
+	cmd := exec.CommandContext(ctx, "ip", netnsExecArgs(p.Node.NS, plugin)...)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command,
+		"CNI_CONTAINERID=" + p.containerID,
+		"CNI_NETNS=" + filepath.Join(netnsDir, p.NS),
+		"CNI_IFNAME=" + podIfName,
+		"CNI_PATH=" + c.opts.CNIBin,
+		// The plugin may run helpers (it looks for host-local in CNI_PATH, but
+		// iptables and the like by PATH).
+		"PATH=" + os.Getenv("PATH"),
+	}
+	cmd.Stdin = bytes.NewReader(p.config)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		var ce cniError
+		if jerr := json.Unmarshal(stdout.Bytes(), &ce); jerr == nil && ce.Msg != "" {
+			return nil, fmt.Errorf("pod %s on node %s: CNI %s: %w: code %d: %s %s",
+				p.Name, p.Node.Name, command, err, ce.Code, ce.Msg, ce.Details)
+		}
+		return nil, fmt.Errorf("pod %s on node %s: CNI %s: %w: stdout %q stderr %q",
+			p.Name, p.Node.Name, command, err, strings.TrimSpace(stdout.String()), strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// Delete runs a CNI DEL for the pod and removes its namespace; deleting it again does
+// nothing.
+func (p *Pod) Delete() error {
+	c := p.Node.c
+	c.mu.Lock()
+	if p.deleted {
+		c.mu.Unlock()
+		return nil
+	}
+	p.deleted = true
+	c.mu.Unlock()
+
+	var errs []string
+	// DEL releases the address in host-local's state and the veth on the node; it must be
+	// tried even if ADD failed half-way, as a kubelet would.
+	if _, err := os.Stat(filepath.Join(netnsDir, p.Node.NS)); err == nil {
+		if _, err := p.cni("DEL"); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if err := destroyNetns(p.NS); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("deleting pod %s: %s", p.Name, strings.Join(errs, "; "))
+	}
+	return nil
+}

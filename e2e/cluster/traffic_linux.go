@@ -1,0 +1,232 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// pingLinger is how long ping waits for the reply to its last request. Between
+	// namespaces a reply takes well under a millisecond; a second only matters if the
+	// last one is lost.
+	pingLinger = 1 * time.Second
+	// minPingInterval is what iputils ping really manages per request here (MACHINE.md:
+	// about 62 requests a second at -i 0.01), used to size timeouts.
+	minPingInterval = 16 * time.Millisecond
+
+	// streamTimeout bounds a whole Stream, connect included.
+	streamTimeout = 60 * time.Second
+)
+
+// Ping runs iputils ping from the pod: count requests, interval apart, to the address, and
+// returns how many were sent and how many answered. err is about running ping, not about
+// lost packets: check received against sent.
+func Ping(from *Pod, to netip.Addr, count int, interval time.Duration) (sent, received int, err error) {
+	return ping(from.NS, to, count, interval)
+}
+
+func ping(ns string, to netip.Addr, count int, interval time.Duration) (sent, received int, err error) {
+	r, err := startPing(ns, to, count, interval)
+	if err != nil {
+		return 0, 0, err
+	}
+	return r.Wait()
+}
+
+// PingRun is a ping running in the background.
+type PingRun struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	done chan struct{}
+	desc string
+
+	// sent, received and err are set before done is closed.
+	sent, received int
+	err            error
+}
+
+// StartPing starts Ping in the background, for watching traffic while something else
+// happens (a weftd restart). Size count so that the ping outlasts what it watches: at a
+// 10 ms interval this machine sends about 62 requests a second, not 100.
+func StartPing(from *Pod, to netip.Addr, count int, interval time.Duration) (*PingRun, error) {
+	return startPing(from.NS, to, count, interval)
+}
+
+func startPing(ns string, to netip.Addr, count int, interval time.Duration) (*PingRun, error) {
+	if count < 1 {
+		return nil, fmt.Errorf("ping from %s to %s: count %d < 1", ns, to, count)
+	}
+	secs := strconv.FormatFloat(interval.Seconds(), 'f', -1, 64)
+	args := netnsExecArgs(ns, "ping", "-n", "-q",
+		"-c", strconv.Itoa(count), "-i", secs,
+		"-W", strconv.Itoa(int(pingLinger/time.Second)), to.String())
+	r := &PingRun{
+		done: make(chan struct{}),
+		desc: fmt.Sprintf("ping from %s to %s (%d every %v)", ns, to, count, interval),
+	}
+	// A bound well past the expected duration, so that a hung ping cannot hang a test.
+	per := max(interval, minPingInterval)
+	limit := time.Duration(count)*per*3 + pingLinger + 10*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	r.cmd = exec.CommandContext(ctx, "ip", args...)
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	// Dies with the test binary, whose namespaces are about to be swept anyway.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("%s: starting: %w", r.desc, err)
+	}
+	go func() {
+		defer cancel()
+		runErr := r.cmd.Wait()
+		r.sent, r.received, r.err = parsePing(r.out.String())
+		if r.err != nil {
+			r.err = fmt.Errorf("%s: %w (exit: %v)", r.desc, r.err, runErr)
+		}
+		close(r.done)
+	}()
+	return r, nil
+}
+
+// Done is closed when the ping has finished.
+func (r *PingRun) Done() <-chan struct{} { return r.done }
+
+// Wait waits for the ping to finish and returns what Ping returns.
+func (r *PingRun) Wait() (sent, received int, err error) {
+	<-r.done
+	return r.sent, r.received, r.err
+}
+
+// Interrupt stops the ping early as Ctrl-C would; it still prints its summary. A request in
+// flight at that moment counts as lost.
+func (r *PingRun) Interrupt() {
+	_ = r.cmd.Process.Signal(syscall.SIGINT) // it may have finished
+}
+
+// parsePing reads iputils ping's summary line: "5 packets transmitted, 4 received, ...".
+func parsePing(out string) (sent, received int, err error) {
+	for line := range strings.Lines(out) {
+		tx, rest, ok := strings.Cut(line, " packets transmitted, ")
+		if !ok {
+			continue
+		}
+		rx, _, ok := strings.Cut(rest, " received")
+		if !ok {
+			continue
+		}
+		s, err1 := strconv.Atoi(strings.TrimSpace(tx))
+		r, err2 := strconv.Atoi(strings.TrimSpace(rx))
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, 0, fmt.Errorf("parsing ping summary %q: %w", strings.TrimSpace(line), err)
+		}
+		return s, r, nil
+	}
+	return 0, 0, fmt.Errorf("no summary in ping output %q", strings.TrimSpace(out))
+}
+
+// StreamResult describes a completed Stream.
+type StreamResult struct {
+	Bytes   int64
+	Elapsed time.Duration
+}
+
+// Mbps is the stream's throughput in megabits per second.
+func (s StreamResult) Mbps() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Bytes) * 8 / s.Elapsed.Seconds() / 1e6
+}
+
+// Stream sends n bytes over TCP from one pod to another and checks that exactly those bytes
+// arrived: the receiving socket is made inside to's namespace, the sending one inside from's,
+// and the data is a pseudo-random pattern compared by SHA-256 on both ends. The whole
+// exchange must finish within a minute.
+func Stream(from, to *Pod, n int64) (StreamResult, error) {
+	desc := fmt.Sprintf("TCP stream of %d bytes from pod %s (%s) to pod %s (%s)", n, from.Name, from.IP, to.Name, to.IP)
+	deadline := time.Now().Add(streamTimeout)
+
+	l, err := listenIn(to.NS, net.JoinHostPort(to.IP.String(), "0"))
+	if err != nil {
+		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+	}
+	defer l.Close()
+	if err := l.(*net.TCPListener).SetDeadline(deadline); err != nil {
+		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+	}
+
+	type received struct {
+		n   int64
+		sum []byte
+		err error
+	}
+	rc := make(chan received, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			rc <- received{err: fmt.Errorf("accepting: %w", err)}
+			return
+		}
+		defer conn.Close()
+		if err := conn.SetDeadline(deadline); err != nil {
+			rc <- received{err: err}
+			return
+		}
+		h := sha256.New()
+		got, err := io.Copy(h, conn)
+		rc <- received{n: got, sum: h.Sum(nil), err: err}
+	}()
+
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn, err := dialIn(ctx, from.NS, "tcp", net.JoinHostPort(to.IP.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	if err != nil {
+		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+	}
+
+	// A fresh seed per stream, so that a path which replays or mixes old data cannot pass.
+	var seed [32]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return StreamResult{}, fmt.Errorf("%s: seeding the pattern: %w", desc, err)
+	}
+	h := sha256.New()
+	sent, err := io.CopyN(io.MultiWriter(conn, h), mrand.NewChaCha8(seed), n)
+	if err != nil {
+		return StreamResult{}, fmt.Errorf("%s: sending (after %d bytes): %w", desc, sent, err)
+	}
+	// The receiver stops at EOF; closing only our side keeps the connection for its ACKs.
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		return StreamResult{}, fmt.Errorf("%s: closing the sending side: %w", desc, err)
+	}
+	got := <-rc
+	elapsed := time.Since(start)
+	if got.err != nil {
+		return StreamResult{}, fmt.Errorf("%s: receiving (after %d bytes): %w", desc, got.n, got.err)
+	}
+	if got.n != n {
+		return StreamResult{}, fmt.Errorf("%s: received %d bytes", desc, got.n)
+	}
+	if !bytes.Equal(got.sum, h.Sum(nil)) {
+		return StreamResult{}, fmt.Errorf("%s: the received bytes differ from the sent ones (SHA-256 %x, want %x)",
+			desc, got.sum, h.Sum(nil))
+	}
+	return StreamResult{Bytes: n, Elapsed: elapsed}, nil
+}

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/subnet"
+)
+
+const (
+	// readyTimeout bounds a weftd start: lease, subnet.env, first convergence.
+	readyTimeout = 30 * time.Second
+	// convergeTimeout bounds how long a ready node may take to program a peer that it
+	// learns of through the etcd watch (a node that joined or left after it).
+	convergeTimeout = 10 * time.Second
+	// repairTimeout bounds how long weftd may take to put back a route, a neighbour or an
+	// FDB entry deleted behind its back. DESIGN.md has it react to netlink notifications
+	// of drift; the periodic resync alone (30 s by default) would be too slow for this.
+	repairTimeout = 10 * time.Second
+
+	vxlanDevice = "flannel.1" // VNI 1, the Linux default
+	streamBytes = 8 << 20
+)
+
+// backend is a network config the tests run with.
+type backend struct {
+	name    string
+	netConf string
+}
+
+func (b backend) vxlan() bool { return b.name == "vxlan" }
+
+func backends() []backend {
+	return []backend{
+		{"vxlan", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`},
+		{"host-gw", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`},
+	}
+}
+
+// binaries are what a cluster runs.
+type binaries struct {
+	weftd, cniBin string
+}
+
+// forEachBackend runs fn as one subtest per backend, or skips the whole test when this
+// machine cannot run a cluster (not root, no weftd, no CNI plugins).
+func forEachBackend(t *testing.T, fn func(t *testing.T, bins binaries, b backend)) {
+	bins := needBinaries(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) { fn(t, bins, b) })
+	}
+}
+
+func needBinaries(t *testing.T) binaries {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the cluster is made of network namespaces")
+	}
+	weftd := os.Getenv(envWeftd)
+	if weftd == "" {
+		t.Skip("weftd binary missing: the repository has no cmd/weftd and " + envWeftd + " is not set")
+	}
+	if _, err := os.Stat(weftd); err != nil {
+		t.Skipf("weftd binary missing: %s=%s: %v", envWeftd, weftd, err)
+	}
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni, err := cluster.PrepareCNI(repo)
+	if err != nil {
+		t.Skipf("CNI plugins missing: %v", err)
+	}
+	return binaries{weftd: weftd, cniBin: cni}
+}
+
+// newCluster makes a cluster with the backend's config. If the test fails, the network
+// state of every node and the end of its log are logged before the cluster goes.
+func newCluster(t *testing.T, bins binaries, b backend) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.New(t, cluster.Options{NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered after New's own cleanup, so it runs first, while the nodes still exist.
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	return c
+}
+
+// startNodes adds the nodes and waits until each weftd is ready.
+func startNodes(t *testing.T, c *cluster.Cluster, names ...string) []*cluster.Node {
+	t.Helper()
+	nodes := make([]*cluster.Node, 0, len(names))
+	for _, name := range names {
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	// They start together; waiting in turn costs no more than the slowest.
+	for _, n := range nodes {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
+}
+
+// addPod adds a pod named after its node ("p" + the node's index, and a letter if more).
+func addPod(t *testing.T, c *cluster.Cluster, n *cluster.Node, name string) *cluster.Pod {
+	t.Helper()
+	p, err := c.AddPod(n, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// onePodEach gives every node a pod, p<index>.
+func onePodEach(t *testing.T, c *cluster.Cluster, nodes []*cluster.Node) []*cluster.Pod {
+	t.Helper()
+	pods := make([]*cluster.Pod, 0, len(nodes))
+	for _, n := range nodes {
+		pods = append(pods, addPod(t, c, n, fmt.Sprintf("p%d", n.Index)))
+	}
+	return pods
+}
+
+// waitReachable pings from one pod to another until a reply comes (a node learns of a peer
+// through the etcd watch, a moment after the peer's lease appears), then requires 3 of 3.
+func waitReachable(t *testing.T, from, to *cluster.Pod, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, recv, err := cluster.Ping(from, to.IP, 1, 10*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if recv == 1 {
+			break
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("pod %s (node %s) cannot reach pod %s %s (node %s) after %v",
+				from.Name, from.Node.Name, to.Name, to.IP, to.Node.Name, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("pod %s -> pod %s: reachable after %v", from.Name, to.Name, waited.Round(time.Millisecond))
+	}
+	sent, recv, err := cluster.Ping(from, to.IP, 3, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent != 3 || recv != 3 {
+		t.Fatalf("ping pod %s (node %s) -> pod %s %s (node %s): %d of %d answered",
+			from.Name, from.Node.Name, to.Name, to.IP, to.Node.Name, recv, sent)
+	}
+}
+
+// pingAll checks that every pod reaches every other pod.
+func pingAll(t *testing.T, pods []*cluster.Pod) {
+	t.Helper()
+	for _, from := range pods {
+		for _, to := range pods {
+			if from != to {
+				waitReachable(t, from, to, convergeTimeout)
+			}
+		}
+	}
+}
+
+// stream runs an 8 MiB TCP stream between two pods and logs its speed.
+func stream(t *testing.T, from, to *cluster.Pod) {
+	t.Helper()
+	res, err := cluster.Stream(from, to, streamBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TCP %s (node %s) -> %s (node %s): %d bytes in %v, %.0f Mbit/s",
+		from.Name, from.Node.Name, to.Name, to.Node.Name, res.Bytes, res.Elapsed.Round(time.Microsecond), res.Mbps())
+}
+
+// mustSubnet is the node's pod subnet from its subnet.env.
+func mustSubnet(t *testing.T, n *cluster.Node) netip.Prefix {
+	t.Helper()
+	sn, err := n.Subnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sn
+}
+
+// leaseOf finds the lease of a subnet in etcd.
+func leaseOf(t *testing.T, c *cluster.Cluster, sn netip.Prefix) subnet.Lease {
+	t.Helper()
+	leases, err := c.Leases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if l.Subnet == sn {
+			return l
+		}
+	}
+	t.Fatalf("no lease of %s in etcd (leases: %v)", sn, leases)
+	return subnet.Lease{}
+}
+
+// vtepMAC is the VtepMAC a vxlan lease publishes.
+func vtepMAC(t *testing.T, l subnet.Lease) string {
+	t.Helper()
+	var data struct {
+		VNI     int
+		VtepMAC string
+	}
+	if err := json.Unmarshal(l.Attrs.BackendData, &data); err != nil || data.VtepMAC == "" {
+		t.Fatalf("lease %s: BackendData %s: want {\"VNI\":..,\"VtepMAC\":..} (%v)", l.Key(), l.Attrs.BackendData, err)
+	}
+	return strings.ToLower(data.VtepMAC)
+}
+
+// nodeExec runs a command in a node and fails the test if it fails.
+func nodeExec(t *testing.T, n *cluster.Node, args ...string) string {
+	t.Helper()
+	out, err := n.Exec(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// dataPlane is what a node has programmed for one peer subnet: the route, and with vxlan the
+// neighbour of the peer's <subnet>.0 and the FDB entry of its VTEP MAC, each as `ip` and
+// `bridge` print them ("" if absent).
+type dataPlane struct {
+	route, neigh, fdb string
+}
+
+func (d dataPlane) String() string {
+	show := func(s string) string {
+		if s == "" {
+			return "(none)"
+		}
+		return s
+	}
+	return fmt.Sprintf("route %s; neighbour %s; fdb %s", show(d.route), show(d.neigh), show(d.fdb))
+}
+
+// peerState reads what node n has programmed for the peer subnet sn (whose VTEP MAC is mac,
+// "" for host-gw).
+func peerState(t *testing.T, n *cluster.Node, sn netip.Prefix, mac string) dataPlane {
+	t.Helper()
+	var d dataPlane
+	var err error
+	if d.route, err = n.RouteTo(sn); err != nil {
+		t.Fatal(err)
+	}
+	if mac == "" {
+		return d
+	}
+	d.neigh = strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", sn.Addr().String(), "dev", vxlanDevice))
+	for line := range strings.Lines(nodeExec(t, n, "bridge", "fdb", "show", "dev", vxlanDevice)) {
+		if strings.HasPrefix(strings.ToLower(line), mac+" ") {
+			d.fdb = strings.TrimSpace(line)
+		}
+	}
+	return d
+}
+
+// dumpCluster logs each node's routes, neighbours, FDB and the end of its weftd log, for a
+// failed test.
+func dumpCluster(t *testing.T, c *cluster.Cluster) {
+	leases, err := c.Leases()
+	t.Logf("leases in etcd: %v (%v)", leases, err)
+	for _, n := range c.Nodes() {
+		var b strings.Builder
+		for _, args := range [][]string{
+			{"ip", "-br", "addr"},
+			{"ip", "route"},
+			{"ip", "neigh"},
+			{"bridge", "fdb", "show", "dev", vxlanDevice},
+		} {
+			out, err := n.Exec(args...)
+			if err != nil {
+				out = "(" + err.Error() + ")"
+			}
+			fmt.Fprintf(&b, "$ %s\n%s\n", strings.Join(args, " "), strings.TrimRight(out, "\n"))
+		}
+		t.Logf("node %s (%s, weftd running: %v):\n%s--- end of %s:\n%s", n.Name, n.NS, n.Running(),
+			b.String(), n.LogPath, n.LogTail(20))
+	}
+}

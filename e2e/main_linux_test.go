@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/e2e/cluster"
+)
+
+// Environment variables that carry the binaries from TestMain to the tests, and that a
+// caller may set to use prebuilt ones.
+const (
+	envWeftd  = "WEFT_WEFTD"   // the weftd binary; built from ./cmd/weftd when unset
+	envCNIBin = "WEFT_CNI_BIN" // the CNI plugin directory; see cluster.PrepareCNI
+)
+
+// TestMain builds weftd once for all tests and installs the CNI plugins if they are missing.
+// Without root nothing is prepared: every test skips.
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if err := cluster.PreparePing(repo); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	// A failure here is reported by each test as a skip; the tests call PrepareCNI again,
+	// which is quick once the plugins are there.
+	if dir, err := cluster.PrepareCNI(repo); err == nil {
+		os.Setenv(envCNIBin, dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+	}
+
+	if os.Getenv(envWeftd) == "" {
+		tmp, err := os.MkdirTemp("", "weft-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		bin, err := buildWeftd(repo, tmp)
+		if err != nil {
+			// A weftd that does not compile is a failure, not a reason to skip.
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		if bin != "" {
+			os.Setenv(envWeftd, bin)
+		}
+	}
+	return m.Run()
+}
+
+// buildWeftd builds ./cmd/weftd into dir and returns the binary's path, or "" if the
+// repository has no cmd/weftd.
+func buildWeftd(repo, dir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(repo, "cmd", "weftd")); os.IsNotExist(err) {
+		return "", nil
+	}
+	bin := filepath.Join(dir, "weftd")
+	start := time.Now()
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/weftd")...)
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building weftd (go %s in %s): %w\n%s", strings.Join(cmd.Args[1:], " "), repo, err, out)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: built weftd (race detector: %v) in %v\n", raceEnabled, time.Since(start).Round(time.Millisecond))
+	return bin, nil
+}

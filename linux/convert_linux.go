@@ -1,0 +1,126 @@
+package linux
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/backend"
+)
+
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip) // the kernel sends 4 bytes for IPv4, so no unmapping
+	return a
+}
+
+func prefixOf(n *net.IPNet) netip.Prefix {
+	if n == nil {
+		return netip.Prefix{}
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}
+	}
+	ones, bits := n.Mask.Size()
+	if bits == 32 {
+		a = a.Unmap() // the library writes default routes as net.IPv4zero, 16 bytes long
+	}
+	return netip.PrefixFrom(a, ones)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func macOf(hw net.HardwareAddr) backend.MAC {
+	var m backend.MAC
+	if len(hw) == len(m) {
+		copy(m[:], hw)
+	}
+	return m
+}
+
+func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
+	k := kernelRoute{
+		Route: backend.Route{
+			Dst:    prefixOf(r.Dst),
+			Gw:     addrOf(r.Gw),
+			Onlink: r.Flags&int(netlink.FLAG_ONLINK) != 0,
+		},
+		Metric:      r.Priority,
+		ProtoKernel: r.Protocol == unix.RTPROT_KERNEL,
+	}
+	if r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
+		k.Dev = names[r.LinkIndex]
+	}
+	return k
+}
+
+func toRoute(r backend.Route, link int) *netlink.Route {
+	nr := &netlink.Route{LinkIndex: link, Dst: ipNet(r.Dst.Masked()), Table: unix.RT_TABLE_MAIN}
+	if r.Gw.IsValid() {
+		nr.Gw = r.Gw.AsSlice()
+	} else {
+		nr.Scope = netlink.SCOPE_LINK // as ip-route gives a device route
+	}
+	if r.Onlink {
+		nr.SetFlag(netlink.FLAG_ONLINK)
+	}
+	return nr
+}
+
+// exactRoute names a dumped route for a delete, with all the kernel matches on: left out, the
+// library would send scope universe and miss a link-scope route, and a priority of 0 matches
+// any route to the same destination.
+func exactRoute(r netlink.Route) *netlink.Route {
+	return &netlink.Route{
+		Dst: r.Dst, Gw: r.Gw, LinkIndex: r.LinkIndex, Priority: r.Priority, Table: r.Table,
+		Tos: r.Tos, Scope: r.Scope, Protocol: r.Protocol, Type: r.Type,
+	}
+}
+
+func routeString(r backend.Route) string {
+	s := r.Dst.String()
+	if r.Gw.IsValid() {
+		s += " via " + r.Gw.String()
+	}
+	s += " dev " + r.Dev
+	if r.Onlink {
+		s += " onlink"
+	}
+	return s
+}
+
+func ipNeigh(n backend.Neighbor, link int) *netlink.Neigh {
+	family := unix.AF_INET
+	if n.IP.Is6() {
+		family = unix.AF_INET6
+	}
+	return &netlink.Neigh{
+		LinkIndex: link, Family: family, State: netlink.NUD_PERMANENT, Type: unix.RTN_UNICAST,
+		IP: n.IP.AsSlice(), HardwareAddr: n.MAC.HardwareAddr(),
+	}
+}
+
+func fdbNeigh(f backend.FDBEntry, link int) *netlink.Neigh {
+	return &netlink.Neigh{
+		LinkIndex: link, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF, State: netlink.NUD_PERMANENT,
+		IP: f.Dst.AsSlice(), HardwareAddr: f.MAC.HardwareAddr(),
+	}
+}
+
+// deleted reads the result of a delete: 1 when it removed the entry, 0 when the entry was
+// already gone (deleted by hand, or rewritten in place by a replace just before).
+func deleted(err error) (int, error) {
+	switch {
+	case err == nil:
+		return 1, nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ESRCH), errors.Is(err, unix.EADDRNOTAVAIL):
+		return 0, nil
+	default:
+		return 0, err
+	}
+}

@@ -1,0 +1,34 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRouteInterface is the interface of the main table's IPv4 default route with the
+// lowest metric: the external interface when none is configured.
+func DefaultRouteInterface() (string, error) {
+	routes, err := dump("routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
+	if err != nil {
+		return "", err
+	}
+	best, idx := -1, 0
+	for _, r := range routes {
+		if (r.Dst == nil || prefixOf(r.Dst).Bits() == 0) && r.LinkIndex > 0 && (best < 0 || r.Priority < best) {
+			best, idx = r.Priority, r.LinkIndex
+		}
+	}
+	if best < 0 {
+		return "", errors.New("no IPv4 default route")
+	}
+	link, err := netlink.LinkByIndex(idx)
+	if err != nil {
+		return "", fmt.Errorf("interface %d of the default route: %w", idx, err)
+	}
+	return link.Attrs().Name, nil
+}

@@ -1,0 +1,143 @@
+package linux
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// defaultVXLANPort is the port the kernel gives a VXLAN device created without one (the
+// vxlan module's vxlan_port parameter, which nobody changes).
+const defaultVXLANPort = 8472
+
+// EnsureVXLAN adopts the device dev.Name when it exists with compatible settings (VNI, port,
+// local address, underlay, learning, GBP), changing in place only what can be (MTU, up state);
+// replaces it, saying why, when it is incompatible; and creates it otherwise. A compatible
+// device is never recreated: traffic would stop, and its MAC, which peers have been told,
+// would change. It returns the device's MAC, the VtepMAC the node publishes.
+func (p *Plane) EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	want := &netlink.Vxlan{
+		LinkAttrs: netlink.LinkAttrs{Name: dev.Name, MTU: dev.MTU},
+		VxlanId:   int(dev.VNI),
+		Port:      int(dev.Port),
+		Learning:  dev.Learning,
+		GBP:       dev.GBP,
+	}
+	if dev.Local.IsValid() {
+		want.SrcAddr = dev.Local.AsSlice()
+	}
+	if dev.Underlay != "" {
+		ul, err := p.h.LinkByName(dev.Underlay)
+		if err != nil {
+			return backend.MAC{}, fmt.Errorf("looking up underlay interface %q of %s: %w", dev.Underlay, dev.Name, err)
+		}
+		want.VtepDevIndex = ul.Attrs().Index
+	}
+
+	have, err := p.h.LinkByName(dev.Name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return p.createVXLAN(want)
+	case err != nil:
+		return backend.MAC{}, fmt.Errorf("looking up VXLAN device %s: %w", dev.Name, err)
+	}
+	if why := incompatible(have, want); why != "" {
+		p.log.Warn("replacing VXLAN device with incompatible settings", "dev", dev.Name, "reason", why)
+		if err := p.h.LinkDel(have); err != nil {
+			return backend.MAC{}, fmt.Errorf("deleting incompatible VXLAN device %s (%s): %w", dev.Name, why, err)
+		}
+		return p.createVXLAN(want)
+	}
+	return p.adoptVXLAN(have, want)
+}
+
+// incompatible says why have cannot serve as want, or "" when it can. Only what the kernel
+// cannot change on a live device counts; MTU and up state are fixed in place.
+func incompatible(have netlink.Link, want *netlink.Vxlan) string {
+	v, ok := have.(*netlink.Vxlan)
+	if !ok {
+		return fmt.Sprintf("it is a %s device, not vxlan", have.Type())
+	}
+	port := want.Port
+	if port == 0 {
+		port = defaultVXLANPort
+	}
+	switch {
+	case v.FlowBased:
+		return "it is a metadata (external) device"
+	case v.VxlanId != want.VxlanId:
+		return fmt.Sprintf("VNI %d, want %d", v.VxlanId, want.VxlanId)
+	case v.Port != port:
+		return fmt.Sprintf("port %d, want %d", v.Port, port)
+	case !v.SrcAddr.Equal(want.SrcAddr):
+		return fmt.Sprintf("local address %v, want %v", v.SrcAddr, want.SrcAddr)
+	case v.VtepDevIndex != want.VtepDevIndex:
+		return fmt.Sprintf("underlay ifindex %d, want %d", v.VtepDevIndex, want.VtepDevIndex)
+	case v.Learning != want.Learning:
+		return fmt.Sprintf("learning %t, want %t", v.Learning, want.Learning)
+	case v.GBP != want.GBP:
+		return fmt.Sprintf("GBP %t, want %t", v.GBP, want.GBP)
+	}
+	return ""
+}
+
+func (p *Plane) adoptVXLAN(have netlink.Link, want *netlink.Vxlan) (backend.MAC, error) {
+	a := have.Attrs()
+	if want.MTU != 0 && a.MTU != want.MTU {
+		p.log.Info("changing VXLAN device MTU", "dev", a.Name, "from", a.MTU, "to", want.MTU)
+		if err := p.h.LinkSetMTU(have, want.MTU); err != nil {
+			return backend.MAC{}, fmt.Errorf("setting MTU of VXLAN device %s to %d: %w", a.Name, want.MTU, err)
+		}
+	}
+	if a.Flags&net.FlagUp == 0 {
+		if err := p.h.LinkSetUp(have); err != nil {
+			return backend.MAC{}, fmt.Errorf("setting VXLAN device %s up: %w", a.Name, err)
+		}
+	}
+	mac := macOf(a.HardwareAddr)
+	p.log.Info("adopted VXLAN device", "dev", a.Name, "ifindex", a.Index, "mac", mac)
+	return mac, nil
+}
+
+func (p *Plane) createVXLAN(want *netlink.Vxlan) (backend.MAC, error) {
+	name := want.Name
+	// Our own MAC rather than the kernel's random one: udev (MACAddressPolicy=persistent)
+	// rewrites the MAC of devices created with a random one, possibly after we published it.
+	mac, err := randomMAC()
+	if err != nil {
+		return backend.MAC{}, fmt.Errorf("choosing a MAC for VXLAN device %s: %w", name, err)
+	}
+	want.HardwareAddr = mac.HardwareAddr()
+	if err := p.h.LinkAdd(want); err != nil {
+		return backend.MAC{}, fmt.Errorf("creating VXLAN device %s (VNI %d): %w", name, want.VxlanId, err)
+	}
+	link, err := p.h.LinkByName(name)
+	if err != nil {
+		return backend.MAC{}, fmt.Errorf("looking up VXLAN device %s just created: %w", name, err)
+	}
+	if err := p.h.LinkSetUp(link); err != nil {
+		return backend.MAC{}, fmt.Errorf("setting VXLAN device %s up: %w", name, err)
+	}
+	mac = macOf(link.Attrs().HardwareAddr)
+	p.log.Info("created VXLAN device", "dev", name, "ifindex", link.Attrs().Index, "vni", want.VxlanId, "mac", mac)
+	return mac, nil
+}
+
+// randomMAC returns a locally administered unicast MAC.
+func randomMAC() (backend.MAC, error) {
+	var m backend.MAC
+	if _, err := rand.Read(m[:]); err != nil {
+		return m, err
+	}
+	m[0] = m[0]&^0x01 | 0x02
+	return m, nil
+}

@@ -1,0 +1,159 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// resubscribeDelay spaces out new subscriptions after the kernel dropped one, so a namespace
+// that floods us is not answered with a busy loop.
+const resubscribeDelay = time.Second
+
+// Watch calls changed whenever a route, neighbour, link or address changes in the Plane's
+// namespace, so the caller can reconcile and so restore entries deleted by hand. It calls
+// changed once as soon as it is subscribed, to cover what changed before. Calls are made on
+// Watch's goroutine, never concurrently; changes that happen during a call are coalesced
+// into one further call. Writes made by Reconcile notify too: the next Reconcile finds nothing
+// to do. Watch returns nil when ctx is done, or an error when it cannot subscribe.
+func (p *Plane) Watch(ctx context.Context, changed func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait() // the subscriptions are closed and drained: no goroutine outlives Watch
+	}()
+
+	kick := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case kick <- struct{}{}:
+		default: // a call is already pending; it will see this change too
+		}
+	}
+	failed := make(chan error, 4)
+	var subscribed sync.WaitGroup
+	subscribed.Add(4)
+	run := func(f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				failed <- err
+			}
+		})
+	}
+	ns := p.ns
+	run(func() error {
+		return follow(ctx, p.log, "route", subscribed.Done, notify,
+			func(ch chan netlink.RouteUpdate, onErr func(error)) error {
+				return netlink.RouteSubscribeWithOptions(ch, ctx.Done(),
+					netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+			},
+			func(u netlink.RouteUpdate) bool { return u.Table == unix.RT_TABLE_MAIN })
+	})
+	run(func() error {
+		return follow(ctx, p.log, "neighbour", subscribed.Done, notify,
+			func(ch chan netlink.NeighUpdate, onErr func(error)) error {
+				return netlink.NeighSubscribeWithOptions(ch, ctx.Done(),
+					netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+			},
+			relevantNeigh)
+	})
+	run(func() error {
+		return follow(ctx, p.log, "link", subscribed.Done, notify,
+			func(ch chan netlink.LinkUpdate, onErr func(error)) error {
+				return netlink.LinkSubscribeWithOptions(ch, ctx.Done(),
+					netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+			},
+			func(netlink.LinkUpdate) bool { return true })
+	})
+	run(func() error {
+		return follow(ctx, p.log, "address", subscribed.Done, notify,
+			func(ch chan netlink.AddrUpdate, onErr func(error)) error {
+				return netlink.AddrSubscribeWithOptions(ch, ctx.Done(),
+					netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+			},
+			func(netlink.AddrUpdate) bool { return true })
+	})
+
+	subscribed.Wait()
+	select {
+	case err := <-failed:
+		return err
+	default:
+	}
+	notify()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return err
+		case <-kick:
+			changed()
+		}
+	}
+}
+
+// relevantNeigh drops the ARP/NDP churn of ordinary neighbours (reachable, stale, probing),
+// which happens all the time on a busy host and is never ours. Permanent entries, deletions
+// (a hand-deleted entry is reported in state failed) and VXLAN FDB entries (they carry a
+// destination IP, unlike those a bridge learns) count.
+func relevantNeigh(u netlink.NeighUpdate) bool {
+	if u.Family == unix.AF_BRIDGE {
+		return u.IP != nil
+	}
+	return u.Type == unix.RTM_DELNEIGH || u.State&netlink.NUD_PERMANENT != 0
+}
+
+// follow keeps one netlink subscription alive until ctx is done, calling notify for each
+// relevant update. When the kernel drops the subscription (ENOBUFS: updates were lost) it
+// subscribes again and notifies, since what was lost may have mattered. subscribed is called
+// once, after the first attempt.
+func follow[U any](ctx context.Context, log *slog.Logger, kind string, subscribed, notify func(),
+	subscribe func(chan U, func(error)) error, relevant func(U) bool) error {
+	first := true
+	for {
+		ch := make(chan U, 64)
+		lastErr := make(chan error, 1)
+		onErr := func(err error) { // called from the library's one receiving goroutine
+			select {
+			case <-lastErr:
+			default:
+			}
+			lastErr <- err
+		}
+		err := subscribe(ch, onErr)
+		if first {
+			first = false
+			subscribed()
+		}
+		if err != nil {
+			return fmt.Errorf("subscribing to %s updates: %w", kind, err)
+		}
+		for u := range ch {
+			if relevant(u) {
+				notify()
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var cause error
+		select {
+		case cause = <-lastErr:
+		default:
+		}
+		log.Warn("netlink subscription ended, subscribing again", "updates", kind, "err", cause)
+		notify()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(resubscribeDelay):
+		}
+	}
+}
