@@ -39,6 +39,12 @@ type AcquireRequest struct {
 	// tried first when the datastore holds no lease for the node.
 	Previous     netip.Prefix
 	PreviousIPv6 netip.Prefix
+	// Prepare, when set, is called once the subnets are chosen and before the lease is
+	// published; the attributes it returns are published instead of Attrs (the public IPs
+	// must stay the same). A data plane that can only make its device for a known subnet
+	// (HNS) creates it here and publishes the device's MAC with the one acquisition. It is
+	// called again, for the new subnets, if the ones it was given were lost to a race.
+	Prepare func(ctx context.Context, sn, sn6 netip.Prefix) (LeaseAttrs, error)
 }
 
 // EventType says whether a lease appeared (or changed) or went away.

@@ -155,6 +155,29 @@ type acquisition struct {
 	cfg   *subnet.Config
 	req   subnet.AcquireRequest
 	grant clientv3.LeaseID
+
+	prepared      bool // attrs were made by req.Prepare for preparedFor
+	preparedFor   [2]netip.Prefix
+	preparedAttrs subnet.LeaseAttrs
+}
+
+// attrsFor is what the node publishes with a lease on sn and sn6.
+func (a *acquisition) attrsFor(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+	if a.req.Prepare == nil {
+		return a.req.Attrs, nil
+	}
+	if a.prepared && a.preparedFor == [2]netip.Prefix{sn, sn6} {
+		return a.preparedAttrs, nil
+	}
+	attrs, err := a.req.Prepare(ctx, sn, sn6)
+	if err != nil {
+		return subnet.LeaseAttrs{}, fmt.Errorf("etcd: prepare lease %s: %w", subnet.Key(sn, sn6), err)
+	}
+	if attrs.PublicIP != a.req.Attrs.PublicIP || attrs.PublicIPv6 != a.req.Attrs.PublicIPv6 {
+		return subnet.LeaseAttrs{}, fmt.Errorf("etcd: prepare lease %s changed the public IP", subnet.Key(sn, sn6))
+	}
+	a.prepared, a.preparedFor, a.preparedAttrs = true, [2]netip.Prefix{sn, sn6}, attrs
+	return attrs, nil
 }
 
 func (a *acquisition) run(ctx context.Context) (subnet.Lease, error) {
@@ -212,8 +235,12 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 		}
 		return a.relist(ctx, resp)
 	}
+	attrs, err := a.attrsFor(ctx, own.lease.Subnet, own.lease.IPv6Subnet)
+	if err != nil {
+		return subnet.Lease{}, false, nil, err
+	}
 	l := own.lease
-	l.Attrs = a.req.Attrs
+	l.Attrs = attrs
 	id := clientv3.LeaseID(own.kv.Lease)
 	if id != 0 {
 		ka, err := m.cli.KeepAliveOnce(ctx, id)
@@ -227,10 +254,10 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 		}
 		l.Expiration = time.Now().Add(time.Duration(ka.TTL) * time.Second)
 	}
-	if own.lease.Attrs.Equal(a.req.Attrs) {
+	if own.lease.Attrs.Equal(attrs) {
 		return l, true, nil, nil
 	}
-	val, err := a.req.Attrs.MarshalJSON()
+	val, err := attrs.MarshalJSON()
 	if err != nil {
 		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: encode lease %s: %w", key, err)
 	}
@@ -284,6 +311,9 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: grant a %s lease: %w", m.ttl, err)
 		}
 		a.grant = g.ID
+	}
+	if l.Attrs, err = a.attrsFor(ctx, l.Subnet, l.IPv6Subnet); err != nil {
+		return subnet.Lease{}, false, nil, err
 	}
 	val, err := l.Attrs.MarshalJSON()
 	if err != nil {

@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RenewKeepsLease", func(t *testing.T) { testRenew(t, h) })
 	t.Run("RenewAfterLoss", func(t *testing.T) { testRenewAfterLoss(t, h) })
 	t.Run("Release", func(t *testing.T) { testRelease(t, h) })
+	t.Run("Prepare", func(t *testing.T) { testPrepare(t, h) })
 }
 
 // NodeIP is the public IP the suite gives the node called name.
@@ -286,4 +287,44 @@ func testRelease(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	w.until(t, "the lease released", func(s map[string]subnet.Lease) bool { _, ok := s[l.Key()]; return !ok })
+}
+
+// testPrepare: the attributes Prepare makes for the chosen subnet are the ones published,
+// in the one acquisition.
+func testPrepare(t *testing.T, h Harness) {
+	env := h.Env(t, NetConf)
+	var calls []netip.Prefix
+	made := Attrs("a")
+	made.BackendData = []byte(`{"VNI":4096,"VtepMAC":"00:15:5d:00:00:01"}`)
+	l, err := env.Node(t, "a").Acquire(ctx(t), subnet.AcquireRequest{
+		Attrs: Attrs("a"),
+		Prepare: func(_ context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
+			calls = append(calls, sn)
+			return made, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) == 0 || calls[len(calls)-1] != l.Subnet {
+		t.Fatalf("Prepare called for %v, lease is %s", calls, l.Subnet)
+	}
+	if !l.Attrs.Equal(made) {
+		t.Errorf("lease attrs %+v, want Prepare's %+v", l.Attrs, made)
+	}
+	snap := snapshot(t, env.Node(t, "observer"))
+	if got := snap[l.Key()]; !got.Attrs.Equal(made) {
+		t.Errorf("datastore holds %+v, want Prepare's %+v", got.Attrs, made)
+	}
+	failing := errors.New("no device")
+	_, err = env.Node(t, "b").Acquire(ctx(t), subnet.AcquireRequest{
+		Attrs:   Attrs("b"),
+		Prepare: func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) { return subnet.LeaseAttrs{}, failing },
+	})
+	if !errors.Is(err, failing) {
+		t.Errorf("a failing Prepare gave %v", err)
+	}
+	if snap := snapshot(t, env.Node(t, "observer2")); len(snap) != 1 {
+		t.Errorf("after a failing Prepare the datastore holds %v, want only a's lease", keys(snap))
+	}
 }
