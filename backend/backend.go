@@ -6,6 +6,7 @@ package backend
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -81,10 +82,52 @@ type FDBEntry struct {
 	Dev string
 }
 
-// Skipped is a peer lease left out of the State, and why.
+// Skipped is a peer lease left out of the State, and why: Code is one of the Skip*
+// constants (a metric label), Reason says it for a human.
 type Skipped struct {
 	Key    string
+	Code   string
 	Reason string
+}
+
+// Why a peer lease is skipped.
+const (
+	SkipBackendType  = "backend_type"
+	SkipNoSubnet     = "no_subnet"
+	SkipOutside      = "outside_network"
+	SkipOverlapsOwn  = "overlaps_own"
+	SkipOverlapsPeer = "overlaps_peer"
+	SkipBadPublicIP  = "bad_public_ip"
+	SkipDuplicateIP  = "duplicate_public_ip"
+	SkipBadData      = "bad_backend_data"
+	SkipVNI          = "vni_mismatch"
+	SkipDuplicateMAC = "duplicate_vtep_mac"
+	SkipNotOnLink    = "not_on_link"
+	SkipMalformed    = "malformed" // the datastore's value could not be read at all
+)
+
+// Changes counts the entries a data plane wrote, by kind: "route", "neighbor", "fdb",
+// "address", "masquerade", "hns_policy", "hns_endpoint".
+type Changes map[string]int
+
+// Total is the number of entries written.
+func (c Changes) Total() int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// String lists the non-zero kinds, in a stable order.
+func (c Changes) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		if c[k] != 0 {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, c[k]))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // Ownership says which system entries are the daemon's, so which ones a data plane may delete.

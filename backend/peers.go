@@ -36,33 +36,33 @@ func SelectPeers(cfg *subnet.Config, backendType string, own subnet.Lease, lease
 		if l.Key() == own.Key() {
 			continue
 		}
-		reason := ""
+		code, reason := "", ""
 		switch {
 		case l.Attrs.BackendType != backendType:
-			reason = fmt.Sprintf("backend type %q, this node runs %q", l.Attrs.BackendType, backendType)
+			code, reason = SkipBackendType, fmt.Sprintf("backend type %q, this node runs %q", l.Attrs.BackendType, backendType)
 		case !l.Subnet.IsValid():
-			reason = "no IPv4 subnet"
+			code, reason = SkipNoSubnet, "no IPv4 subnet"
 		case l.Subnet.Bits() != cfg.SubnetLen || !cfg.Network.Contains(l.Subnet.Addr()):
-			reason = fmt.Sprintf("subnet %s is not a /%d of the network %s", l.Subnet, cfg.SubnetLen, cfg.Network)
+			code, reason = SkipOutside, fmt.Sprintf("subnet %s is not a /%d of the network %s", l.Subnet, cfg.SubnetLen, cfg.Network)
 		case own.Subnet.IsValid() && l.Subnet.Overlaps(own.Subnet):
-			reason = fmt.Sprintf("subnet %s overlaps this node's %s", l.Subnet, own.Subnet)
+			code, reason = SkipOverlapsOwn, fmt.Sprintf("subnet %s overlaps this node's %s", l.Subnet, own.Subnet)
 		case !PlausibleUnicast(l.Attrs.PublicIP) || !l.Attrs.PublicIP.Is4():
-			reason = fmt.Sprintf("public IP %q is not a unicast IPv4 address", l.Attrs.PublicIP)
+			code, reason = SkipBadPublicIP, fmt.Sprintf("public IP %q is not a unicast IPv4 address", l.Attrs.PublicIP)
 		case l.Attrs.PublicIP == own.Attrs.PublicIP:
-			reason = fmt.Sprintf("public IP %s is this node's", l.Attrs.PublicIP)
+			code, reason = SkipDuplicateIP, fmt.Sprintf("public IP %s is this node's", l.Attrs.PublicIP)
 		case seenIP[l.Attrs.PublicIP] != "":
-			reason = fmt.Sprintf("public IP %s is also claimed by %s", l.Attrs.PublicIP, seenIP[l.Attrs.PublicIP])
+			code, reason = SkipDuplicateIP, fmt.Sprintf("public IP %s is also claimed by %s", l.Attrs.PublicIP, seenIP[l.Attrs.PublicIP])
 		}
 		if reason == "" {
 			for _, t := range taken {
 				if t.Overlaps(l.Subnet) {
-					reason = fmt.Sprintf("subnet %s overlaps another peer's %s", l.Subnet, t)
+					code, reason = SkipOverlapsPeer, fmt.Sprintf("subnet %s overlaps another peer's %s", l.Subnet, t)
 					break
 				}
 			}
 		}
 		if reason != "" {
-			p.Skipped = append(p.Skipped, Skipped{Key: l.Key(), Reason: reason})
+			p.Skipped = append(p.Skipped, Skipped{Key: l.Key(), Code: code, Reason: reason})
 			continue
 		}
 		taken = append(taken, l.Subnet)

@@ -35,18 +35,21 @@ type Config struct {
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
+	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
+	DatastoreTimeout time.Duration
 }
 
 // DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.
 func DefaultConfig() Config {
 	return Config{
-		EtcdEndpoints:  []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"},
-		EtcdPrefix:     etcd.DefaultPrefix,
-		SubnetFile:     "/run/flannel/subnet.env",
-		RenewMargin:    60 * time.Minute,
-		HealthzIP:      "127.0.0.1",
-		HealthzPort:    8285,
-		ResyncInterval: 30 * time.Second,
+		EtcdEndpoints:    []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"},
+		EtcdPrefix:       etcd.DefaultPrefix,
+		SubnetFile:       "/run/flannel/subnet.env",
+		RenewMargin:      60 * time.Minute,
+		HealthzIP:        "127.0.0.1",
+		HealthzPort:      8285,
+		ResyncInterval:   30 * time.Second,
+		DatastoreTimeout: 30 * time.Second,
 	}
 }
 
@@ -65,9 +68,10 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SubnetFile, "subnet-file", c.SubnetFile, "where to write subnet.env for the CNI plugin")
 	fs.Var(minutesFlag{&c.RenewMargin}, "subnet-lease-renew-margin", "renew the lease this many minutes before it expires")
 	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
-	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz and /readyz")
-	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz and /readyz (0: off)")
+	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
+	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
+	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 }
 
 // LoadEnv sets every flag not given on the command line from WEFTD_<NAME> (or, for drop-in
@@ -121,6 +125,9 @@ func (c *Config) Validate() error {
 		if _, err := netip.ParseAddr(c.HealthzIP); err != nil {
 			return fmt.Errorf("--healthz-ip=%q: not an IP address", c.HealthzIP)
 		}
+	}
+	if c.DatastoreTimeout <= 0 {
+		return fmt.Errorf("--datastore-timeout=%v: must be positive", c.DatastoreTimeout)
 	}
 	if c.ResyncInterval < time.Second {
 		return fmt.Errorf("--resync-interval=%v: must be at least 1s", c.ResyncInterval)

@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/weftnet/weft/backend"
@@ -22,9 +26,9 @@ type Plane interface {
 	// EnsureVXLAN creates or adopts the overlay device and returns its MAC.
 	EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error)
 	// Reconcile converges the system to st, removing only entries owned says are the
-	// daemon's. It describes what it changed ("" for nothing). An error that satisfies
-	// IsMissingDevice means the overlay device is gone and EnsureVXLAN must run again.
-	Reconcile(st backend.State, owned backend.Ownership) (changes string, err error)
+	// daemon's, and counts what it wrote. A *backend.MissingDeviceError means the overlay
+	// device is gone and EnsureVXLAN must run again.
+	Reconcile(st backend.State, owned backend.Ownership) (backend.Changes, error)
 	// Masquerade makes pod traffic leaving the network masqueraded (--ip-masq).
 	Masquerade(network, own netip.Prefix) (changed bool, err error)
 	// Watch calls changed when the system's routes, neighbours or links change.
@@ -38,6 +42,7 @@ type Deps struct {
 	Plane      Plane
 	Interfaces func() ([]Interface, error)
 	DefaultIf  func() (string, error)
+	metrics    *metrics // made by RunWith when nil
 }
 
 // Run runs weftd until ctx is done. It returns an error only when it cannot go on: a bad
@@ -59,18 +64,35 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("data plane: %w", err)
 	}
 	defer plane.Close()
+	m := newMetrics()
 	return RunWith(ctx, cfg, log, Deps{
-		Manager:    etcd.New(cli, etcd.Options{Prefix: cfg.EtcdPrefix, Logger: log}),
+		Manager: etcd.New(cli, etcd.Options{
+			Prefix:         cfg.EtcdPrefix,
+			Logger:         log,
+			OnSkip:         func(string, error) { m.skipped.WithLabelValues(backend.SkipMalformed).Inc() },
+			OnWatchRestart: func(error) { m.watchRestarts.Inc() },
+			OnRelist:       m.watchRelists.Inc,
+		}),
 		Plane:      plane,
 		Interfaces: systemInterfaces,
 		DefaultIf:  defaultRouteInterface,
+		metrics:    m,
 	})
 }
 
 // RunWith is Run on the given dependencies.
 func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error {
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, skipped: map[string]string{}}
-	d.health = newHealth(cfg.ResyncInterval)
+	if deps.metrics == nil {
+		deps.metrics = newMetrics()
+	}
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, m: deps.metrics,
+		skipped: map[string]backend.Skipped{}, pending: map[string]time.Time{}}
+	var check func() error
+	if c, ok := deps.Manager.(subnet.Checker); ok {
+		check = c.Check
+	}
+	d.health = newHealth(cfg, d.m, check)
+	go d.health.watchDatastore(ctx)
 	if cfg.HealthzPort != 0 {
 		stop, err := d.health.serve(netip.AddrPortFrom(netip.MustParseAddr(cfg.HealthzIP), uint16(cfg.HealthzPort)), log)
 		if err != nil {
@@ -93,16 +115,19 @@ type daemon struct {
 	sm     subnet.Manager
 	plane  Plane
 	health *health
+	m      *metrics
 
-	net       *subnet.Config
-	ext       External
-	attrs     subnet.LeaseAttrs
-	own       subnet.Lease
-	mtu       int
-	desired   func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped)
-	peers     map[string]subnet.Lease // by lease key, own included
-	skipped   map[string]string       // lease key -> reason, to log each once
-	synced    bool                    // the first watch batch arrived
+	net     *subnet.Config
+	ext     External
+	attrs   subnet.LeaseAttrs
+	own     subnet.Lease
+	mtu     int
+	desired func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped)
+
+	peers     map[string]subnet.Lease    // by lease key, own included
+	skipped   map[string]backend.Skipped // by lease key, to log and count each once
+	pending   map[string]time.Time       // lease keys changed since the last convergence: when first seen
+	synced    bool                       // the first watch batch arrived
 	lastRenew time.Time
 }
 
@@ -148,6 +173,10 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 			return hostgw.Desired(node, own, peers)
 		}
 	}
+	d.health.update(func(h *health) {
+		h.status.Interface, h.status.Address, h.status.PublicIP = d.ext.Name, d.ext.Addr.String(), d.ext.PublicIP.String()
+		h.status.Backend = d.net.Backend.Type
+	})
 
 	req := subnet.AcquireRequest{Attrs: d.attrs}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
@@ -159,6 +188,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, req); err != nil {
 		return err
 	}
+	d.leaseChanged()
 	return d.writeEnv()
 }
 
@@ -166,7 +196,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 // reached; a config that is there but wrong ends start-up.
 func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 	return retry(ctx, d.log, "read network config", func() (*subnet.Config, bool, error) {
-		cfg, err := d.sm.GetConfig(ctx)
+		cfg, err := timed(d, "get_config", func() (*subnet.Config, error) { return d.sm.GetConfig(ctx) })
 		var ce *subnet.ConfigError
 		if errors.As(err, &ce) {
 			return nil, true, err
@@ -185,13 +215,35 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 
 func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet.Lease, error) {
 	l, err := retry(ctx, d.log, "acquire lease", func() (subnet.Lease, bool, error) {
-		l, err := d.sm.Acquire(ctx, req)
+		l, err := timed(d, "acquire", func() (subnet.Lease, error) { return d.sm.Acquire(ctx, req) })
 		return l, false, err
 	})
 	if err == nil {
 		d.log.Info("lease acquired", "subnet", l.Subnet, "expires", l.Expiration)
 	}
 	return l, err
+}
+
+// timed runs one datastore request, recording its latency and counting its failure.
+func timed[T any](d *daemon, op string, f func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := f()
+	d.m.datastoreLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	switch op {
+	case "acquire":
+		d.m.acquisitions.WithLabelValues(result(err)).Inc()
+	}
+	if err != nil {
+		d.m.errors.WithLabelValues(op).Inc()
+	}
+	return v, err
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
 }
 
 // retry calls f until it succeeds, says its error is final, or ctx ends; it logs failures
@@ -216,10 +268,31 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (
 func (d *daemon) writeEnv() error {
 	env := subnet.NewEnv(d.net.Network, d.own.Subnet, netip.Prefix{}, netip.Prefix{}, d.mtu, d.cfg.IPMasq)
 	if err := subnet.WriteEnv(d.cfg.SubnetFile, env); err != nil {
+		d.m.errors.WithLabelValues("write_subnet_env").Inc()
 		return fmt.Errorf("write %s: %w", d.cfg.SubnetFile, err)
 	}
-	d.health.setEnvWritten()
+	d.health.update(func(h *health) { h.envWritten = true })
 	return nil
+}
+
+// leaseChanged publishes the own lease to metrics and status.
+func (d *daemon) leaseChanged() {
+	d.m.leaseInfo.Reset()
+	d.m.leaseInfo.WithLabelValues(d.own.Subnet.String(), d.own.Attrs.PublicIP.String(), d.own.Attrs.BackendType).Set(1)
+	exp := 0.0
+	if !d.own.Expiration.IsZero() {
+		exp = float64(d.own.Expiration.Unix())
+	}
+	d.m.leaseExpiry.Set(exp)
+	d.health.update(func(h *health) {
+		h.expiration = d.own.Expiration
+		ls := &LeaseStatus{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
+		if !d.own.Expiration.IsZero() {
+			exp := d.own.Expiration
+			ls.Expiration = &exp
+		}
+		h.status.Lease = ls
+	})
 }
 
 // loop keeps the data plane converged until ctx is done.
@@ -249,7 +322,7 @@ func (d *daemon) loop(ctx context.Context) error {
 	retryConverge.Stop()
 	dirty := false
 	for {
-		d.health.beat()
+		d.health.update(func(h *health) { h.lastBeat = time.Now() })
 		select {
 		case <-ctx.Done():
 			d.log.Info("stopping; the data plane stays as it is")
@@ -260,17 +333,18 @@ func (d *daemon) loop(ctx context.Context) error {
 			}
 			return fmt.Errorf("lease watch ended: %w", err)
 		case batch := <-events:
-			dirty = d.apply(batch) || dirty
+			d.apply(batch)
 			d.synced = true
 			// Coalesce: a burst of events is one convergence.
 			for drained := false; !drained; {
 				select {
 				case more := <-events:
-					dirty = d.apply(more) || dirty
+					d.apply(more)
 				default:
 					drained = true
 				}
 			}
+			dirty = true
 		case <-drift:
 			dirty = true
 		case <-resync.C:
@@ -283,7 +357,10 @@ func (d *daemon) loop(ctx context.Context) error {
 			}
 			renew.Reset(d.renewIn())
 		}
-		if own, ok := d.peers[d.own.Key()]; d.synced && (!ok || !own.Attrs.Equal(d.own.Attrs)) && time.Since(d.lastRenew) > 5*time.Second {
+		own, ok := d.peers[d.own.Key()]
+		inStore := ok && own.Attrs.Equal(d.own.Attrs)
+		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
+		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
 			d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
 			if d.renew(ctx) {
@@ -301,17 +378,22 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 }
 
-// apply folds a batch of lease events into the peer set; it reports whether anything changed.
-func (d *daemon) apply(batch []subnet.Event) bool {
+// apply folds a batch of lease events into the peer set.
+func (d *daemon) apply(batch []subnet.Event) {
+	now := time.Now()
 	for _, ev := range batch {
+		k := ev.Lease.Key()
+		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
+		if _, seen := d.pending[k]; !seen {
+			d.pending[k] = now
+		}
 		switch ev.Type {
 		case subnet.EventAdded:
-			d.peers[ev.Lease.Key()] = ev.Lease
+			d.peers[k] = ev.Lease
 		case subnet.EventRemoved:
-			delete(d.peers, ev.Lease.Key())
+			delete(d.peers, k)
 		}
 	}
-	return true
 }
 
 func (d *daemon) renewIn() time.Duration {
@@ -325,16 +407,21 @@ func (d *daemon) renewIn() time.Duration {
 // plane must follow.
 func (d *daemon) renew(ctx context.Context) bool {
 	d.lastRenew = time.Now()
-	l, err := d.sm.Renew(ctx, d.own)
+	l, err := timed(d, "renew", func() (subnet.Lease, error) { return d.sm.Renew(ctx, d.own) })
 	if err != nil {
+		d.m.renewals.WithLabelValues("error").Inc()
 		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
 		return false
 	}
 	changed := !l.SameSubnets(d.own)
 	if changed {
+		d.m.renewals.WithLabelValues("changed").Inc()
 		d.log.Error("own subnet changed: pods on the old subnet lose connectivity until they restart", "old", d.own.Subnet, "new", l.Subnet)
+	} else {
+		d.m.renewals.WithLabelValues("success").Inc()
 	}
 	d.own = l
+	d.leaseChanged()
 	if changed {
 		if err := d.writeEnv(); err != nil {
 			d.log.Error("rewriting subnet.env", "err", err)
@@ -344,12 +431,9 @@ func (d *daemon) renew(ctx context.Context) bool {
 }
 
 func (d *daemon) converge(ctx context.Context) error {
-	peers := make([]subnet.Lease, 0, len(d.peers))
-	for _, l := range d.peers {
-		peers = append(peers, l)
-	}
+	peers := slices.Collect(maps.Values(d.peers))
 	st, skipped := d.desired(d.own, peers)
-	d.logSkipped(skipped)
+	d.noteSkipped(skipped)
 	start := time.Now()
 	owned := backend.Ownership{
 		Networks: []netip.Prefix{d.net.Network},
@@ -360,23 +444,90 @@ func (d *daemon) converge(ctx context.Context) error {
 	if missing := new(backend.MissingDeviceError); st.VXLAN != nil && errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
 		if err = d.recreateDevice(ctx, *st.VXLAN); err == nil {
-			changes, err = d.plane.Reconcile(st, owned)
+			var more backend.Changes
+			more, err = d.plane.Reconcile(st, owned)
+			maps.Copy(changes, more)
 		}
 	}
 	if err == nil && d.cfg.IPMasq {
 		var changed bool
 		if changed, err = d.plane.Masquerade(d.net.Network, d.own.Subnet); changed {
-			changes += " masquerade"
+			if changes == nil {
+				changes = backend.Changes{}
+			}
+			changes["masquerade"]++
 		}
 	}
-	d.health.converged(err)
+	took := time.Since(start)
+	d.m.convergeDuration.Observe(took.Seconds())
+	for kind, n := range changes {
+		d.m.changes.WithLabelValues(kind).Add(float64(n))
+		if len(d.pending) == 0 {
+			// Nothing changed in the datastore: whatever had to be written was drift.
+			d.m.driftRestored.WithLabelValues(kind).Add(float64(n))
+		}
+	}
+	d.health.update(func(h *health) {
+		h.lastErr = err
+		if err == nil {
+			h.everConverged = true
+		}
+		last := &ConvergeStatus{Time: start, Duration: took.String(), Changes: changes.String()}
+		if err != nil {
+			last.Error = err.Error()
+		}
+		h.status.Last = last
+		h.status.Peers = d.peerStatus(peers, skipped)
+	})
 	if err != nil {
+		d.m.errors.WithLabelValues("converge").Inc()
 		return err
 	}
-	if changes != "" {
-		d.log.Info("data plane converged", "changes", changes, "peers", len(peers)-1, "took", time.Since(start))
+	now := time.Now()
+	for _, seen := range d.pending {
+		d.m.programDelay.Observe(now.Sub(seen).Seconds())
+	}
+	d.m.eventsApplied.Add(float64(len(d.pending)))
+	clear(d.pending)
+	if changes.Total() > 0 {
+		d.log.Info("data plane converged", "changes", changes.String(), "peers", len(peers)-1, "took", took)
 	}
 	return nil
+}
+
+// peerStatus describes every peer for /status and the peer gauges.
+func (d *daemon) peerStatus(peers []subnet.Lease, skipped []backend.Skipped) []PeerStatus {
+	why := map[string]string{}
+	for _, s := range skipped {
+		why[s.Key] = s.Reason
+	}
+	var out []PeerStatus
+	n := map[[2]string]int{}
+	for _, l := range peers {
+		if l.Key() == d.own.Key() {
+			continue
+		}
+		ps := PeerStatus{Key: l.Key(), Subnet: l.Subnet.String(), PublicIP: l.Attrs.PublicIP.String(),
+			BackendType: l.Attrs.BackendType, BackendData: l.Attrs.BackendData, State: "programmed"}
+		if r, ok := why[l.Key()]; ok {
+			ps.State, ps.Reason = "skipped", r
+		}
+		n[[2]string{l.Attrs.BackendType, ps.State}]++
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return compareKeys(a.Key, b.Key) })
+	d.m.peers.Reset()
+	for k, v := range n {
+		d.m.peers.WithLabelValues(k[0], k[1]).Set(float64(v))
+	}
+	return out
+}
+
+// compareKeys orders lease keys by subnet address.
+func compareKeys(a, b string) int {
+	pa, _, _ := subnet.ParseKey(a)
+	pb, _, _ := subnet.ParseKey(b)
+	return cmp.Or(pa.Addr().Compare(pb.Addr()), strings.Compare(a, b))
 }
 
 // recreateDevice brings back an overlay device deleted under the daemon. A new device has a
@@ -394,13 +545,14 @@ func (d *daemon) recreateDevice(ctx context.Context, dev backend.VXLANDevice) er
 	return nil
 }
 
-// logSkipped logs each skipped peer once per reason.
-func (d *daemon) logSkipped(skipped []backend.Skipped) {
-	now := map[string]string{}
+// noteSkipped logs and counts each skipped peer once per reason.
+func (d *daemon) noteSkipped(skipped []backend.Skipped) {
+	now := make(map[string]backend.Skipped, len(skipped))
 	for _, s := range skipped {
-		now[s.Key] = s.Reason
-		if d.skipped[s.Key] != s.Reason {
+		now[s.Key] = s
+		if d.skipped[s.Key].Reason != s.Reason {
 			d.log.Warn("skipping peer lease", "lease", s.Key, "reason", s.Reason)
+			d.m.skipped.WithLabelValues(s.Code).Inc()
 		}
 	}
 	d.skipped = now

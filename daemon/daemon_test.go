@@ -2,11 +2,16 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,11 +35,28 @@ type fakePlane struct {
 
 func (p *fakePlane) EnsureVXLAN(backend.VXLANDevice) (backend.MAC, error) { return p.mac, nil }
 
-func (p *fakePlane) Reconcile(st backend.State, _ backend.Ownership) (string, error) {
+// Reconcile counts a route change for every route that differs from the last state, as a
+// real plane would write only differences.
+func (p *fakePlane) Reconcile(st backend.State, _ backend.Ownership) (backend.Changes, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var prev []backend.Route
+	if len(p.states) > 0 {
+		prev = p.states[len(p.states)-1].Routes
+	}
 	p.states = append(p.states, st)
-	return "", p.fail
+	n := 0
+	for _, r := range st.Routes {
+		if !slices.Contains(prev, r) {
+			n++
+		}
+	}
+	for _, r := range prev {
+		if !slices.Contains(st.Routes, r) {
+			n++
+		}
+	}
+	return backend.Changes{"route": n}, p.fail
 }
 
 func (p *fakePlane) Masquerade(netip.Prefix, netip.Prefix) (bool, error) { return false, nil }
@@ -74,11 +96,16 @@ var testIfaces = []Interface{
 }
 
 func startNode(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane) *testNode {
+	return startNodeWith(t, cli, dir, plane, func(*Config) {})
+}
+
+func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
 	cfg := DefaultConfig()
 	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
 	cfg.HealthzPort = 0
 	cfg.ResyncInterval = time.Second
 	cfg.Ifaces = []string{"eth0"}
+	tweak(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &testNode{plane: plane, cfg: cfg, cancel: cancel, done: make(chan error, 1)}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
@@ -265,4 +292,86 @@ func TestDaemonBadConfig(t *testing.T) {
 			t.Errorf("%s: daemon did not stop", conf)
 		}
 	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDaemonEndpoints: /metrics, /status and /readyz tell the truth, and /readyz fails while
+// etcd is down and recovers when it is back.
+func TestDaemonEndpoints(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "ff:ff:ff:ff:ff:ff") // skipped: broadcast MAC
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNodeWith(t, srv.Client(t), t.TempDir(), plane, func(c *Config) {
+		c.HealthzPort = port
+		c.DatastoreTimeout = time.Second
+	})
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
+	if code, body := get(base + "/healthz"); code != 200 {
+		t.Errorf("/healthz %d %s", code, body)
+	}
+
+	_, metrics := get(base + "/metrics")
+	for _, want := range []string{
+		`weft_peers{backend="vxlan",state="programmed"} 1`,
+		`weft_peers{backend="vxlan",state="skipped"} 1`,
+		`weft_peer_leases_skipped_total{reason="bad_backend_data"} 1`,
+		`weft_lease_acquisitions_total{result="success"} 1`,
+		`weft_dataplane_changes_total{kind="route"} 1`,
+		`weft_lease_info{backend="vxlan",public_ip="192.0.2.10",subnet="10.244.`,
+		`weft_convergence_duration_seconds_count`,
+		`weft_peer_programming_delay_seconds_count`,
+		`weft_build_info{`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	_, body := get(base + "/status")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	if !st.Ready || st.Lease == nil || st.Lease.Expiration == nil || len(st.Peers) != 2 || st.Last == nil || st.Last.Error != "" ||
+		st.Peers[0].State != "programmed" || st.Peers[1].State != "skipped" || st.Peers[1].Reason == "" {
+		t.Errorf("/status = %s", body)
+	}
+
+	srv.Stop(t)
+	eventually(t, "/readyz failing with etcd down", func() bool {
+		code, body := get(base + "/readyz")
+		return code == 503 && strings.Contains(body, "datastore unreachable")
+	})
+	if code, _ := get(base + "/healthz"); code != 200 {
+		t.Errorf("/healthz fails while only etcd is down: the daemon itself is fine")
+	}
+	srv.Restart(t)
+	eventually(t, "/readyz recovering", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
+	_ = n
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,39 +11,104 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// health is what /healthz and /readyz report: the loop's heartbeat, whether subnet.env was
-// written and whether the data plane converged.
+// Status is what /status reports: the node's lease, its peers and the last convergence.
+// weftctl status reads it.
+type Status struct {
+	Interface string          `json:"interface"`
+	Address   string          `json:"address"`
+	PublicIP  string          `json:"publicIP"`
+	Backend   string          `json:"backend"`
+	Lease     *LeaseStatus    `json:"lease,omitempty"`
+	Peers     []PeerStatus    `json:"peers"`
+	Last      *ConvergeStatus `json:"lastConvergence,omitempty"`
+	Ready     bool            `json:"ready"`
+	NotReady  string          `json:"notReadyReason,omitempty"`
+}
+
+// LeaseStatus is the node's own lease.
+type LeaseStatus struct {
+	Subnet      string          `json:"subnet"`
+	Expiration  *time.Time      `json:"expiration,omitempty"`
+	BackendData json.RawMessage `json:"backendData,omitempty"`
+}
+
+// PeerStatus is one peer lease and what the data plane does with it.
+type PeerStatus struct {
+	Key         string          `json:"key"`
+	Subnet      string          `json:"subnet"`
+	PublicIP    string          `json:"publicIP"`
+	BackendType string          `json:"backendType"`
+	BackendData json.RawMessage `json:"backendData,omitempty"`
+	State       string          `json:"state"` // programmed, skipped
+	Reason      string          `json:"reason,omitempty"`
+}
+
+// ConvergeStatus is the last convergence.
+type ConvergeStatus struct {
+	Time     time.Time `json:"time"`
+	Duration string    `json:"duration"`
+	Changes  string    `json:"changes,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// health is what the daemon's HTTP endpoints report. The main loop writes it, the
+// handlers read it.
 type health struct {
+	cfg     Config
+	check   func() error // the datastore's cheap reachability check; nil when it has none
+	metrics *metrics
+
 	mu            sync.Mutex
-	resync        time.Duration
 	lastBeat      time.Time
 	envWritten    bool
-	everConverged bool // at least once
+	everConverged bool
 	lastErr       error
+	expiration    time.Time // of the own lease; zero: never expires
+	ownInStore    bool      // the own lease is in the datastore, as far as the watch says
+	synced        bool
+	brokenSince   time.Time // the datastore has been unreachable since; zero while reachable
+	brokenErr     error
+	status        Status
 }
 
-func newHealth(resync time.Duration) *health { return &health{resync: resync, lastBeat: time.Now()} }
-
-func (h *health) beat() {
-	h.mu.Lock()
-	h.lastBeat = time.Now()
-	h.mu.Unlock()
+func newHealth(cfg Config, m *metrics, check func() error) *health {
+	return &health{cfg: cfg, metrics: m, check: check, lastBeat: time.Now()}
 }
 
-func (h *health) setEnvWritten() {
-	h.mu.Lock()
-	h.envWritten = true
-	h.mu.Unlock()
-}
-
-func (h *health) converged(err error) {
+func (h *health) update(f func(h *health)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lastErr = err
-	if err == nil {
-		h.everConverged = true
+	f(h)
+}
+
+// watchDatastore samples the datastore's reachability every second until ctx is done.
+func (h *health) watchDatastore(ctx context.Context) {
+	if h.check == nil {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		err := h.check()
+		h.update(func(h *health) {
+			switch {
+			case err == nil:
+				h.brokenSince, h.brokenErr = time.Time{}, nil
+			case h.brokenSince.IsZero():
+				h.brokenSince, h.brokenErr = time.Now(), err
+			default:
+				h.brokenErr = err
+			}
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -50,7 +116,7 @@ func (h *health) healthz() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// The loop wakes at least every resync interval; three missed wake-ups is a stuck loop.
-	if since := time.Since(h.lastBeat); since > 3*h.resync+10*time.Second {
+	if since := time.Since(h.lastBeat); since > 3*h.cfg.ResyncInterval+10*time.Second {
 		return fmt.Errorf("main loop stuck: no progress for %s", since.Round(time.Second))
 	}
 	return nil
@@ -59,9 +125,19 @@ func (h *health) healthz() error {
 func (h *health) readyz() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.notReadyLocked()
+}
+
+func (h *health) notReadyLocked() error {
 	switch {
 	case !h.envWritten:
 		return errors.New("no lease yet: subnet.env not written")
+	case !h.expiration.IsZero() && time.Now().After(h.expiration):
+		return fmt.Errorf("own lease expired at %s", h.expiration.Format(time.RFC3339))
+	case h.synced && !h.ownInStore:
+		return errors.New("own lease missing from the datastore")
+	case !h.brokenSince.IsZero() && time.Since(h.brokenSince) > h.cfg.DatastoreTimeout:
+		return fmt.Errorf("datastore unreachable for %s: %v", time.Since(h.brokenSince).Round(time.Second), h.brokenErr)
 	case !h.everConverged:
 		return errors.New("data plane not converged yet")
 	case h.lastErr != nil:
@@ -70,7 +146,20 @@ func (h *health) readyz() error {
 	return nil
 }
 
-// serve starts the health endpoints; the returned func stops them.
+func (h *health) statusJSON() Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.status
+	st.Peers = append([]PeerStatus(nil), st.Peers...)
+	err := h.notReadyLocked()
+	st.Ready = err == nil
+	if err != nil {
+		st.NotReady = err.Error()
+	}
+	return st
+}
+
+// serve starts the HTTP endpoints; the returned func stops them.
 func (h *health) serve(addr netip.AddrPort, log *slog.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	handle := func(check func() error) http.HandlerFunc {
@@ -86,6 +175,13 @@ func (h *health) serve(addr netip.AddrPort, log *slog.Logger) (func(), error) {
 	}
 	mux.HandleFunc("/healthz", handle(h.healthz))
 	mux.HandleFunc("/readyz", handle(h.readyz))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(h.statusJSON())
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("health endpoints on %s: %w", addr, err)

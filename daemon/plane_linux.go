@@ -25,12 +25,14 @@ func newPlane(log *slog.Logger) (Plane, error) {
 	return &linuxPlane{Plane: p, log: log}, nil
 }
 
-func (p *linuxPlane) Reconcile(st backend.State, owned backend.Ownership) (string, error) {
+func (p *linuxPlane) Reconcile(st backend.State, owned backend.Ownership) (backend.Changes, error) {
 	ch, err := p.Plane.Reconcile(st, owned)
-	if ch == (linux.Changes{}) {
-		return "", err
-	}
-	return ch.String(), err
+	return backend.Changes{
+		"route":    ch.RoutesAdded + ch.RoutesRemoved,
+		"neighbor": ch.NeighborsAdded + ch.NeighborsRemoved,
+		"fdb":      ch.FDBAdded + ch.FDBRemoved,
+		"address":  ch.AddrsAdded + ch.AddrsRemoved,
+	}, err
 }
 
 func (p *linuxPlane) Masquerade(network, own netip.Prefix) (bool, error) {

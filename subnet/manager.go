@@ -75,3 +75,9 @@ type Event struct {
 
 // ErrNoConfig is returned by GetConfig while the datastore holds no network configuration.
 var ErrNoConfig = errors.New("no network configuration")
+
+// Checker is implemented by Managers that can tell, without a request, whether their
+// datastore is reachable now. The daemon's readiness uses it.
+type Checker interface {
+	Check() error
+}

@@ -29,7 +29,7 @@ func Desired(n Node, own subnet.Lease, peers []subnet.Lease) (backend.State, []b
 	skipped := sel.Skipped
 	for _, l := range sel.Usable {
 		if !backend.OnLink(n.Connected, l.Attrs.PublicIP) {
-			skipped = append(skipped, backend.Skipped{Key: l.Key(),
+			skipped = append(skipped, backend.Skipped{Key: l.Key(), Code: backend.SkipNotOnLink,
 				Reason: fmt.Sprintf("public IP %s is not on a network of %s: host-gw needs the nodes on one layer-2 network", l.Attrs.PublicIP, n.Underlay)})
 			continue
 		}

@@ -106,13 +106,13 @@ func Desired(n Node, own subnet.Lease, peers []subnet.Lease) (backend.State, []b
 		d, err := DecodeData(l.Attrs.BackendData)
 		switch {
 		case err != nil:
-			skipped = append(skipped, backend.Skipped{Key: l.Key(), Reason: err.Error()})
+			skipped = append(skipped, backend.Skipped{Key: l.Key(), Code: backend.SkipBadData, Reason: err.Error()})
 			continue
 		case d.VNI != n.VNI:
-			skipped = append(skipped, backend.Skipped{Key: l.Key(), Reason: fmt.Sprintf("VNI %d, this node uses %d", d.VNI, n.VNI)})
+			skipped = append(skipped, backend.Skipped{Key: l.Key(), Code: backend.SkipVNI, Reason: fmt.Sprintf("VNI %d, this node uses %d", d.VNI, n.VNI)})
 			continue
 		case macOwner[d.VtepMAC] != "":
-			skipped = append(skipped, backend.Skipped{Key: l.Key(), Reason: fmt.Sprintf("VtepMAC %s is also used by %s", d.VtepMAC, macOwner[d.VtepMAC])})
+			skipped = append(skipped, backend.Skipped{Key: l.Key(), Code: backend.SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", d.VtepMAC, macOwner[d.VtepMAC])})
 			continue
 		}
 		macOwner[d.VtepMAC] = l.Key()

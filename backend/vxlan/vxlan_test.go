@@ -103,7 +103,7 @@ func TestDesiredSkipsBadPeers(t *testing.T) {
 		t.Errorf("skipped %d, want %d: %v", len(skipped), len(bad), skipped)
 	}
 	for _, s := range skipped {
-		if s.Reason == "" || s.Key == good.Key() {
+		if s.Reason == "" || s.Code == "" || s.Key == good.Key() {
 			t.Errorf("bad skip %+v", s)
 		}
 	}

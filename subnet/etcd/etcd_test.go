@@ -427,7 +427,8 @@ func TestWatchAcrossCompaction(t *testing.T) {
 	putLease(t, cli, "10.1.2.0-24", 2)
 	putLease(t, cli, "10.1.3.0-24", 3)
 	proxy := srv.Proxy(t)
-	w := watch(t, etcd.New(proxy.Client(t, srv), etcd.Options{Logger: testLogger(t)}))
+	var relists atomic.Int32
+	w := watch(t, etcd.New(proxy.Client(t, srv), etcd.Options{Logger: testLogger(t), OnRelist: func() { relists.Add(1) }}))
 	w.wait(t, "10.1.1.0-24", "10.1.2.0-24", "10.1.3.0-24")
 
 	proxy.Cut()
@@ -461,6 +462,9 @@ func TestWatchAcrossCompaction(t *testing.T) {
 	if ip := w.state["10.1.3.0-24"].Attrs.PublicIP; ip != nodeAttrs(33).PublicIP {
 		t.Errorf("10.1.3.0-24 is held by %s after the gap, want %s", ip, nodeAttrs(33).PublicIP)
 	}
+	if n := relists.Load(); n != 1 {
+		t.Errorf("OnRelist called %d times, want 1", n)
+	}
 }
 
 // TestWatchAcrossEtcdRestart: the watch goes on by itself after etcd restarts.
@@ -468,9 +472,18 @@ func TestWatchAcrossEtcdRestart(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
 	putLease(t, cli, "10.1.1.0-24", 1)
-	w := watch(t, etcd.New(srv.Client(t), etcd.Options{Logger: testLogger(t)}))
+	m := etcd.New(srv.Client(t), etcd.Options{Logger: testLogger(t)})
+	w := watch(t, m)
 	w.wait(t, "10.1.1.0-24")
+	if err := m.Check(); err != nil {
+		t.Fatalf("Check with etcd up: %v", err)
+	}
 	srv.Stop(t)
+	for deadline := time.Now().Add(10 * time.Second); m.Check() == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Check still reports a healthy connection 10s after etcd stopped")
+		}
+	}
 	srv.Restart(t)
 	putLease(t, cli, "10.1.2.0-24", 2)
 	w.wait(t, "10.1.1.0-24", "10.1.2.0-24")
@@ -478,6 +491,9 @@ func TestWatchAcrossEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.wait(t, "10.1.2.0-24")
+	if err := m.Check(); err != nil {
+		t.Errorf("Check after etcd came back: %v", err)
+	}
 }
 
 // TestMalformedLeasesSkipped: hostile or broken values are skipped and reported once each;

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -35,6 +36,10 @@ type Options struct {
 	// OnSkip is called for every lease in etcd that cannot be used (a malformed key or
 	// value), once per version of it, after it has been logged. Metrics hook in here.
 	OnSkip func(key string, err error)
+	// OnWatchRestart is called when the watch broke and is about to resume; OnRelist when it
+	// lost history and lists the leases again.
+	OnWatchRestart func(err error)
+	OnRelist       func()
 }
 
 // Manager is a subnet.Manager on etcd v3.
@@ -43,14 +48,17 @@ type Manager struct {
 	prefix string
 	ttl    time.Duration
 	log    *slog.Logger
-	onSkip func(key string, err error)
+	opts   Options
 }
 
-var _ subnet.Manager = (*Manager)(nil)
+var (
+	_ subnet.Manager = (*Manager)(nil)
+	_ subnet.Checker = (*Manager)(nil)
+)
 
 // New returns a Manager on cli. The caller keeps ownership of cli.
 func New(cli *clientv3.Client, opts Options) *Manager {
-	m := &Manager{cli: cli, prefix: strings.TrimSuffix(opts.Prefix, "/"), ttl: opts.TTL, log: opts.Logger, onSkip: opts.OnSkip}
+	m := &Manager{cli: cli, prefix: strings.TrimSuffix(opts.Prefix, "/"), ttl: opts.TTL, log: opts.Logger, opts: opts}
 	if m.prefix == "" {
 		m.prefix = DefaultPrefix
 	}
@@ -61,6 +69,21 @@ func New(cli *clientv3.Client, opts Options) *Manager {
 		m.log = slog.New(slog.DiscardHandler)
 	}
 	return m
+}
+
+// Check implements subnet.Checker from the state of the client's connection: it costs no
+// request, so it can be asked on every readiness probe.
+func (m *Manager) Check() error {
+	conn := m.cli.ActiveConnection()
+	if conn == nil {
+		return errors.New("etcd: no connection")
+	}
+	switch st := conn.GetState(); st {
+	case connectivity.Ready, connectivity.Idle:
+		return nil
+	default:
+		return fmt.Errorf("etcd: connection to %v is %s", m.cli.Endpoints(), strings.ToLower(st.String()))
+	}
 }
 
 func (m *Manager) configKey() string  { return m.prefix + "/config" }

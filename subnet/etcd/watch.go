@@ -54,6 +54,9 @@ func (w *watcher) run(ctx context.Context) error {
 			continue
 		}
 		w.m.log.Warn("lease watch interrupted, resuming", "revision", w.rev, "retry_in", backoff, "err", err)
+		if w.m.opts.OnWatchRestart != nil {
+			w.m.opts.OnWatchRestart(err)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -105,6 +108,9 @@ func (w *watcher) follow(ctx context.Context) error {
 			if errors.Is(err, rpctypes.ErrCompacted) || resp.CompactRevision != 0 {
 				w.m.log.Info("lease history compacted past the watch, listing again", "revision", w.rev, "compacted", resp.CompactRevision)
 				w.rev = 0
+				if w.m.opts.OnRelist != nil {
+					w.m.opts.OnRelist()
+				}
 				return nil
 			}
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
@@ -156,8 +162,8 @@ func (w *watcher) valid(kv *mvccpb.KeyValue) (subnet.Lease, bool) {
 	if w.skipped[k] != kv.ModRevision {
 		w.skipped[k] = kv.ModRevision
 		w.m.log.Warn("skipping malformed lease", "key", strings.TrimPrefix(k, w.m.subnetsDir()), "err", e.valErr)
-		if w.m.onSkip != nil {
-			w.m.onSkip(k, e.valErr)
+		if w.m.opts.OnSkip != nil {
+			w.m.opts.OnSkip(k, e.valErr)
 		}
 	}
 	return subnet.Lease{}, false

@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are what weftd exports on /metrics. Each is documented in the README.
+type metrics struct {
+	reg *prometheus.Registry
+
+	leaseInfo        *prometheus.GaugeVec
+	leaseExpiry      prometheus.Gauge
+	acquisitions     *prometheus.CounterVec
+	renewals         *prometheus.CounterVec
+	peers            *prometheus.GaugeVec
+	eventsReceived   *prometheus.CounterVec
+	eventsApplied    prometheus.Counter
+	watchRestarts    prometheus.Counter
+	watchRelists     prometheus.Counter
+	convergeDuration prometheus.Histogram
+	changes          *prometheus.CounterVec
+	driftRestored    *prometheus.CounterVec
+	errors           *prometheus.CounterVec
+	skipped          *prometheus.CounterVec
+	programDelay     prometheus.Histogram
+	datastoreLatency *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		leaseInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_lease_info", Help: "The node's own lease: always 1, the lease in the labels.",
+		}, []string{"subnet", "public_ip", "backend"}),
+		leaseExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_lease_expiry_timestamp_seconds", Help: "When the own lease expires unless renewed (Unix time; 0: never).",
+		}),
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_lease_acquisitions_total", Help: "Lease acquisitions by result (success, error).",
+		}, []string{"result"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_lease_renewals_total", Help: "Lease renewals by result (success, changed: the subnet changed, error).",
+		}, []string{"result"}),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_peers", Help: "Peer leases known, by backend type and state (programmed, skipped).",
+		}, []string{"backend", "state"}),
+		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_lease_events_received_total", Help: "Lease events received from the datastore, by type (added, removed).",
+		}, []string{"type"}),
+		eventsApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weft_lease_events_applied_total", Help: "Lease events whose result has been programmed into the data plane.",
+		}),
+		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weft_watch_restarts_total", Help: "Times the datastore watch broke and was resumed.",
+		}),
+		watchRelists: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weft_watch_relists_total", Help: "Full re-lists of the leases after the watch lost history (e.g. an etcd compaction).",
+		}),
+		convergeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "weft_convergence_duration_seconds", Help: "Time to converge the data plane to the leases.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_dataplane_changes_total", Help: "Data plane entries written, by kind (route, neighbor, fdb, address, masquerade, hns_policy, hns_endpoint).",
+		}, []string{"kind"}),
+		driftRestored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_drift_restored_total", Help: "Entries written back after someone else changed or deleted them, by kind.",
+		}, []string{"kind"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_errors_total", Help: "Errors by operation (get_config, acquire, renew, converge, write_subnet_env, datastore).",
+		}, []string{"operation"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_peer_leases_skipped_total", Help: "Peer leases skipped as unusable, by reason; each lease counts once per reason.",
+		}, []string{"reason"}),
+		programDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "weft_peer_programming_delay_seconds", Help: "Delay from a peer's lease change seen in the datastore to the data plane programmed.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		datastoreLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "weft_datastore_request_duration_seconds", Help: "Latency of datastore requests by operation (get_config, acquire, renew, check).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"operation"}),
+	}
+	version := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "weft_build_info", Help: "Build of this weftd: always 1, the version in the labels.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.eventsReceived,
+		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
+		m.errors, m.skipped, m.programDelay, m.datastoreLatency, build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Start every labelled series at zero so that rate() and absent() work from the first scrape.
+	for _, r := range []string{"success", "error"} {
+		m.acquisitions.WithLabelValues(r)
+	}
+	for _, r := range []string{"success", "changed", "error"} {
+		m.renewals.WithLabelValues(r)
+	}
+	for _, t := range []string{"added", "removed"} {
+		m.eventsReceived.WithLabelValues(t)
+	}
+	for _, op := range []string{"get_config", "acquire", "renew", "converge", "write_subnet_env", "datastore"} {
+		m.errors.WithLabelValues(op)
+	}
+	return m
+}
