@@ -147,6 +147,8 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
 
 	d.attrs = subnet.LeaseAttrs{PublicIP: d.ext.PublicIP, BackendType: d.net.Backend.Type}
+	preparer, prepares := d.plane.(leasePreparer)
+	var prepare func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
 	switch d.net.Backend.Type {
 	case subnet.BackendVXLAN:
 		node := vxlan.Node{Config: d.net, VNI: d.net.Backend.VNIFor(runtime.GOOS), Local: d.ext.Addr,
@@ -154,11 +156,17 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		if node.MTU() < 68 {
 			return fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN", d.ext.Name, d.ext.MTU)
 		}
-		mac, err := d.plane.EnsureVXLAN(node.Device())
-		if err != nil {
-			return fmt.Errorf("overlay device %s: %w", node.Device().Name, err)
+		if dev := node.Device(); prepares {
+			// The device is made for the subnet the acquisition picks; its MAC is published
+			// with that one acquisition.
+			prepare = preparer.prepare(d.cfg, d.net, d.ext, &dev, d.attrs)
+		} else {
+			mac, err := d.plane.EnsureVXLAN(dev)
+			if err != nil {
+				return fmt.Errorf("overlay device %s: %w", dev.Name, err)
+			}
+			d.attrs.BackendData = vxlan.Data{VNI: node.VNI, VtepMAC: mac}.Encode()
 		}
-		d.attrs.BackendData = vxlan.Data{VNI: node.VNI, VtepMAC: mac}.Encode()
 		d.mtu = node.MTU()
 		d.desired = func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped) {
 			return vxlan.Desired(node, own, peers)
@@ -172,13 +180,16 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		d.desired = func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped) {
 			return hostgw.Desired(node, own, peers)
 		}
+		if prepares {
+			prepare = preparer.prepare(d.cfg, d.net, d.ext, nil, d.attrs)
+		}
 	}
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Address, h.status.PublicIP = d.ext.Name, d.ext.Addr.String(), d.ext.PublicIP.String()
 		h.status.Backend = d.net.Backend.Type
 	})
 
-	req := subnet.AcquireRequest{Attrs: d.attrs}
+	req := subnet.AcquireRequest{Attrs: d.attrs, Prepare: prepare}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
 	case err == nil:
 		req.Previous, req.PreviousIPv6 = env.LeaseSubnets()
@@ -188,8 +199,17 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, req); err != nil {
 		return err
 	}
+	d.attrs = d.own.Attrs // as published: with Prepare, they carry the device's MAC
 	d.leaseChanged()
 	return d.writeEnv()
+}
+
+// leasePreparer is a data plane that can make its device only for a known subnet (HNS):
+// instead of EnsureVXLAN before the lease, it gives the acquisition a Prepare function that
+// makes the device for the chosen subnet and returns the attributes to publish. dev is nil
+// for host-gw.
+type leasePreparer interface {
+	prepare(cfg Config, net *subnet.Config, ext External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
 }
 
 // waitConfig reads the network config, waiting while there is none or etcd cannot be

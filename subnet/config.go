@@ -23,6 +23,7 @@ const (
 	DefaultVNILinux   = 1
 	DefaultVNIWindows = 4096
 	WindowsVXLANPort  = 4789
+	MaxVNIWindows     = 1<<16 - 1
 )
 
 // maxSubnetBits bounds how many subnets a network may hold (2^62), so that subnet indexes
@@ -368,8 +369,14 @@ func (c *Config) CheckFor(goos string) error {
 	if goos != "windows" || c.Backend.Type != BackendVXLAN {
 		return nil
 	}
-	if vni := c.Backend.VNIFor(goos); vni < DefaultVNIWindows {
-		return configErr("Backend.VNI", fmt.Sprint(vni), "Windows needs a VNI of %d or more", DefaultVNIWindows)
+	if vni := c.Backend.VNIFor(goos); vni < DefaultVNIWindows || vni > MaxVNIWindows {
+		return configErr("Backend.VNI", fmt.Sprint(vni), "Windows needs a VNI from %d to %d (HNS keeps it in 16 bits)", DefaultVNIWindows, MaxVNIWindows)
+	}
+	if c.Backend.DirectRouting {
+		return configErr("Backend.DirectRouting", "true", "not available on Windows: HNS overlay networks always encapsulate")
+	}
+	if c.Backend.GBP {
+		return configErr("Backend.GBP", "true", "not available on Windows")
 	}
 	if p := c.Backend.Port; p != 0 && p != WindowsVXLANPort {
 		return configErr("Backend.Port", fmt.Sprint(p), "Windows only carries VXLAN on UDP port %d", WindowsVXLANPort)

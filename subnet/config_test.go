@@ -66,7 +66,14 @@ func TestParseConfigBackend(t *testing.T) {
 	if b.VNIFor("linux") != 4096 || b.Port != 4789 || b.MTU != 1400 || !b.GBP || !b.DirectRouting || b.Learning || b.Name != "vxlan0" || b.MacPrefix != "0E-2A" {
 		t.Errorf("backend %+v", b)
 	}
-	if err := c.CheckFor("windows"); err != nil {
+	if err := c.CheckFor("windows"); err == nil {
+		t.Error("DirectRouting and GBP accepted on windows")
+	}
+	w, err := ParseConfig([]byte(`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckFor("windows"); err != nil {
 		t.Errorf("VNI 4096 port 4789 refused on windows: %v", err)
 	}
 	d, err := ParseConfig([]byte(`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan"}}`))

@@ -17,7 +17,14 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	args := os.Args[1:]
+	handled, err := runAsService(func(ctx context.Context) error { return run(ctx, args) })
+	if !handled {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err = run(ctx, args)
+		stop()
+	}
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "weftd:", err)
 		}
@@ -25,7 +32,7 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+func run(ctx context.Context, args []string) error {
 	cfg := daemon.DefaultConfig()
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	cfg.AddFlags(fs)
@@ -45,7 +52,5 @@ func run(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	return daemon.Run(ctx, cfg, log)
 }

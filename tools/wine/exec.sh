@@ -1,0 +1,8 @@
+#!/bin/sh
+# exec.sh: the `go test -exec` wrapper that runs a Windows test binary under Wine, in the
+# prefix setup.sh made. Give its absolute path: go runs it from each package's directory.
+#   GOOS=windows go test -exec "$PWD/tools/wine/exec.sh" ./windows/...
+here=$(cd "$(dirname "$0")" && pwd)
+: "${WINEPREFIX:=$(cd "$here/../.." && pwd)/.cache/wine}"
+export WINEPREFIX WINEDEBUG=-all
+exec /usr/lib/wine/wine64 "$@"

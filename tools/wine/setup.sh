@@ -1,0 +1,46 @@
+#!/bin/sh
+# setup.sh: make Windows test binaries runnable here under Wine. Installs Debian's wine64 and
+# the mingw-w64 cross compiler (apt-get, root only, only when missing), creates a Wine prefix
+# (default .cache/wine in the repository, or $WINEPREFIX) and builds into it the
+# bcryptprimitives.dll shim that Go 1.22+ binaries need (Wine 8 has no ProcessPrng).
+# Cheap when everything is in place, so it can run before every test run. Prints nothing
+# on success; exec.sh is then the `go test -exec` wrapper.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+: "${WINEPREFIX:=$repo/.cache/wine}"
+export WINEPREFIX WINEDEBUG=-all
+wine=/usr/lib/wine/wine64 # Debian ships no /usr/bin/wine for wine64 alone
+cc=x86_64-w64-mingw32-gcc
+
+missing=""
+[ -x "$wine" ] || missing="$missing wine64"
+command -v "$cc" >/dev/null 2>&1 || missing="$missing gcc-mingw-w64-x86-64-win32"
+if [ -n "$missing" ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "wine/setup.sh: missing$missing; run as root to install them" >&2
+		exit 1
+	fi
+	echo "wine/setup.sh: installing$missing" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086 # one word per package
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if [ ! -f "$WINEPREFIX/system.reg" ]; then
+	mkdir -p "$WINEPREFIX"
+	# wineboot wants a display for its dialogs; without one it still builds the prefix.
+	DISPLAY='' "$wine" wineboot --init >/dev/null 2>&1 || true
+	/usr/lib/wine/wineserver -w 2>/dev/null || true
+	if [ ! -f "$WINEPREFIX/system.reg" ]; then
+		echo "wine/setup.sh: wineboot did not create a prefix in $WINEPREFIX" >&2
+		exit 1
+	fi
+fi
+
+dll="$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
+if [ ! -f "$dll" ] || [ "$here/processprng.c" -nt "$dll" ]; then
+	"$cc" -shared -O2 -s -o "$dll" "$here/processprng.c" -ladvapi32
+fi

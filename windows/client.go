@@ -1,0 +1,39 @@
+package windows
+
+import "errors"
+
+// Client is the part of HNS the plane uses. The hcn adapter (Windows) and MemHNS implement
+// it. Lookups of something that does not exist return an error matching ErrNotFound.
+type Client interface {
+	// Version is HNS's version; features depend on it (RemoteSubnetRoute from 9.2).
+	Version() (Version, error)
+	// NetworkByName returns the network called name.
+	NetworkByName(name string) (*HostComputeNetwork, error)
+	// CreateNetwork creates n and returns it as HNS reports it (ID, policies it added).
+	CreateNetwork(n *HostComputeNetwork) (*HostComputeNetwork, error)
+	DeleteNetwork(id string) error
+	// ModifyNetworkSettings adds or removes network policies (see PolicyRequest).
+	ModifyNetworkSettings(networkID string, req *ModifyNetworkSettingRequest) error
+	// NetworkEndpoints lists the endpoints of a network, local and remote.
+	NetworkEndpoints(networkID string) ([]HostComputeEndpoint, error)
+	// CreateEndpoint creates ep on the network ep.HostComputeNetwork names.
+	CreateEndpoint(ep *HostComputeEndpoint) (*HostComputeEndpoint, error)
+	DeleteEndpoint(id string) error
+	// HostDefaultNamespace returns the host's default namespace, ErrNotFound if HNS has none
+	// yet (CreateNamespace makes it).
+	HostDefaultNamespace() (*HostComputeNamespace, error)
+	CreateNamespace(ns *HostComputeNamespace) (*HostComputeNamespace, error)
+	// ModifyNamespaceSettings attaches or detaches an endpoint (see AttachRequest).
+	ModifyNamespaceSettings(namespaceID string, req *ModifyNamespaceSettingRequest) error
+}
+
+// Errors that HNS's answers map to, for errors.Is.
+var (
+	// ErrNotFound: no network, endpoint, namespace or policy with that name or ID.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a network of that name, an endpoint with that address, a policy for that
+	// destination already exists.
+	ErrExists = errors.New("already exists")
+	// ErrNotSupported: this HNS version does not have the feature.
+	ErrNotSupported = errors.New("not supported by this HNS version")
+)
