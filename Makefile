@@ -14,11 +14,12 @@ export GOFLAGS := -buildvcs=false
 
 all: build
 
-## build: every package for Linux and Windows, and weftd into bin/
+## build: every package for Linux and Windows, and weftd and the weft CNI plugin into bin/
 build:
 	$(GO) build $(PKGS)
 	GOOS=windows $(GO) build $(PKGS)
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -o $(BIN)/weft ./cmd/weft
 
 ## test: every test tier (unit, real etcd, privileged and e2e when root), plus the Windows build
 test: deps lint cross unit wine
@@ -73,6 +74,7 @@ fuzz:
 ## make demo DEMOFLAGS="--keep --backend=host-gw" keeps it running and says how to look around.
 demo:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -o $(BIN)/weft ./cmd/weft
 	$(GO) build -o $(BIN)/weft-demo ./e2e/demo
 	tools/install-cni.sh $(CNI_BIN)
 	tools/install-e2e-deps.sh

@@ -46,6 +46,7 @@ func backends() []backend {
 // binaries are what a cluster runs.
 type binaries struct {
 	weftd, cniBin string
+	weftCNI       string // the weft CNI plugin; "" if the repository has none
 }
 
 // forEachBackend runs fn as one subtest per backend, or skips the whole test when this
@@ -77,14 +78,14 @@ func needBinaries(t *testing.T) binaries {
 	if err != nil {
 		t.Skipf("CNI plugins missing: %v", err)
 	}
-	return binaries{weftd: weftd, cniBin: cni}
+	return binaries{weftd: weftd, cniBin: cni, weftCNI: os.Getenv(envWeftCNI)}
 }
 
 // newCluster makes a cluster with the backend's config. If the test fails, the network
 // state of every node and the end of its log are logged before the cluster goes.
 func newCluster(t *testing.T, bins binaries, b backend) *cluster.Cluster {
 	t.Helper()
-	c, err := cluster.New(t, cluster.Options{NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin})
+	c, err := cluster.New(t, cluster.Options{NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 // Environment variables that carry the binaries from TestMain to the tests, and that a
 // caller may set to use prebuilt ones.
 const (
-	envWeftd  = "WEFT_WEFTD"   // the weftd binary; built from ./cmd/weftd when unset
-	envCNIBin = "WEFT_CNI_BIN" // the CNI plugin directory; see cluster.PrepareCNI
+	envWeftd   = "WEFT_WEFTD"      // the weftd binary; built from ./cmd/weftd when unset
+	envCNIBin  = "WEFT_CNI_BIN"    // the CNI plugin directory; see cluster.PrepareCNI
+	envWeftCNI = "WEFT_CNI_PLUGIN" // the weft CNI plugin binary; built from ./cmd/weft when unset
 )
 
-// TestMain builds weftd once for all tests and installs the CNI plugins if they are missing.
-// Without root nothing is prepared: every test skips.
+// TestMain builds weftd and the weft CNI plugin once for all tests and installs the CNI
+// plugins if they are missing. Without root nothing is prepared: every test skips.
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -46,43 +47,46 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	}
 
-	if os.Getenv(envWeftd) == "" {
-		tmp, err := os.MkdirTemp("", "weft-e2e-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			return 1
+	tmp, err := os.MkdirTemp("", "weft-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	for _, b := range []struct{ env, name string }{{envWeftd, "weftd"}, {envWeftCNI, "weft"}} {
+		if os.Getenv(b.env) != "" {
+			continue
 		}
-		defer os.RemoveAll(tmp)
-		bin, err := buildWeftd(repo, tmp)
+		bin, err := buildCommand(repo, tmp, b.name)
 		if err != nil {
-			// A weftd that does not compile is a failure, not a reason to skip.
+			// A binary that does not compile is a failure, not a reason to skip.
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
 		if bin != "" {
-			os.Setenv(envWeftd, bin)
+			os.Setenv(b.env, bin)
 		}
 	}
 	return m.Run()
 }
 
-// buildWeftd builds ./cmd/weftd into dir and returns the binary's path, or "" if the
-// repository has no cmd/weftd.
-func buildWeftd(repo, dir string) (string, error) {
-	if _, err := os.Stat(filepath.Join(repo, "cmd", "weftd")); os.IsNotExist(err) {
+// buildCommand builds ./cmd/<name> into dir and returns the binary's path, or "" if the
+// repository has no cmd/<name>.
+func buildCommand(repo, dir, name string) (string, error) {
+	if _, err := os.Stat(filepath.Join(repo, "cmd", name)); os.IsNotExist(err) {
 		return "", nil
 	}
-	bin := filepath.Join(dir, "weftd")
+	bin := filepath.Join(dir, name)
 	start := time.Now()
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/weftd")...)
+	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building weftd (go %s in %s): %w\n%s", strings.Join(cmd.Args[1:], " "), repo, err, out)
+		return "", fmt.Errorf("building %s (go %s in %s): %w\n%s", name, strings.Join(cmd.Args[1:], " "), repo, err, out)
 	}
-	fmt.Fprintf(os.Stderr, "e2e: built weftd (race detector: %v) in %v\n", raceEnabled, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "e2e: built %s (race detector: %v) in %v\n", name, raceEnabled, time.Since(start).Round(time.Millisecond))
 	return bin, nil
 }

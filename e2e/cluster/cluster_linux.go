@@ -63,6 +63,9 @@ type Options struct {
 	WeftdArgs []string
 	// CNIBin is the directory holding the bridge and host-local plugins; AddPod needs it.
 	CNIBin string
+	// WeftCNI is the weft CNI plugin binary (cmd/weft); AddWeftPod needs it, and CNIBin for
+	// its delegates.
+	WeftCNI string
 	// Prefix names the cluster's namespaces (<Prefix>-ul, <Prefix>-<node>, ...): 1 to 10
 	// lower-case letters or digits. Default: "wf" and four random ones.
 	Prefix string

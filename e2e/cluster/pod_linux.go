@@ -21,7 +21,8 @@ const (
 	podIfName = "eth0"
 )
 
-// Pod is a network namespace wired to a node by the CNI bridge plugin.
+// Pod is a network namespace wired to a node by the CNI bridge plugin, run directly
+// (AddPod) or as the weft plugin's delegate (AddWeftPod).
 type Pod struct {
 	Name    string
 	Node    *Node
@@ -30,8 +31,27 @@ type Pod struct {
 	Gateway netip.Addr // its default gateway (the node's cni0)
 
 	containerID string
+	plugin      string // the CNI plugin binary the pod was made with
 	config      []byte // the CNI config of the ADD, which DEL must repeat
+	result      []byte // the ADD result, the prevResult of a CHECK
 	deleted     bool   // guarded by the cluster's mu
+}
+
+// weftConfig is the weft plugin's network configuration for the harness's pods: flannel's
+// keys, with the files in the node's directory and the delegate set up as kube-flannel's
+// configuration sets it.
+type weftConfig struct {
+	CNIVersion string         `json:"cniVersion"`
+	Name       string         `json:"name"`
+	Type       string         `json:"type"`
+	SubnetFile string         `json:"subnetFile"`
+	DataDir    string         `json:"dataDir"`
+	IPAM       weftIPAM       `json:"ipam"`
+	Delegate   map[string]any `json:"delegate"`
+}
+
+type weftIPAM struct {
+	DataDir string `json:"dataDir"`
 }
 
 // cniConfig is the network configuration the bridge plugin gets, as a CNI configuration
@@ -107,11 +127,50 @@ func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: encoding CNI config: %w", name, err)
 	}
+	return c.addPod(node, name, filepath.Join(c.opts.CNIBin, "bridge"), cfg)
+}
+
+// AddWeftPod creates a pod on node like AddPod, through the weft CNI plugin
+// (Options.WeftCNI), which reads the node's subnet.env itself and delegates to the bridge and
+// host-local plugins of Options.CNIBin. Its IPAM state is AddPod's, so both kinds of pod
+// share the node's cni0 and subnet.
+func (c *Cluster) AddWeftPod(node *Node, name string) (*Pod, error) {
+	if c.opts.CNIBin == "" || c.opts.WeftCNI == "" {
+		return nil, fmt.Errorf("cluster %s: AddWeftPod needs Options.CNIBin and Options.WeftCNI", c.prefix)
+	}
+	if !isName(name) {
+		return nil, fmt.Errorf("cluster %s: pod name %q: want 1 to 10 lower-case letters or digits", c.prefix, name)
+	}
+	cfg, err := json.Marshal(weftConfig{
+		// 1.1.0, so that STATUS may be run with it too.
+		CNIVersion: "1.1.0",
+		Name:       CNINetworkName,
+		Type:       "weft",
+		SubnetFile: node.SubnetFile,
+		DataDir:    node.WeftDataDir(),
+		IPAM:       weftIPAM{DataDir: filepath.Join(node.Dir, "ipam")},
+		Delegate:   map[string]any{"bridge": PodBridge, "hairpinMode": true, "isDefaultGateway": true},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: encoding CNI config: %w", name, err)
+	}
+	return c.addPod(node, name, c.opts.WeftCNI, cfg)
+}
+
+// WeftDataDir is where the weft plugin keeps the delegate configuration of the node's pods.
+func (n *Node) WeftDataDir() string { return filepath.Join(n.Dir, "weft-cni") }
+
+// ContainerID is the pod's CNI container ID.
+func (p *Pod) ContainerID() string { return p.containerID }
+
+// addPod makes the pod's namespace and runs the plugin's ADD with cfg.
+func (c *Cluster) addPod(node *Node, name, plugin string, cfg []byte) (*Pod, error) {
 	p := &Pod{
 		Name:        name,
 		Node:        node,
 		NS:          node.NS + "-" + name,
 		containerID: c.prefix + "-" + node.Name + "-" + name,
+		plugin:      plugin,
 		config:      cfg,
 	}
 	c.mu.Lock()
@@ -131,10 +190,11 @@ func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 	if err := ip("-n", p.NS, "link", "set", "lo", "up"); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", name, err)
 	}
-	out, err := p.cni("ADD")
+	out, err := p.cni("ADD", p.config)
 	if err != nil {
 		return nil, err
 	}
+	p.result = out
 	var res cniResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("pod %s: parsing CNI ADD result %q: %w", name, out, err)
@@ -157,14 +217,29 @@ func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 	return p, nil
 }
 
-// cni runs the bridge plugin with the given command for the pod, inside the node's
-// namespace, and returns its stdout.
-func (p *Pod) cni(command string) ([]byte, error) {
+// Check runs a CNI CHECK of the pod, with its ADD result as prevResult, as a runtime checks
+// a running pod.
+func (p *Pod) Check() error {
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(p.config, &cfg); err != nil {
+		return fmt.Errorf("pod %s: decoding its CNI config: %w", p.Name, err)
+	}
+	cfg["prevResult"] = p.result
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("pod %s: encoding CNI config: %w", p.Name, err)
+	}
+	_, err = p.cni("CHECK", data)
+	return err
+}
+
+// cni runs the pod's plugin with the given command and config for the pod, inside the
+// node's namespace, and returns its stdout.
+func (p *Pod) cni(command string, config []byte) ([]byte, error) {
 	c := p.Node.c
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
-	plugin := filepath.Join(c.opts.CNIBin, "bridge")
-	cmd := exec.CommandContext(ctx, "ip", netnsExecArgs(p.Node.NS, plugin)...)
+	cmd := exec.CommandContext(ctx, "ip", netnsExecArgs(p.Node.NS, p.plugin)...)
 	cmd.Env = []string{
 		"CNI_COMMAND=" + command,
 		"CNI_CONTAINERID=" + p.containerID,
@@ -175,7 +250,7 @@ func (p *Pod) cni(command string) ([]byte, error) {
 		// iptables and the like by PATH).
 		"PATH=" + os.Getenv("PATH"),
 	}
-	cmd.Stdin = bytes.NewReader(p.config)
+	cmd.Stdin = bytes.NewReader(config)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -206,7 +281,7 @@ func (p *Pod) Delete() error {
 	// DEL releases the address in host-local's state and the veth on the node; it must be
 	// tried even if ADD failed half-way, as a kubelet would.
 	if _, err := os.Stat(filepath.Join(netnsDir, p.Node.NS)); err == nil {
-		if _, err := p.cni("DEL"); err != nil {
+		if _, err := p.cni("DEL", p.config); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
