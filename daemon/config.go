@@ -40,6 +40,8 @@ type Config struct {
 	DatastoreTimeout time.Duration
 	// HNSPeers is how a Windows vxlan node programs its peers.
 	HNSPeers windows.PeerMode
+	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
+	NotifySocket string
 }
 
 // DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.

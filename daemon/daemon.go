@@ -129,6 +129,7 @@ type daemon struct {
 	pending   map[string]time.Time       // lease keys changed since the last convergence: when first seen
 	synced    bool                       // the first watch batch arrived
 	lastRenew time.Time
+	notified  bool // systemd was told weftd is ready
 }
 
 // setUp does everything before the loop: config, interface, device, lease, subnet.env.
@@ -216,7 +217,11 @@ type leasePreparer interface {
 // reached; a config that is there but wrong ends start-up.
 func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 	return retry(ctx, d.log, "read network config", func() (*subnet.Config, bool, error) {
-		cfg, err := timed(d, "get_config", func() (*subnet.Config, error) { return d.sm.GetConfig(ctx) })
+		cfg, err := timed(d, "get_config", func() (*subnet.Config, error) {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return d.sm.GetConfig(rctx)
+		})
 		var ce *subnet.ConfigError
 		if errors.As(err, &ce) {
 			return nil, true, err
@@ -235,7 +240,11 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 
 func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet.Lease, error) {
 	l, err := retry(ctx, d.log, "acquire lease", func() (subnet.Lease, bool, error) {
-		l, err := timed(d, "acquire", func() (subnet.Lease, error) { return d.sm.Acquire(ctx, req) })
+		l, err := timed(d, "acquire", func() (subnet.Lease, error) {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return d.sm.Acquire(rctx, req)
+		})
 		return l, false, err
 	})
 	if err == nil {
@@ -243,6 +252,11 @@ func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet
 	}
 	return l, err
 }
+
+// requestTimeout bounds one datastore request (an acquisition may take several round trips
+// and, on Windows, the HNS network's creation), so that a hung connection is retried rather
+// than waited on forever.
+const requestTimeout = 2 * time.Minute
 
 // timed runs one datastore request, recording its latency and counting its failure.
 func timed[T any](d *daemon, op string, f func() (T, error)) (T, error) {
@@ -346,6 +360,7 @@ func (d *daemon) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			d.log.Info("stopping; the data plane stays as it is")
+			_ = sdNotify(d.cfg.NotifySocket, "STOPPING=1")
 			return nil
 		case err := <-watchDone:
 			if ctx.Err() != nil {
@@ -427,7 +442,11 @@ func (d *daemon) renewIn() time.Duration {
 // plane must follow.
 func (d *daemon) renew(ctx context.Context) bool {
 	d.lastRenew = time.Now()
-	l, err := timed(d, "renew", func() (subnet.Lease, error) { return d.sm.Renew(ctx, d.own) })
+	l, err := timed(d, "renew", func() (subnet.Lease, error) {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		return d.sm.Renew(rctx, d.own)
+	})
 	if err != nil {
 		d.m.renewals.WithLabelValues("error").Inc()
 		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
@@ -509,6 +528,13 @@ func (d *daemon) converge(ctx context.Context) error {
 	}
 	d.m.eventsApplied.Add(float64(len(d.pending)))
 	clear(d.pending)
+	if !d.notified {
+		d.notified = true
+		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(peers)-1)
+		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
+			d.log.Warn("telling systemd weftd is ready", "err", err)
+		}
+	}
 	if changes.Total() > 0 {
 		d.log.Info("data plane converged", "changes", changes.String(), "peers", len(peers)-1, "took", took)
 	}

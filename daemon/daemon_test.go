@@ -326,11 +326,25 @@ func TestDaemonEndpoints(t *testing.T) {
 	port := freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	// systemd's side of Type=notify: a datagram socket weftd reports to.
+	sock := filepath.Join(t.TempDir(), "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
 	n := startNodeWith(t, srv.Client(t), t.TempDir(), plane, func(c *Config) {
 		c.HealthzPort = port
 		c.DatastoreTimeout = time.Second
+		c.NotifySocket = sock
 	})
 	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
+	buf := make([]byte, 512)
+	_ = notify.SetReadDeadline(time.Now().Add(10 * time.Second))
+	k, err := notify.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:k]), "READY=1\n") {
+		t.Errorf("systemd notification %q, %v; want READY=1", buf[:k], err)
+	}
 	if code, body := get(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz %d %s", code, body)
 	}

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string) error {
 	if err := daemon.LoadEnv(fs, os.LookupEnv); err != nil {
 		return err
 	}
+	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level=%q: %w", *level, err)
