@@ -20,6 +20,7 @@ build:
 	GOOS=windows $(GO) build $(PKGS)
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft ./cmd/weft
+	$(GO) build -o $(BIN)/weftctl ./cmd/weftctl
 
 ## test: every test tier (unit, real etcd, privileged and e2e when root), plus the Windows build
 test: deps lint cross unit wine
@@ -27,7 +28,7 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
-	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh; fi
+	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh; fi
 
 unit:
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) $(GO) test -race -count=1 -timeout 30m $(PKGS)
@@ -75,6 +76,7 @@ fuzz:
 demo:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft ./cmd/weft
+	$(GO) build -o $(BIN)/weftctl ./cmd/weftctl
 	$(GO) build -o $(BIN)/weft-demo ./e2e/demo
 	tools/install-cni.sh $(CNI_BIN)
 	tools/install-e2e-deps.sh

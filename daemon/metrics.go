@@ -71,7 +71,7 @@ func newMetrics() *metrics {
 			Name: "weft_drift_restored_total", Help: "Entries written back after someone else changed or deleted them, by kind.",
 		}, []string{"kind"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_errors_total", Help: "Errors by operation (get_config, acquire, renew, converge, write_subnet_env, datastore).",
+			Name: "weft_errors_total", Help: "Errors by operation (get_config, acquire, renew, converge, write_subnet_env).",
 		}, []string{"operation"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_peer_leases_skipped_total", Help: "Peer leases skipped as unusable, by reason; each lease counts once per reason.",
@@ -81,7 +81,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		datastoreLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "weft_datastore_request_duration_seconds", Help: "Latency of datastore requests by operation (get_config, acquire, renew, check).",
+			Name: "weft_datastore_request_duration_seconds", Help: "Latency of datastore requests by operation (get_config, acquire, renew).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"operation"}),
 	}
@@ -107,7 +107,7 @@ func newMetrics() *metrics {
 	for _, t := range []string{"added", "removed"} {
 		m.eventsReceived.WithLabelValues(t)
 	}
-	for _, op := range []string{"get_config", "acquire", "renew", "converge", "write_subnet_env", "datastore"} {
+	for _, op := range []string{"get_config", "acquire", "renew", "converge", "write_subnet_env"} {
 		m.errors.WithLabelValues(op)
 	}
 	return m

@@ -24,24 +24,10 @@ func (p *Plane) EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	want := &netlink.Vxlan{
-		LinkAttrs: netlink.LinkAttrs{Name: dev.Name, MTU: dev.MTU},
-		VxlanId:   int(dev.VNI),
-		Port:      int(dev.Port),
-		Learning:  dev.Learning,
-		GBP:       dev.GBP,
+	want, err := p.vxlanLink(dev)
+	if err != nil {
+		return backend.MAC{}, err
 	}
-	if dev.Local.IsValid() {
-		want.SrcAddr = dev.Local.AsSlice()
-	}
-	if dev.Underlay != "" {
-		ul, err := p.h.LinkByName(dev.Underlay)
-		if err != nil {
-			return backend.MAC{}, fmt.Errorf("looking up underlay interface %q of %s: %w", dev.Underlay, dev.Name, err)
-		}
-		want.VtepDevIndex = ul.Attrs().Index
-	}
-
 	have, err := p.h.LinkByName(dev.Name)
 	var notFound netlink.LinkNotFoundError
 	switch {
@@ -58,6 +44,28 @@ func (p *Plane) EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error) {
 		return p.createVXLAN(want)
 	}
 	return p.adoptVXLAN(have, want)
+}
+
+// vxlanLink is the device EnsureVXLAN makes for dev, to create or to compare with.
+func (p *Plane) vxlanLink(dev backend.VXLANDevice) (*netlink.Vxlan, error) {
+	want := &netlink.Vxlan{
+		LinkAttrs: netlink.LinkAttrs{Name: dev.Name, MTU: dev.MTU},
+		VxlanId:   int(dev.VNI),
+		Port:      int(dev.Port),
+		Learning:  dev.Learning,
+		GBP:       dev.GBP,
+	}
+	if dev.Local.IsValid() {
+		want.SrcAddr = dev.Local.AsSlice()
+	}
+	if dev.Underlay != "" {
+		ul, err := p.h.LinkByName(dev.Underlay)
+		if err != nil {
+			return nil, fmt.Errorf("looking up underlay interface %q of %s: %w", dev.Underlay, dev.Name, err)
+		}
+		want.VtepDevIndex = ul.Attrs().Index
+	}
+	return want, nil
 }
 
 // incompatible says why have cannot serve as want, or "" when it can. Only what the kernel

@@ -1,0 +1,146 @@
+// Package ctl is weftctl, the operator's tool: it lists the leases in the datastore, shows
+// what a node's weftd reports about itself, and checks a node's kernel state, subnet.env and
+// weftd against the leases (doctor), saying what is wrong and what to do. Output is a table
+// for people, or JSON (-o json) for programs.
+package ctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/weftnet/weft/daemon"
+)
+
+// Exit statuses of Main.
+const (
+	ExitOK       = 0
+	ExitProblems = 1 // an error, or doctor found a problem
+	ExitUsage    = 2
+)
+
+// errProblems makes the exit status non-zero without another message: the output said it.
+var errProblems = errors.New("problems found")
+
+const usage = `weftctl: look at a weft cluster and its nodes.
+
+Usage:
+  weftctl leases [flags]   the leases in the datastore
+  weftctl status [flags]   what a node's weftd reports (/status)
+  weftctl doctor [flags]   check this node (run it on the node, as root)
+
+Every command takes -o table (the default) or -o json, and -h for its flags.
+Flags that weftd also has (--etcd-*, --subnet-file, --iface, --public-ip) can be set from the
+environment as weftd's are, WEFTD_<FLAG> or FLANNELD_<FLAG>, so that weftctl run beside weftd
+sees what it sees.
+`
+
+// Main runs weftctl with args (the program name left out) and returns its exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	var run func(ctx context.Context, args []string, out io.Writer) error
+	switch args[0] {
+	case "leases":
+		run = runLeases
+	case "status":
+		run = runStatus
+	case "doctor":
+		run = runDoctor
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "weftctl: unknown command %q\n\n%s", args[0], usage)
+		return ExitUsage
+	}
+	err := run(ctx, args[1:], stdout)
+	var ue usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.Is(err, errProblems):
+		return ExitProblems
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "weftctl %s: %v\n", args[0], err)
+		return ExitUsage
+	default:
+		fmt.Fprintf(stderr, "weftctl %s: %v\n", args[0], err)
+		return ExitProblems
+	}
+}
+
+// usageError is a bad command line.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// common are the flags every command has.
+type common struct {
+	output  string
+	timeout time.Duration
+}
+
+func (c *common) addFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.output, "o", "table", "output format: table or json")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long the command may take")
+}
+
+func (c *common) validate() error {
+	if c.output != "table" && c.output != "json" {
+		return fmt.Errorf("-o=%q: want table or json", c.output)
+	}
+	if c.timeout <= 0 {
+		return fmt.Errorf("--timeout=%v: must be positive", c.timeout)
+	}
+	return nil
+}
+
+// parse parses a command's flags, then fills weftd's flags not given from the environment.
+// Its errors are usage errors; -h prints the flags to out and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, args []string, out io.Writer, c *common) error {
+	fs.SetOutput(out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if err := daemon.LoadEnv(onlyWeftdFlags(fs), os.LookupEnv); err != nil {
+		return usageError{err}
+	}
+	if err := c.validate(); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// onlyWeftdFlags is the part of fs that weftd has too: only those are read from weftd's
+// environment variables (WEFTD_O would mean nothing to anyone).
+func onlyWeftdFlags(fs *flag.FlagSet) *flag.FlagSet {
+	sub := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "etcd-") || f.Name == "subnet-file" || f.Name == "iface" || f.Name == "public-ip" {
+			sub.Var(f.Value, f.Name, f.Usage)
+			if set[f.Name] {
+				_ = sub.Set(f.Name, f.Value.String()) // marks it given, so the environment does not override it
+			}
+		}
+	})
+	return sub
+}

@@ -1,0 +1,58 @@
+package ctl
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/linux"
+)
+
+func doctorSupported() error { return nil }
+
+// inspectKernel compares this network namespace with st, read-only, through the same dump
+// and diff as weftd's Reconcile.
+func inspectKernel(st backend.State, owned backend.Ownership) (*Kernel, error) {
+	p, err := linux.New(slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer p.Close()
+	r, err := p.Diff(st, owned)
+	if err != nil {
+		return nil, fmt.Errorf("comparing the kernel with the leases: %w", err)
+	}
+	k := &Kernel{}
+	if d := r.Device; d != nil {
+		k.Device = &Device{Name: d.Name, Missing: d.Missing, Up: d.Up, MTU: d.MTU, Incompatible: d.Incompatible}
+		if !d.Missing {
+			k.Device.MAC = d.MAC.String()
+		}
+	}
+	k.Drift = append(k.Drift, drifts("route", r.Routes, routeText)...)
+	k.Drift = append(k.Drift, drifts("neighbor", r.Neighbors, neighborText)...)
+	k.Drift = append(k.Drift, drifts("fdb", r.FDB, fdbText)...)
+	dev := ""
+	if st.VXLAN != nil {
+		dev = st.VXLAN.Name
+	}
+	k.Drift = append(k.Drift, drifts("address", r.Addrs, func(p netip.Prefix) string { return addressText(dev, p) })...)
+	return k, nil
+}
+
+func drifts[T comparable](kind string, changes []linux.Change[T], text func(T) string) []Drift {
+	var zero T
+	out := make([]Drift, 0, len(changes))
+	for _, c := range changes {
+		d := Drift{Kind: kind}
+		if c.Want != zero {
+			d.Want = text(c.Want)
+		}
+		if c.Have != zero {
+			d.Have = text(c.Have)
+		}
+		out = append(out, d)
+	}
+	return out
+}

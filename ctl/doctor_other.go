@@ -1,0 +1,16 @@
+//go:build !linux
+
+package ctl
+
+import (
+	"errors"
+	"runtime"
+
+	"github.com/weftnet/weft/backend"
+)
+
+var errNoDoctor = errors.New("doctor is not available on " + runtime.GOOS + " yet: it reads the Linux kernel's state")
+
+func doctorSupported() error { return errNoDoctor }
+
+func inspectKernel(backend.State, backend.Ownership) (*Kernel, error) { return nil, errNoDoctor }

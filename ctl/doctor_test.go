@@ -1,0 +1,393 @@
+package ctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/weftnet/weft/daemon"
+	"github.com/weftnet/weft/subnet"
+)
+
+const (
+	ownMAC  = "0a:00:00:00:00:01"
+	peerMAC = "0a:00:00:00:00:02"
+)
+
+func mustConfig(t *testing.T, js string) *subnet.Config {
+	t.Helper()
+	cfg, err := subnet.ParseConfig([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func vxlanLease(sn, public, mac string) subnet.Lease {
+	return subnet.Lease{Subnet: netip.MustParsePrefix(sn), Attrs: subnet.LeaseAttrs{
+		PublicIP: netip.MustParseAddr(public), BackendType: "vxlan",
+		BackendData: json.RawMessage(fmt.Sprintf(`{"VNI":1,"VtepMAC":%q}`, mac)),
+	}}
+}
+
+func entriesOf(leases ...subnet.Lease) []Entry {
+	var es []Entry
+	for _, l := range leases {
+		es = append(es, Entry{Key: "/coreos.com/network/subnets/" + l.Key(), Lease: l})
+	}
+	return es
+}
+
+// healthyVXLAN is node 192.0.2.11 holding 10.244.1.0/24, with one peer, everything in order.
+func healthyVXLAN(t *testing.T) node {
+	ext := external{Name: "eth0", MTU: 1500, Addr: netip.MustParseAddr("192.0.2.11"), PublicIP: netip.MustParseAddr("192.0.2.11"),
+		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
+	return node{
+		addr: defaultAddr, readyCode: 200, readyBody: "ok",
+		cfg:        mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`),
+		entries:    entriesOf(vxlanLease("10.244.1.0/24", "192.0.2.11", ownMAC), vxlanLease("10.244.2.0/24", "192.0.2.12", peerMAC)),
+		subnetFile: "/run/flannel/subnet.env",
+		env: subnet.NewEnv(netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.244.1.0/24"),
+			netip.Prefix{}, netip.Prefix{}, 1450, false),
+		ext:    ext,
+		kernel: &Kernel{Device: &Device{Name: "flannel.1", Up: true, MTU: 1450, MAC: ownMAC}},
+	}
+}
+
+// failures lists the failed findings as "check: what".
+func failures(r DoctorReport) []string {
+	var out []string
+	for _, f := range r.Findings {
+		if f.Result == resultFail {
+			out = append(out, f.Check+": "+f.What)
+		}
+	}
+	return out
+}
+
+func TestDiagnoseHealthy(t *testing.T) {
+	n := healthyVXLAN(t)
+	r := diagnose(n)
+	if r.Problems != 0 {
+		t.Fatalf("healthy node: problems %q", failures(r))
+	}
+	var checks []string
+	for _, f := range r.Findings {
+		checks = append(checks, f.Check+" "+f.Result)
+	}
+	want := "weftd ok, datastore ok, interface ok, lease ok, subnet.env ok, mtu ok, device ok, route ok, neighbor ok, fdb ok, address ok, peers ok"
+	if got := strings.Join(checks, ", "); got != want {
+		t.Errorf("findings:\n got %s\nwant %s", got, want)
+	}
+	if want := "eth0 192.0.2.11 MTU 1500, lease 10.244.1.0/24, backend vxlan"; r.Node != want {
+		t.Errorf("node %q, want %q", r.Node, want)
+	}
+
+	e, err := expect(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.state.Routes) != 1 || e.state.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
+		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", e.state, e.mtu)
+	}
+	if e.owned.Devices[0] != "eth0" || e.owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
+		t.Errorf("ownership %+v", e.owned)
+	}
+}
+
+// TestDiagnoseProblems: each problem is found, alone, with a fix.
+func TestDiagnoseProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(n *node)
+		want  []string // failures, each "check: " and the start of what
+	}{
+		{"weftd down", func(n *node) { n.readyErr, n.readyCode = errors.New("connection refused"), 0 },
+			[]string{"weftd: no answer: connection refused"}},
+		{"weftd not ready", func(n *node) { n.readyCode, n.readyBody = 503, "data plane not converged yet" },
+			[]string{"weftd: not ready (503): data plane not converged yet"}},
+		{"datastore unreachable", func(n *node) { n.storeErr = errors.New("context deadline exceeded") },
+			[]string{"datastore: context deadline exceeded"}},
+		{"no interface", func(n *node) { n.extErr = errors.New("--iface=eth9: no such interface on this node") },
+			[]string{"interface: --iface=eth9"}},
+		{"no own lease", func(n *node) { n.entries = n.entries[1:] },
+			[]string{"lease: no lease carries this node's public IP 192.0.2.11"}},
+		{"two leases for one node", func(n *node) {
+			n.entries = append(n.entries, entriesOf(vxlanLease("10.244.9.0/24", "192.0.2.11", ownMAC))...)
+		}, []string{"lease: other leases carry this node's public IP 192.0.2.11 too: 10.244.9.0-24"}},
+		{"lease of another backend", func(n *node) { n.entries[0].Lease.Attrs.BackendType = "host-gw" },
+			[]string{`lease: lease 10.244.1.0-24 publishes backend "host-gw"`}},
+		{"VtepMAC not the device's", func(n *node) { n.kernel.Device.MAC = "0a:00:00:00:00:99" },
+			[]string{"lease: lease 10.244.1.0-24 publishes VtepMAC 0a:00:00:00:00:01, but flannel.1 has MAC 0a:00:00:00:00:99"}},
+		{"subnet.env unreadable", func(n *node) { n.envErr = errors.New("read subnet env: no such file") },
+			[]string{"subnet.env: read subnet env: no such file"}},
+		{"subnet.env of another subnet", func(n *node) { n.env.Subnet = netip.MustParsePrefix("10.244.7.1/24") },
+			[]string{"subnet.env: /run/flannel/subnet.env: FLANNEL_SUBNET=10.244.7.1/24, but this node's lease is 10.244.1.0/24"}},
+		{"subnet.env of another network", func(n *node) { n.env.Network = netip.MustParsePrefix("10.1.0.0/16") },
+			[]string{"subnet.env: /run/flannel/subnet.env: FLANNEL_NETWORK=10.1.0.0/16, the network config says 10.244.0.0/16"}},
+		{"subnet.env MTU", func(n *node) { n.env.MTU = 1500 },
+			[]string{"mtu: FLANNEL_MTU=1500, want 1450 (eth0's MTU 1500 less 50 for VXLAN)"}},
+		{"device MTU", func(n *node) { n.kernel.Device.MTU = 1400 },
+			[]string{"mtu: flannel.1 has MTU 1400, want 1450"}},
+		{"interface MTU changed under both", func(n *node) { n.ext.MTU = 9000 },
+			[]string{"mtu: FLANNEL_MTU=1450, want 8950", "mtu: flannel.1 has MTU 1450, want 8950"}},
+		{"device missing", func(n *node) {
+			n.kernel.Device = &Device{Name: "flannel.1", Missing: true}
+			n.kernel.Drift = []Drift{{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"}}
+		}, []string{"device: flannel.1 does not exist", "route: missing: 10.244.2.0/24"}},
+		{"device incompatible", func(n *node) { n.kernel.Device.Incompatible = "VNI 2, want 1" },
+			[]string{"device: flannel.1 does not fit the network config: VNI 2, want 1"}},
+		{"device down", func(n *node) { n.kernel.Device.Up = false },
+			[]string{"device: flannel.1 is down"}},
+		{"kernel unreadable", func(n *node) { n.kernel, n.kernelErr = nil, errors.New("operation not permitted") },
+			[]string{"kernel: reading the data plane: operation not permitted"}},
+		{"drift", func(n *node) {
+			n.kernel.Drift = []Drift{
+				{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink", Have: "10.244.2.0/24 via 10.244.2.9 dev flannel.1 onlink"},
+				{Kind: "route", Have: "10.244.9.0/24 via 10.244.9.0 dev flannel.1 onlink"},
+				{Kind: "neighbor", Want: "10.244.2.0 lladdr " + peerMAC + " dev flannel.1"},
+				{Kind: "fdb", Want: peerMAC + " dev flannel.1 dst 192.0.2.12", Have: peerMAC + " dev flannel.1 dst 192.0.2.99"},
+				{Kind: "address", Have: "10.244.9.0/32 dev flannel.1"},
+			}
+		}, []string{
+			"route: wrong: 10.244.2.0/24 via 10.244.2.9 dev flannel.1 onlink, want 10.244.2.0/24 via 10.244.2.0",
+			"route: stale, no lease asks for it: 10.244.9.0/24",
+			"neighbor: missing: 10.244.2.0 lladdr",
+			"fdb: wrong: " + peerMAC + " dev flannel.1 dst 192.0.2.99, want",
+			"address: stale, no lease asks for it: 10.244.9.0/32 dev flannel.1",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := healthyVXLAN(t)
+			tc.spoil(&n)
+			r := diagnose(n)
+			got := failures(r)
+			if r.Problems != len(got) || len(got) != len(tc.want) {
+				t.Fatalf("problems %d, failures:\n  %s\nwant:\n  %s", r.Problems, strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("failure %d:\n got %s\nwant %s...", i, got[i], w)
+				}
+			}
+			for _, f := range r.Findings {
+				if f.Result == resultFail && f.Fix == "" {
+					t.Errorf("%s: %s: no fix", f.Check, f.What)
+				}
+			}
+		})
+	}
+}
+
+func TestDiagnoseFixes(t *testing.T) {
+	n := healthyVXLAN(t)
+	n.kernel.Drift = []Drift{
+		{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"},
+		{Kind: "fdb", Have: peerMAC + " dev flannel.1 dst 192.0.2.12"},
+	}
+	fixes := func(n node) []string {
+		var out []string
+		for _, f := range diagnose(n).Findings {
+			if f.Check == "route" || f.Check == "fdb" {
+				out = append(out, f.Fix)
+			}
+		}
+		return out
+	}
+	// weftd runs: it should have repaired this, so someone else is at work.
+	got := fixes(n)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "weftd runs, yet has not repaired this") ||
+		!strings.HasSuffix(got[0], "by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink") ||
+		!strings.HasSuffix(got[1], "by hand: bridge fdb del "+peerMAC+" dev flannel.1 dst 192.0.2.12 self") {
+		t.Errorf("fixes with weftd running:\n%s", strings.Join(got, "\n"))
+	}
+	n.readyErr = errors.New("connection refused")
+	if got := fixes(n); !strings.HasPrefix(got[0], "start weftd: it converges at once") {
+		t.Errorf("fix with weftd stopped: %s", got[0])
+	}
+}
+
+func TestDiagnoseWarnings(t *testing.T) {
+	n := healthyVXLAN(t)
+	bad := Entry{Key: "/coreos.com/network/subnets/10.244.5.0-24", Err: errors.New("lease attributes: PublicIP \"x\" is not an IPv4 address")}
+	n.entries = append(n.entries, bad)
+	n.entries = append(n.entries, entriesOf(vxlanLease("10.244.3.0/24", "192.0.2.13", peerMAC))...) // the MAC of 10.244.2.0
+	r := diagnose(n)
+	if r.Problems != 0 {
+		t.Fatalf("warnings counted as problems: %q", failures(r))
+	}
+	var warns []string
+	for _, f := range r.Findings {
+		if f.Result == resultWarn {
+			warns = append(warns, f.Check+": "+f.What)
+		}
+	}
+	want := []string{
+		"datastore: unreadable lease /coreos.com/network/subnets/10.244.5.0-24: lease attributes: PublicIP \"x\" is not an IPv4 address",
+		"peers: lease 10.244.3.0-24 skipped: VtepMAC " + peerMAC + " is also used by 10.244.2.0-24",
+	}
+	if strings.Join(warns, "\n") != strings.Join(want, "\n") {
+		t.Errorf("warnings:\n got %s\nwant %s", strings.Join(warns, "\n     "), strings.Join(want, "\n     "))
+	}
+}
+
+func TestDiagnoseHostGW(t *testing.T) {
+	n := healthyVXLAN(t)
+	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`)
+	for i := range n.entries {
+		n.entries[i].Lease.Attrs.BackendType, n.entries[i].Lease.Attrs.BackendData = "host-gw", nil
+	}
+	n.env.MTU = 1500
+	n.kernel = &Kernel{}
+	r := diagnose(n)
+	if r.Problems != 0 {
+		t.Fatalf("healthy host-gw node: %q", failures(r))
+	}
+	for _, f := range r.Findings {
+		if f.Check == "device" || f.Check == "neighbor" || f.Check == "fdb" || f.Check == "address" {
+			t.Errorf("host-gw has no overlay device, yet: %+v", f)
+		}
+	}
+	n.env.MTU = 1450
+	if got := failures(diagnose(n)); len(got) != 1 || got[0] != "mtu: FLANNEL_MTU=1450, want 1500 (eth0's MTU)" {
+		t.Errorf("host-gw with the VXLAN MTU in subnet.env: %q", got)
+	}
+}
+
+func TestFindExternal(t *testing.T) {
+	ifs := []daemon.Interface{
+		{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
+		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("fe80::1/64")}},
+		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24")}},
+		{Name: "flannel.1", MTU: 1450, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/32")}},
+	}
+	leases := []subnet.Lease{vxlanLease("10.244.1.0/24", "192.0.2.11", ownMAC), vxlanLease("10.244.2.0/24", "192.0.2.12", peerMAC)}
+	status := &daemon.Status{Interface: "eth1", Address: "198.51.100.7", PublicIP: "203.0.113.1"}
+	for _, tc := range []struct {
+		name            string
+		iface, publicIP string
+		status          *daemon.Status
+		leases          []subnet.Lease
+		want            string // "name addr public mtu", or the error
+	}{
+		{"by --iface name", "eth1", "", nil, leases, "eth1 198.51.100.7 198.51.100.7 9000"},
+		{"by --iface address", "192.0.2.11", "", nil, nil, "eth0 192.0.2.11 192.0.2.11 1500"},
+		{"by --iface list, first that exists", "bond0, eth1,eth0", "", nil, nil, "eth1 198.51.100.7 198.51.100.7 9000"},
+		{"weftd's interface gone", "", "", &daemon.Status{Interface: "eth5"}, leases, "weftd's interface eth5 is not on this node: is --addr this node's weftd?"},
+		{"by --iface with --public-ip", "eth0", "203.0.113.9", nil, nil, "eth0 192.0.2.11 203.0.113.9 1500"},
+		{"from weftd's status", "", "", status, leases, "eth1 198.51.100.7 203.0.113.1 9000"},
+		{"--iface over weftd's status", "eth0", "", status, leases, "eth0 192.0.2.11 203.0.113.1 1500"},
+		{"from the lease of a local address", "", "", nil, leases, "eth0 192.0.2.11 192.0.2.11 1500"},
+		{"no such interface", "eth7", "", nil, leases, "--iface=eth7: no such interface on this node"},
+		{"bad --public-ip", "eth0", "2001:db8::1", nil, leases, `--public-ip="2001:db8::1": not an IPv4 address`},
+		{"no lease of a local address", "", "", nil, leases[1:], "no lease carries an address of this node, and weftd does not answer: give --iface (and --public-ip behind NAT)"},
+		{"leases of two local addresses", "", "", nil, append(leases, vxlanLease("10.244.3.0/24", "198.51.100.7", peerMAC)),
+			"leases carry several addresses of this node (eth0 192.0.2.11, eth1 198.51.100.7): give --iface"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ext, err := findExternal(ifs, tc.iface, tc.publicIP, tc.status, tc.leases)
+			got := fmt.Sprintf("%s %s %s %d", ext.Name, ext.Addr, ext.PublicIP, ext.MTU)
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := findExternal(ifs, "lo", "", nil, nil); err == nil || err.Error() != "interface lo has no IPv4 address" {
+		t.Errorf("--iface=lo: %v; want it to have no usable IPv4 address", err)
+	}
+}
+
+func TestFixCommand(t *testing.T) {
+	for _, tc := range []struct{ kind, op, entry, want string }{
+		{"route", "replace", "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink", "ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"},
+		{"route", "del", "10.244.9.0/24 via 192.0.2.19 dev eth0", "ip route del 10.244.9.0/24 via 192.0.2.19 dev eth0"},
+		{"neighbor", "replace", "10.244.2.0 lladdr " + peerMAC + " dev flannel.1", "ip neigh replace 10.244.2.0 lladdr " + peerMAC + " dev flannel.1 nud permanent"},
+		{"neighbor", "del", "10.244.9.0 lladdr " + peerMAC + " dev flannel.1", "ip neigh del 10.244.9.0 lladdr " + peerMAC + " dev flannel.1"},
+		{"fdb", "replace", peerMAC + " dev flannel.1 dst 192.0.2.12", "bridge fdb replace " + peerMAC + " dev flannel.1 dst 192.0.2.12 self permanent"},
+		{"fdb", "del", peerMAC + " dev flannel.1 dst 192.0.2.12", "bridge fdb del " + peerMAC + " dev flannel.1 dst 192.0.2.12 self"},
+		{"address", "replace", "10.244.1.0/32 dev flannel.1", "ip addr add 10.244.1.0/32 dev flannel.1"},
+		{"address", "del", "10.244.9.0/32 dev flannel.1", "ip addr del 10.244.9.0/32 dev flannel.1"},
+	} {
+		if got := fixCommand(tc.kind, tc.op, tc.entry); got != tc.want {
+			t.Errorf("fixCommand(%s, %s):\n got %s\nwant %s", tc.kind, tc.op, got, tc.want)
+		}
+	}
+}
+
+func TestWriteDoctor(t *testing.T) {
+	r := report("eth0 192.0.2.11 MTU 1500, lease 10.244.1.0/24, backend vxlan", []Finding{
+		{Check: "weftd", Result: resultOK, What: "ready (http://127.0.0.1:8285/readyz)"},
+		{Check: "route", Result: resultFail, What: "missing: 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink",
+			Fix: "start weftd; or by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"},
+		{Check: "peers", Result: resultWarn, What: "lease 10.244.3.0-24 skipped: VNI 2, this node uses 1", Fix: "fix that node"},
+	})
+	var b bytes.Buffer
+	if err := writeDoctor(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	want := `node: eth0 192.0.2.11 MTU 1500, lease 10.244.1.0/24, backend vxlan
+
+CHECK  RESULT  WHAT
+weftd  ok      ready (http://127.0.0.1:8285/readyz)
+route  FAIL    missing: 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
+               fix: start weftd; or by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
+peers  warn    lease 10.244.3.0-24 skipped: VNI 2, this node uses 1
+               fix: fix that node
+
+1 problem found
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	if err := writeJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var back DoctorReport
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Problems != 1 || len(back.Findings) != 3 || back.Findings[1] != r.Findings[1] || back.Node != r.Node {
+		t.Errorf("JSON round trip: %+v\nwant %+v", back, r)
+	}
+	for _, key := range []string{`"check": "route"`, `"result": "fail"`, `"problems": 1`, `"fix": "start weftd;`} {
+		if !strings.Contains(b.String(), key) {
+			t.Errorf("JSON lacks %s:\n%s", key, b.String())
+		}
+	}
+}
+
+// TestExpectations: the MTU and its reason follow the config, and leases that share the
+// node's public IP are told apart by subnet.env.
+func TestExpectations(t *testing.T) {
+	n := healthyVXLAN(t)
+	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","MTU":1400,"VNI":7,"Port":4789}}`)
+	e, err := expect(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.mtu != 1400 || e.mtuWhy != "Backend.MTU of the network config" || e.state.VXLAN.VNI != 7 || e.state.VXLAN.Port != 4789 {
+		t.Errorf("MTU %d (%s), device %+v; want 1400 from the config, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.VXLAN)
+	}
+
+	n = healthyVXLAN(t)
+	stale := vxlanLease("10.244.0.0/24", "192.0.2.11", ownMAC) // sorts first
+	n.entries = append(entriesOf(stale), n.entries...)
+	if e, err = expect(n); err != nil || e.own.Subnet != netip.MustParsePrefix("10.244.1.0/24") || len(e.sharing) != 1 || e.sharing[0] != stale.Key() {
+		t.Errorf("own %s, sharing %q (%v); want 10.244.1.0/24 (subnet.env's), sharing the stale one", e.own.Subnet, e.sharing, err)
+	}
+
+	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	n.cfg.Backend.Type = "udp"
+	if _, err := expect(n); err == nil || !strings.Contains(err.Error(), `backend "udp"`) {
+		t.Errorf("udp backend: %v", err)
+	}
+}

@@ -1,0 +1,150 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/weftnet/weft/daemon"
+)
+
+// defaultAddr is weftd's default --healthz-ip and --healthz-port.
+const defaultAddr = "127.0.0.1:8285"
+
+func runStatus(ctx context.Context, args []string, out io.Writer) error {
+	var c common
+	fs := flag.NewFlagSet("weftctl status", flag.ContinueOnError)
+	c.addFlags(fs)
+	addr := fs.String("addr", defaultAddr, "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
+	if err := parse(fs, args, out, &c); err != nil {
+		return err
+	}
+	if err := checkAddr(*addr); err != nil {
+		return usageError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	st, err := fetchStatus(ctx, *addr)
+	if err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return writeJSON(out, st)
+	}
+	return writeStatus(out, st, time.Now())
+}
+
+func checkAddr(addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("--addr=%q: want host:port, e.g. %s", addr, defaultAddr)
+	}
+	return nil
+}
+
+// get fetches a path of weftd's health server.
+func get(ctx context.Context, addr, path string) (int, []byte, error) {
+	u := "http://" + addr + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("--addr=%s: %w", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		// The url.Error would name the URL a second time.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return 0, nil, fmt.Errorf("GET %s (--addr=%s): %w", u, addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("reading GET %s: %w", u, err)
+	}
+	return resp.StatusCode, body, nil
+}
+
+func fetchStatus(ctx context.Context, addr string) (daemon.Status, error) {
+	code, body, err := get(ctx, addr, "/status")
+	if err != nil {
+		return daemon.Status{}, err
+	}
+	if code != http.StatusOK {
+		return daemon.Status{}, fmt.Errorf("GET http://%s/status: %d %s", addr, code, strings.TrimSpace(string(body)))
+	}
+	var st daemon.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return daemon.Status{}, fmt.Errorf("GET http://%s/status: not weftd's status: %w", addr, err)
+	}
+	return st, nil
+}
+
+func writeStatus(out io.Writer, st daemon.Status, now time.Time) error {
+	t := newTable(out)
+	node := orDash(st.Interface)
+	if st.Address != "" {
+		node += " " + st.Address
+	}
+	if st.PublicIP != "" && st.PublicIP != st.Address {
+		node += ", public IP " + st.PublicIP
+	}
+	t.row("node", node+", backend "+orDash(st.Backend))
+	if l := st.Lease; l != nil {
+		lease := l.Subnet
+		if l.Expiration != nil {
+			lease += ", expires " + expires(l.Expiration, now)
+		} else {
+			lease += ", never expires"
+		}
+		if d, ok := vxlanData(l.BackendData); ok {
+			lease += fmt.Sprintf(", VNI %d, VTEP MAC %s", d.VNI, d.VtepMAC)
+		}
+		t.row("lease", lease)
+	} else {
+		t.row("lease", "none yet")
+	}
+	ready := "yes"
+	if !st.Ready {
+		ready = "no: " + st.NotReady
+	}
+	t.row("ready", ready)
+	if c := st.Last; c != nil {
+		s := fmt.Sprintf("%s (%s ago), took %s", c.Time.UTC().Format(time.RFC3339), roundDuration(now.Sub(c.Time)), c.Duration)
+		if c.Changes != "" {
+			s += ", wrote " + c.Changes
+		}
+		if c.Error != "" {
+			s += ", FAILED: " + c.Error
+		}
+		t.row("converged", s)
+	} else {
+		t.row("converged", "not yet")
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "\npeers: %d\n", len(st.Peers)); err != nil {
+		return fmt.Errorf("writing the status: %w", err)
+	}
+	if len(st.Peers) == 0 {
+		return nil
+	}
+	t = newTable(out)
+	t.row("SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "STATE", "REASON")
+	for _, p := range st.Peers {
+		mac := ""
+		if d, ok := vxlanData(p.BackendData); ok {
+			mac = d.VtepMAC
+		}
+		t.row(orDash(p.Subnet), orDash(p.PublicIP), orDash(p.BackendType), orDash(mac), p.State, p.Reason)
+	}
+	return t.flush()
+}

@@ -1,0 +1,164 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/daemon"
+)
+
+func testStatus(now time.Time) daemon.Status {
+	exp := now.Add(24 * time.Hour)
+	return daemon.Status{
+		Interface: "eth0", Address: "192.0.2.11", PublicIP: "203.0.113.1", Backend: "vxlan",
+		Lease: &daemon.LeaseStatus{Subnet: "10.244.1.0/24", Expiration: &exp,
+			BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:01"}`)},
+		Peers: []daemon.PeerStatus{
+			{Key: "10.244.2.0-24", Subnet: "10.244.2.0/24", PublicIP: "192.0.2.12", BackendType: "vxlan",
+				BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:02"}`), State: "programmed"},
+			{Key: "10.244.3.0-24", Subnet: "10.244.3.0/24", PublicIP: "192.0.2.13", BackendType: "host-gw",
+				State: "skipped", Reason: `backend type "host-gw", this node runs "vxlan"`},
+		},
+		Last:     &daemon.ConvergeStatus{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
+		NotReady: "last convergence failed: setting route: file exists",
+	}
+}
+
+func TestWriteStatus(t *testing.T) {
+	now := time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
+	var b bytes.Buffer
+	if err := writeStatus(&b, testStatus(now), now); err != nil {
+		t.Fatal(err)
+	}
+	want := `node       eth0 192.0.2.11, public IP 203.0.113.1, backend vxlan
+lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP MAC 0a:00:00:00:00:01
+ready      no: last convergence failed: setting route: file exists
+converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
+
+peers: 2
+SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       REASON
+10.244.2.0/24  192.0.2.12  vxlan    0a:00:00:00:00:02  programmed  
+10.244.3.0/24  192.0.2.13  host-gw  -                  skipped     backend type "host-gw", this node runs "vxlan"
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+
+	b.Reset()
+	if err := writeStatus(&b, daemon.Status{Ready: false, NotReady: "no lease yet: subnet.env not written"}, now); err != nil {
+		t.Fatal(err)
+	}
+	want = `node       -, backend -
+lease      none yet
+ready      no: no lease yet: subnet.env not written
+converged  not yet
+
+peers: 0
+`
+	if b.String() != want {
+		t.Errorf("table of a starting weftd:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// TestStatusCommand: weftctl status against an HTTP server answering as weftd does.
+func TestStatusCommand(t *testing.T) {
+	st := testStatus(time.Now())
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(st) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"status", "--addr=" + addr, "-o", "json"}, &out, &errOut); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var back daemon.Status
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Lease.Subnet != st.Lease.Subnet || len(back.Peers) != 2 || back.Peers[1].Reason != st.Peers[1].Reason {
+		t.Errorf("JSON round trip: %+v", back)
+	}
+
+	out.Reset()
+	if code := Main(context.Background(), []string{"status", "--addr", addr}, &out, &errOut); code != ExitOK ||
+		!strings.HasPrefix(out.String(), "node       eth0 192.0.2.11") {
+		t.Errorf("table: exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"status", "--addr=8285"}, ExitUsage, `weftctl status: --addr="8285": want host:port, e.g. 127.0.0.1:8285`},
+		{[]string{"status", "--addr=" + addr + "0"}, ExitProblems, "weftctl status: GET http://" + addr + "0/status (--addr=" + addr + "0): "},
+		{[]string{"status", "--timeout=0s"}, ExitUsage, "weftctl status: --timeout=0s: must be positive"},
+	} {
+		errOut.Reset()
+		if code := Main(context.Background(), tc.args, &out, &errOut); code != tc.code || !strings.HasPrefix(errOut.String(), tc.want) {
+			t.Errorf("weftctl %s: exit %d, %q; want %d, %q", strings.Join(tc.args, " "), code, errOut.String(), tc.code, tc.want)
+		}
+	}
+
+	// Not weftd: a 404 and a body that is not the status.
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"status", "--addr=" + strings.TrimPrefix(other.URL, "http://")}, &out, &errOut); code != ExitProblems ||
+		!strings.Contains(errOut.String(), "/status: 404 404 page not found") {
+		t.Errorf("against a server without /status: exit %d, %q", code, errOut.String())
+	}
+}
+
+func TestMainUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // start of stdout or stderr
+	}{
+		{nil, ExitUsage, "weftctl: look at a weft cluster"},
+		{[]string{"frobnicate"}, ExitUsage, `weftctl: unknown command "frobnicate"`},
+		{[]string{"help"}, ExitOK, "weftctl: look at a weft cluster"},
+		{[]string{"doctor", "-h"}, ExitOK, "Usage of weftctl doctor:"},
+	} {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), tc.args, &out, &errOut)
+		if got := out.String() + errOut.String(); code != tc.code || !strings.HasPrefix(got, tc.out) {
+			t.Errorf("weftctl %q: exit %d, %q; want %d, %q...", tc.args, code, got, tc.code, tc.out)
+		}
+	}
+}
+
+// TestFlagsFromEnvironment: weftd's flags come from its environment variables unless given.
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("WEFTD_ETCD_PREFIX", "/from-env")
+	t.Setenv("FLANNELD_SUBNET_FILE", "/run/from-env.env")
+	t.Setenv("WEFTD_O", "json") // not a weftd flag: ignored
+	parseArgs := func(args ...string) (datastoreFlags, doctorFlags, common) {
+		t.Helper()
+		var c common
+		var ds datastoreFlags
+		var f doctorFlags
+		fs := newDoctorFlagSet(&c, &ds, &f)
+		if err := parse(fs, args, &bytes.Buffer{}, &c); err != nil {
+			t.Fatal(err)
+		}
+		return ds, f, c
+	}
+	ds, f, c := parseArgs()
+	if ds.prefix != "/from-env" || f.subnetFile != "/run/from-env.env" || c.output != "table" {
+		t.Errorf("from the environment: prefix %q, subnet file %q, output %q", ds.prefix, f.subnetFile, c.output)
+	}
+	ds, f, _ = parseArgs("--etcd-prefix=/given", "--subnet-file=/given.env")
+	if ds.prefix != "/given" || f.subnetFile != "/given.env" {
+		t.Errorf("given flags must win: prefix %q, subnet file %q", ds.prefix, f.subnetFile)
+	}
+}

@@ -1,0 +1,140 @@
+package linux
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// Report is what Reconcile would change to make the kernel match a State, and how the overlay
+// device differs from what EnsureVXLAN would make. Diff produces it without writing anything,
+// so an operator's tool (weftctl doctor) can show the drift that weftd would repair.
+type Report struct {
+	Device    *DeviceReport // nil for host-gw
+	Routes    []Change[backend.Route]
+	Neighbors []Change[backend.Neighbor]
+	FDB       []Change[backend.FDBEntry]
+	Addrs     []Change[netip.Prefix] // of the overlay device
+}
+
+// Change is one entry Reconcile would write: Want is the entry it would set and Have the
+// kernel's entry it would overwrite or delete. A zero Want is a deletion, a zero Have an
+// addition of something missing.
+type Change[T comparable] struct {
+	Want, Have T
+}
+
+// DeviceReport is the overlay device as found.
+type DeviceReport struct {
+	Name    string
+	Missing bool
+	Up      bool
+	MTU     int
+	MAC     backend.MAC // what the node's lease must publish as its VtepMAC
+	// Incompatible says why EnsureVXLAN would replace the device (VNI, port, local address,
+	// underlay, learning, GBP, not a VXLAN device); "" when it would adopt it.
+	Incompatible string
+}
+
+// Converged reports whether Reconcile and EnsureVXLAN would find nothing to do.
+func (r Report) Converged() bool {
+	if d := r.Device; d != nil && (d.Missing || !d.Up || d.Incompatible != "") {
+		return false
+	}
+	return len(r.Routes)+len(r.Neighbors)+len(r.FDB)+len(r.Addrs) == 0
+}
+
+// Diff compares the kernel with st as Reconcile would, through the same dump and diff, and
+// reports what Reconcile would write, touching only what owned allows, without writing it.
+// The MTU is reported, not judged: EnsureVXLAN sets it, and the caller knows what it should be.
+func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	links, err := dump("links", p.h.LinkList)
+	if err != nil {
+		return Report{}, err
+	}
+	names := make(map[int]string, len(links))
+	var vx netlink.Link
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+		if st.VXLAN != nil && l.Attrs().Name == st.VXLAN.Name {
+			vx = l
+		}
+	}
+	var r Report
+	if st.VXLAN != nil {
+		r.Device = &DeviceReport{Name: st.VXLAN.Name, Missing: vx == nil}
+		if vx != nil {
+			a := vx.Attrs()
+			r.Device.Up, r.Device.MTU, r.Device.MAC = a.Flags&net.FlagUp != 0, a.MTU, macOf(a.HardwareAddr)
+			want, err := p.vxlanLink(*st.VXLAN)
+			if err != nil {
+				return Report{}, err
+			}
+			r.Device.Incompatible = incompatible(vx, want)
+		}
+	}
+	// Without the device, read dumps only routes: every neighbour, FDB entry and address of
+	// st then shows as missing, which is what Reconcile would write after EnsureVXLAN.
+	snap, err := p.read(vx, names)
+	if err != nil {
+		return Report{}, err
+	}
+	have := snap.state
+	pl := diff(st, have, owned)
+
+	for _, w := range pl.SetRoutes {
+		c := Change[backend.Route]{Want: w}
+		for _, k := range have.Routes {
+			// The route a replace overwrites: same destination, the default metric.
+			if k.Dst.Masked() == w.Dst.Masked() && k.Metric == defaultMetric(w.Dst) {
+				c.Have = k.Route
+			}
+		}
+		r.Routes = append(r.Routes, c)
+	}
+	for _, i := range pl.DelRoutes {
+		r.Routes = append(r.Routes, Change[backend.Route]{Have: have.Routes[i].Route})
+	}
+	for _, w := range pl.SetNeighbors {
+		c := Change[backend.Neighbor]{Want: w}
+		for _, k := range have.Neighbors {
+			if k.Dev == w.Dev && k.IP == w.IP {
+				c.Have = k.Neighbor
+			}
+		}
+		r.Neighbors = append(r.Neighbors, c)
+	}
+	for _, i := range pl.DelNeighbors {
+		r.Neighbors = append(r.Neighbors, Change[backend.Neighbor]{Have: have.Neighbors[i].Neighbor})
+	}
+	for _, w := range pl.SetFDB {
+		c := Change[backend.FDBEntry]{Want: w}
+		for _, k := range have.FDB {
+			// A replace rewrites the MAC's first destination: report that one.
+			if ownsFDB(k, w.Dev) && k.MAC == w.MAC {
+				c.Have = k.FDBEntry
+				break
+			}
+		}
+		r.FDB = append(r.FDB, c)
+	}
+	for _, i := range pl.DelFDB {
+		r.FDB = append(r.FDB, Change[backend.FDBEntry]{Have: have.FDB[i].FDBEntry})
+	}
+	for _, a := range pl.AddAddrs {
+		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Want: a})
+	}
+	for _, i := range pl.DelAddrs {
+		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Have: have.Addrs[i]})
+	}
+	return r, nil
+}
+
+// RouteString renders a route as ip-route would show it.
+func RouteString(r backend.Route) string { return routeString(r) }
