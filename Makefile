@@ -7,6 +7,7 @@ PKGS     ?= ./...
 FUZZTIME ?= 10s
 BIN      := bin
 CNI_BIN  := .cache/cni/bin
+KUBE_BIN := .cache/kube/bin
 
 export GOFLAGS := -buildvcs=false
 
@@ -28,14 +29,15 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
+	tools/kube/install-apiserver.sh $(KUBE_BIN)
 	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh; fi
 
 unit:
-	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## e2e: only the end-to-end tests (root): weftd nodes in network namespaces, real pods and packets
 e2e: deps
-	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) $(GO) test -count=1 -timeout 10m -v ./e2e/...
+	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(GO) test -count=1 -timeout 10m -v ./e2e/...
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)
 cross:

@@ -18,6 +18,8 @@ import (
 
 // Config is how weftd runs. Flags carry flanneld's names where flanneld has them.
 type Config struct {
+	KubeConfig // --kube-subnet-mgr and the flags of Kubernetes mode (kube.go)
+
 	EtcdEndpoints []string
 	EtcdPrefix    string
 	EtcdCAFile    string
@@ -47,6 +49,7 @@ type Config struct {
 // DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.
 func DefaultConfig() Config {
 	return Config{
+		KubeConfig:       DefaultKubeConfig(),
 		EtcdEndpoints:    []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"},
 		EtcdPrefix:       etcd.DefaultPrefix,
 		SubnetFile:       "/run/flannel/subnet.env",
@@ -81,6 +84,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
+	c.KubeConfig.AddFlags(fs)
 }
 
 // LoadEnv sets every flag not given on the command line from WEFTD_<NAME> (or, for drop-in
@@ -108,7 +112,10 @@ func LoadEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 
 // Validate checks what can be checked before talking to anyone; errors name the flag.
 func (c *Config) Validate() error {
-	if len(c.EtcdEndpoints) == 0 {
+	if err := c.KubeConfig.Validate(); err != nil {
+		return err
+	}
+	if !c.KubeSubnetMgr && len(c.EtcdEndpoints) == 0 {
 		return fmt.Errorf("--etcd-endpoints: none given")
 	}
 	for _, re := range c.IfaceRegexs {

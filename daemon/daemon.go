@@ -51,28 +51,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cli, err := etcd.NewClient(etcd.ClientConfig{
-		Endpoints: cfg.EtcdEndpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
-		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
-	})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	plane, err := newPlane(log)
-	if err != nil {
-		return fmt.Errorf("data plane: %w", err)
-	}
-	defer plane.Close()
 	m := newMetrics()
-	return RunWith(ctx, cfg, log, Deps{
-		Manager: etcd.New(cli, etcd.Options{
+	var sm subnet.Manager
+	if cfg.KubeSubnetMgr {
+		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, log, m)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		sm = km
+	} else {
+		cli, err := etcd.NewClient(etcd.ClientConfig{
+			Endpoints: cfg.EtcdEndpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
+			Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+		})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		sm = etcd.New(cli, etcd.Options{
 			Prefix:         cfg.EtcdPrefix,
 			Logger:         log,
 			OnSkip:         func(string, error) { m.skipped.WithLabelValues(backend.SkipMalformed).Inc() },
 			OnWatchRestart: func(error) { m.watchRestarts.Inc() },
 			OnRelist:       m.watchRelists.Inc,
-		}),
+		})
+	}
+	plane, err := newPlane(log)
+	if err != nil {
+		return fmt.Errorf("data plane: %w", err)
+	}
+	defer plane.Close()
+	return RunWith(ctx, cfg, log, Deps{
+		Manager:    sm,
 		Plane:      plane,
 		Interfaces: systemInterfaces,
 		DefaultIf:  defaultRouteInterface,
@@ -130,6 +143,7 @@ type daemon struct {
 	synced    bool                       // the first watch batch arrived
 	lastRenew time.Time
 	notified  bool // systemd was told weftd is ready
+	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
 // setUp does everything before the loop: config, interface, device, lease, subnet.env.
@@ -245,7 +259,9 @@ func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet
 			defer cancel()
 			return d.sm.Acquire(rctx, req)
 		})
-		return l, false, err
+		// A config error (a podCIDR that does not fit the network) will not go away by itself.
+		var ce *subnet.ConfigError
+		return l, errors.As(err, &ce), err
 	})
 	if err == nil {
 		d.log.Info("lease acquired", "subnet", l.Subnet, "expires", l.Expiration)
@@ -534,6 +550,9 @@ func (d *daemon) converge(ctx context.Context) error {
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
+	}
+	if !d.ready {
+		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {
 		d.log.Info("data plane converged", "changes", changes.String(), "peers", len(peers)-1, "took", took)

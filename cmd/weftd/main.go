@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")
+	cfg.NodeName = os.Getenv("NODE_NAME")
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level=%q: %w", *level, err)

@@ -318,8 +318,10 @@ func testPrepare(t *testing.T, h Harness) {
 	}
 	failing := errors.New("no device")
 	_, err = env.Node(t, "b").Acquire(ctx(t), subnet.AcquireRequest{
-		Attrs:   Attrs("b"),
-		Prepare: func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) { return subnet.LeaseAttrs{}, failing },
+		Attrs: Attrs("b"),
+		Prepare: func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) {
+			return subnet.LeaseAttrs{}, failing
+		},
 	})
 	if !errors.Is(err, failing) {
 		t.Errorf("a failing Prepare gave %v", err)

@@ -1,0 +1,12 @@
+package kubetest
+
+import "syscall"
+
+// sysProcAttr makes the kernel kill the API server when the test process dies
+// without cleaning up (a panic, a timeout), so that no server outlives its test.
+// The signal follows the death of the thread that started the server, which Go
+// only ends for goroutines that exit while locked to it; tests of this package
+// do not do that.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,298 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// batchWindow is how long the first change of a batch waits for more. A burst of node
+// updates (a relist, nodes joining together) then reaches the daemon as one batch and one
+// convergence, at the price of this much delay for a lone change.
+const batchWindow = 50 * time.Millisecond
+
+// Watch implements subnet.Manager with one shared informer on nodes. Its cache holds trimmed
+// Nodes (see annotations.trim); its event handler only notes which nodes changed in what weft
+// reads, and this goroutine turns the noted nodes into one batch of lease events whenever the
+// receiver is ready for one. The first batch, sent once the cache has synced, holds every
+// lease. A broken connection is the informer's business: it resumes (relisting when it must)
+// and only differences reach the receiver.
+//
+// Each call runs its own informer; the daemon calls Watch once.
+func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
+	cfg, err := m.GetConfig(ctx)
+	if err != nil {
+		return err
+	}
+	w := m.newWatcher(cfg, out)
+	return w.run(ctx)
+}
+
+// watcher is one Watch: the informer, the nodes noted as changed, and what the receiver has
+// been told.
+type watcher struct {
+	m   *Manager
+	cfg *subnet.Config
+	out chan<- []subnet.Event
+	inf cache.SharedIndexInformer
+
+	mu    sync.Mutex
+	dirty map[string]bool // node names changed since the last batch
+	kick  chan struct{}   // one token: something is dirty
+
+	synced atomic.Bool // the informer's first list is done
+
+	// Owned by run's goroutine.
+	known   map[string]subnet.Lease // by node name: what the receiver has been told
+	skipped map[string]string       // by node name: the problem already reported
+	sent    bool                    // the first batch went out
+}
+
+func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
+	w := &watcher{
+		m: m, cfg: cfg, out: out,
+		dirty: map[string]bool{}, kick: make(chan struct{}, 1),
+		known: map[string]subnet.Lease{}, skipped: map[string]string{},
+	}
+	// The informer's list and watch calls are seen on their way: whether they fail says
+	// whether the API server can be reached (Check) and is a watch restart; a list after
+	// the first sync is a relist.
+	nodes := m.cs.CoreV1().Nodes()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			l, err := nodes.List(ctx, opts)
+			w.called(err, true)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			wi, err := nodes.Watch(ctx, opts)
+			// With SendInitialEvents the watch streams a list first.
+			w.called(err, opts.SendInitialEvents != nil && *opts.SendInitialEvents)
+			return wi, err
+		},
+	}
+	w.inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.cs), &corev1.Node{},
+		cache.SharedIndexInformerOptions{ObjectDescription: "weft nodes"})
+	// Errors only come once the informer has started, which it has not.
+	_ = w.inf.SetTransform(m.ann.trim)
+	_ = w.inf.SetWatchErrorHandlerWithContext(w.watchError)
+	return w
+}
+
+// called notes how a list or watch call of the informer went. A failure is logged here,
+// because client-go retries a refused connection without telling the error handler.
+func (w *watcher) called(err error, list bool) {
+	w.m.reachable(err)
+	switch {
+	case err != nil && w.m.onWatchRestart != nil:
+		w.m.onWatchRestart(err)
+		fallthrough
+	case err != nil:
+		w.m.log.Warn("node watch interrupted, resuming", "err", err)
+	case list && w.synced.Load() && w.m.onRelist != nil:
+		w.m.onRelist()
+	}
+}
+
+func (w *watcher) run(ctx context.Context) error {
+	reg, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { w.note(obj) },
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			c, ok2 := cur.(*corev1.Node)
+			if ok1 && ok2 && !w.m.ann.relevant(o, c) {
+				return // a heartbeat, a label: nothing weft reads
+			}
+			w.note(cur)
+		},
+		DeleteFunc: func(obj any) { w.note(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("kube: watch nodes: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// client-go logs through the context's logger: weft's, not klog's global one.
+		w.inf.RunWithContext(logr.NewContext(ctx, logr.FromSlogHandler(w.m.log.Handler())))
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	select {
+	case <-reg.HasSyncedChecker().Done():
+		w.synced.Store(true)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.kick:
+		}
+		if err := w.settle(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// note marks the node of obj (a Node or a deletion's tombstone) for the next batch. It runs
+// on the informer's delivery goroutine and must not block it.
+func (w *watcher) note(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.dirty[key] = true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// settle lets a batch gather: for batchWindow, and then for as long as the receiver has not
+// taken the previous batch from its channel. Changes meanwhile join this batch instead of
+// queueing up behind it.
+func (w *watcher) settle(ctx context.Context) error {
+	t := time.NewTimer(batchWindow)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if len(w.out) == 0 {
+			return nil
+		}
+		t.Reset(batchWindow)
+	}
+}
+
+// flush sends the events that bring the receiver up to date with the noted nodes: removals
+// first, so that a subnet that moved from one node to another is never seen twice. Empty
+// batches are not sent, except the first, which tells the receiver it knows every lease.
+func (w *watcher) flush(ctx context.Context) error {
+	w.mu.Lock()
+	names := w.dirty
+	w.dirty = map[string]bool{}
+	w.mu.Unlock()
+
+	var removed, added []subnet.Event
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		old, had := w.known[name]
+		l, has := w.current(name)
+		switch {
+		case has && had && l.SameSubnets(old) && l.Attrs.Equal(old.Attrs):
+		case has:
+			if had && !l.SameSubnets(old) {
+				removed = append(removed, subnet.Event{Type: subnet.EventRemoved, Lease: old})
+			}
+			w.known[name] = l
+			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
+		case had:
+			delete(w.known, name)
+			removed = append(removed, subnet.Event{Type: subnet.EventRemoved, Lease: old})
+		}
+	}
+	evs := append(removed, added...)
+	if len(evs) == 0 && w.sent {
+		return nil
+	}
+	select {
+	case w.out <- evs:
+		w.sent = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// current is the lease the node called name holds now, from the informer's cache. A node
+// whose lease cannot be read is reported once per problem and keeps the last good lease the
+// receiver knows: a bad write does not make peers forget the node.
+func (w *watcher) current(name string) (subnet.Lease, bool) {
+	obj, exists, err := w.inf.GetStore().GetByKey(name)
+	n, ok := obj.(*corev1.Node)
+	if err != nil || !exists || !ok {
+		delete(w.skipped, name)
+		return subnet.Lease{}, false
+	}
+	l, peer, err := w.m.peerLease(w.cfg, n)
+	if !peer {
+		delete(w.skipped, name)
+		return subnet.Lease{}, false
+	}
+	if err != nil {
+		if w.skipped[name] != err.Error() {
+			w.skipped[name] = err.Error()
+			w.m.log.Warn("skipping node with a malformed lease", "node", name, "err", err)
+			if w.m.onSkip != nil {
+				w.m.onSkip(name, err)
+			}
+		}
+		old, had := w.known[name]
+		return old, had
+	}
+	delete(w.skipped, name)
+	return l, true
+}
+
+// peerLease reads the lease a node publishes. peer is false for nodes that publish none:
+// without the kube-subnet-manager annotation (nodes not running flannel or weft) or without
+// a podCIDR yet.
+func (m *Manager) peerLease(cfg *subnet.Config, n *corev1.Node) (l subnet.Lease, peer bool, err error) {
+	if n.Annotations[m.ann.managed] != "true" || n.Spec.PodCIDR == "" && len(n.Spec.PodCIDRs) == 0 {
+		return subnet.Lease{}, false, nil
+	}
+	v4, v6, err := podCIDRs(n)
+	if err != nil {
+		return subnet.Lease{}, true, err
+	}
+	if cfg.EnableIPv4 {
+		if !v4.IsValid() {
+			return subnet.Lease{}, true, errors.New("no IPv4 podCIDR")
+		}
+		l.Subnet = v4
+	}
+	if cfg.EnableIPv6 {
+		if !v6.IsValid() {
+			return subnet.Lease{}, true, errors.New("no IPv6 podCIDR")
+		}
+		l.IPv6Subnet = v6
+	}
+	if l.Attrs, err = m.ann.attrs(cfg, n.Annotations); err != nil {
+		return subnet.Lease{}, true, err
+	}
+	return l, true, nil
+}
+
+// watchError takes over from client-go's default handler, which logs through klog. Failed
+// calls are logged in called; what else ends a watch (the server closing it, as it does
+// every few minutes) is routine.
+func (w *watcher) watchError(_ context.Context, _ *cache.Reflector, err error) {
+	w.m.log.Debug("node watch ended, resuming", "err", err)
+}
