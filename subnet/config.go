@@ -395,6 +395,8 @@ func strictDecode(data []byte, v any, keyPrefix string) error {
 		switch {
 		case errors.As(err, &typeErr) && typeErr.Field != "":
 			return configErr(keyPrefix+typeErr.Field, "", "wrong type: a JSON %s cannot be a %s", typeErr.Value, typeErr.Type)
+		case errors.As(err, &typeErr) && keyPrefix == "":
+			return fmt.Errorf("net-conf.json: must be a JSON object, not a %s", typeErr.Value)
 		case errors.As(err, &typeErr):
 			return configErr(strings.TrimSuffix(keyPrefix, "."), "", "must be a JSON object, not a %s", typeErr.Value)
 		case errors.As(err, &syntaxErr):
