@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	cfg.AddFlags(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFile := fs.String("log-file", "", "append the log to this file instead of stderr (a Windows service has no stderr)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +53,16 @@ func run(ctx context.Context, args []string) error {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("--log-level=%q: %w", *level, err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	out := os.Stderr
+	if *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--log-file=%q: %w", *logFile, err)
+		}
+		defer f.Close()
+		out = f
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
 
 	return daemon.Run(ctx, cfg, log)
 }
