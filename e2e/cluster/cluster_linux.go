@@ -81,6 +81,9 @@ type Options struct {
 	// Keep makes Close leave everything running (for Teardown to remove later). It needs
 	// EtcdCommand.
 	Keep bool
+	// Kube, if set, runs the nodes in Kubernetes mode (see KubeOptions). The network config
+	// is written to etcd all the same, where a kube-mode weftd never looks.
+	Kube *KubeOptions
 }
 
 // Cluster is a set of network namespaces on this machine forming a weft cluster.
@@ -120,6 +123,9 @@ func New(log Logger, opts Options) (*Cluster, error) {
 	}
 	if opts.Keep && len(opts.EtcdCommand) == 0 {
 		return nil, errors.New("cluster: Options.Keep needs Options.EtcdCommand: an etcd inside this process would die with it")
+	}
+	if opts.Kube != nil && opts.Kube.Kubeconfig == nil {
+		return nil, errors.New("cluster: Options.Kube needs Kubeconfig: a kube-mode weftd cannot reach the API server without one")
 	}
 	if opts.Prefix != "" && !isName(opts.Prefix) {
 		return nil, fmt.Errorf("cluster: prefix %q: want 1 to 10 lower-case letters or digits", opts.Prefix)

@@ -46,6 +46,9 @@ type Node struct {
 	Dir        string     // the node's files
 	LogPath    string     // weftd's stdout and stderr, every run appended
 	SubnetFile string     // the subnet.env weftd writes
+	// In Kubernetes mode (Options.Kube): the files weftd reads; "" otherwise.
+	KubeconfigPath string
+	NetConfPath    string
 
 	http *http.Client // reaches the node's loopback from this process
 
@@ -102,6 +105,9 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 	}
 	n.LogPath = filepath.Join(n.Dir, "weftd.log")
 	n.SubnetFile = filepath.Join(n.Dir, "subnet.env")
+	if c.opts.Kube != nil {
+		n.setKubeFiles()
+	}
 	n.http = &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: &http.Transport{
@@ -138,6 +144,11 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 	if err := writeSysctl(n.NS, "net/ipv4/ip_forward", "1"); err != nil {
 		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
+	if c.opts.Kube != nil {
+		if err := n.writeKubeFiles(); err != nil {
+			return nil, err
+		}
+	}
 	if c.opts.Weftd != "" {
 		if err := n.Start(); err != nil {
 			return nil, err
@@ -153,14 +164,20 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 
 // weftdArgs are weftd's flags for this node.
 func (n *Node) weftdArgs() []string {
-	args := []string{
-		"--etcd-endpoints=" + EtcdURL,
-		"--iface=eth0",
-		"--subnet-file=" + n.SubnetFile,
-		"--healthz-ip=" + healthzIP,
-		"--healthz-port=" + strconv.Itoa(HealthzPort),
+	kube := n.c.opts.Kube != nil
+	var args []string
+	if kube {
+		args = n.kubeArgs()
+	} else {
+		args = []string{"--etcd-endpoints=" + EtcdURL}
 	}
-	if n.c.opts.EtcdPrefix != DefaultEtcdPrefix {
+	args = append(args,
+		"--iface=eth0",
+		"--subnet-file="+n.SubnetFile,
+		"--healthz-ip="+healthzIP,
+		"--healthz-port="+strconv.Itoa(HealthzPort),
+	)
+	if !kube && n.c.opts.EtcdPrefix != DefaultEtcdPrefix {
 		args = append(args, "--etcd-prefix="+n.c.opts.EtcdPrefix)
 	}
 	return append(args, n.c.opts.WeftdArgs...)
@@ -191,6 +208,9 @@ func (n *Node) Start() error {
 	cmd := exec.Command("ip", netnsExecArgs(n.NS, argv...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = n.c.procAttr()
+	if n.c.opts.Kube != nil {
+		cmd.Env = n.kubeEnv()
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("node %s: starting weftd: %w", n.Name, err)
 	}

@@ -3,7 +3,9 @@
 // (internal/etcdtest), on 127.0.0.1 with a random port. Authorization is RBAC;
 // a static token file holds an administrator (group system:masters) and an
 // identity with no permission at all; service-account tokens can be had from
-// the TokenRequest API. Tests skip when the binary is missing.
+// the TokenRequest API. Tests skip when the binary is missing. Options move the
+// server elsewhere: another address and port, the caller's etcd, a wrapper
+// command that runs it inside a network namespace (the e2e cluster's underlay).
 package kubetest
 
 import (
@@ -64,6 +66,11 @@ type Server struct {
 	logPath string
 	extra   []string // flags of the caller
 
+	etcdServers []string // Options.EtcdServers; empty when etcd is the server's own
+	etcdPrefix  string
+	wrapper     []string // Options.Command
+	dial        func(ctx context.Context, network, address string) (net.Conn, error)
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
@@ -103,22 +110,54 @@ type Options struct {
 	Addr netip.Addr
 	// Args are added to the server's flags (--feature-gates=..., say).
 	Args []string
+
+	// Port is the port to serve on; default a free one. A fixed port is for a
+	// server that clients must find without being told, and for an Addr that
+	// exists only where Command runs the server: a free port cannot be probed
+	// for there.
+	Port int
+	// EtcdServers, if set, is the etcd the server stores its objects in, as
+	// the server reaches it (where Command runs it), instead of an etcd of its
+	// own: the e2e cluster's, which exists only inside its underlay namespace.
+	EtcdServers []string
+	// EtcdPrefix is the server's key prefix in etcd, default
+	// /weft-kubetest/registry; set one apart from what else the etcd holds.
+	EtcdPrefix string
+	// Command, if set, is put in front of the server's command line: a wrapper
+	// that runs it elsewhere, such as `ip netns exec <ns>` for a server inside
+	// a network namespace. The wrapper must exec the server in place (ip netns
+	// exec does), so that Stop's kill reaches the server and not the wrapper,
+	// and so that the kill-on-death of sysProcAttr, which an exec keeps, holds
+	// for the server.
+	Command []string
+	// Dial, if set, is how clients in this process connect to the server,
+	// whose address may exist only inside a network namespace. Every config
+	// from Config carries it; a kubeconfig written from one for a process that
+	// reaches the server directly simply leaves it out.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-// Start starts a kube-apiserver, with an etcd of its own, and stops both at
-// test cleanup. It skips the test when there is no binary.
+// Start starts a kube-apiserver, with an etcd of its own unless
+// Options.EtcdServers names one, and stops both at test cleanup. It skips the test when there is no binary.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Skipf("kubetest: %v", err)
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), admin: token(), limited: token(), addr: opts.Addr, extra: opts.Args}
+	s := &Server{bin: bin, dir: t.TempDir(), admin: token(), limited: token(), addr: opts.Addr, extra: opts.Args,
+		etcdServers: append([]string(nil), opts.EtcdServers...), etcdPrefix: opts.EtcdPrefix,
+		wrapper: append([]string(nil), opts.Command...), dial: opts.Dial}
 	if !s.addr.IsValid() {
 		s.addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
+	if s.etcdPrefix == "" {
+		s.etcdPrefix = etcdPrefix
+	}
 	s.logPath = filepath.Join(s.dir, "kube-apiserver.log")
-	s.etcd = etcdtest.Start(t, etcdtest.Options{})
+	if len(s.etcdServers) == 0 {
+		s.etcd = etcdtest.Start(t, etcdtest.Options{})
+	}
 	if s.caPEM, err = writePKI(s.dir, s.addr); err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
@@ -133,11 +172,16 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 	})
 	for attempt := 1; ; attempt++ {
-		if s.port, err = freePort(s.addr); err != nil {
-			t.Fatalf("kubetest: %v", err)
+		s.port = opts.Port
+		if s.port == 0 {
+			if s.port, err = freePort(s.addr); err != nil {
+				t.Fatalf("kubetest: %v", err)
+			}
 		}
 		err = s.start()
-		if err == nil || attempt == startAttempts || !strings.Contains(s.logTail(2000), "address already in use") {
+		// Another attempt only helps a port that was picked here: a fixed one
+		// that is taken stays taken.
+		if err == nil || opts.Port != 0 || attempt == startAttempts || !strings.Contains(s.logTail(2000), "address already in use") {
 			break
 		}
 	}
@@ -169,6 +213,7 @@ func (s *Server) Config(token string) *rest.Config {
 		// would make them slow, not more real.
 		QPS:   1000,
 		Burst: 1000,
+		Dial:  s.dial,
 	}
 }
 
@@ -192,9 +237,14 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 func (s *Server) args() []string {
+	servers := s.etcdServers
+	if s.etcd != nil {
+		// Asked each time: the own etcd's port is only known once it runs.
+		servers = s.etcd.Endpoints()
+	}
 	return append([]string{
-		"--etcd-servers=" + strings.Join(s.etcd.Endpoints(), ","),
-		"--etcd-prefix=" + etcdPrefix,
+		"--etcd-servers=" + strings.Join(servers, ","),
+		"--etcd-prefix=" + s.etcdPrefix,
 		"--bind-address=" + s.addr.String(),
 		"--advertise-address=" + s.addr.String(),
 		"--secure-port=" + strconv.Itoa(s.port),
@@ -221,11 +271,12 @@ func (s *Server) start() error {
 		return fmt.Errorf("kube-apiserver log: %w", err)
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd := exec.Command(s.bin, s.args()...)
+	argv := append(append(append([]string(nil), s.wrapper...), s.bin), s.args()...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
+		return fmt.Errorf("start %s: %w", strings.Join(argv[:len(s.wrapper)+1], " "), err)
 	}
 	exited := make(chan struct{})
 	go func() {
