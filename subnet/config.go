@@ -403,6 +403,9 @@ func strictDecode(data []byte, v any, keyPrefix string) error {
 			return fmt.Errorf("net-conf.json: invalid JSON at byte %d: %w", syntaxErr.Offset, err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			if name == "" {
+				name = `""` // the empty key, still named
+			}
 			return configErr(keyPrefix+name, "", "unknown key")
 		}
 		return fmt.Errorf("net-conf.json: %w", err)
