@@ -30,7 +30,8 @@ deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
 	tools/kube/install-apiserver.sh $(KUBE_BIN)
-	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh; fi
+	tools/flannel/install-flanneld.sh .cache/flannel/bin
+	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh && tools/flannel/install-deps.sh; fi
 
 unit:
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(GO) test -race -count=1 -timeout 30m $(PKGS)

@@ -356,7 +356,7 @@ func expect(n node) (expectation, error) {
 		e.state, e.skipped = vxlan.Desired(vn, e.own, leases)
 		e.mtu, e.mtuWhy = vn.MTU(), fmt.Sprintf("%s's MTU %d less 50 for VXLAN", ext.Name, ext.MTU)
 		if cfg.Backend.MTU > 0 {
-			e.mtuWhy = "Backend.MTU of the network config"
+			e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less 50 for VXLAN", cfg.Backend.MTU)
 		}
 	case subnet.BackendHostGW:
 		e.state, e.skipped = hostgw.Desired(hostgw.Node{Config: cfg, Underlay: ext.Name, Connected: ext.Connected}, e.own, leases)

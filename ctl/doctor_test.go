@@ -374,8 +374,8 @@ func TestExpectations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.mtu != 1400 || e.mtuWhy != "Backend.MTU of the network config" || e.state.VXLAN.VNI != 7 || e.state.VXLAN.Port != 4789 {
-		t.Errorf("MTU %d (%s), device %+v; want 1400 from the config, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.VXLAN)
+	if e.mtu != 1350 || e.mtuWhy != "Backend.MTU 1400 of the network config less 50 for VXLAN" || e.state.VXLAN.VNI != 7 || e.state.VXLAN.Port != 4789 {
+		t.Errorf("MTU %d (%s), device %+v; want 1350 from the config's 1400, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.VXLAN)
 	}
 
 	n = healthyVXLAN(t)

@@ -169,7 +169,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		node := vxlan.Node{Config: d.net, VNI: d.net.Backend.VNIFor(runtime.GOOS), Local: d.ext.Addr,
 			Underlay: d.ext.Name, UnderlayMTU: d.ext.MTU, Connected: d.ext.Connected}
 		if node.MTU() < 68 {
-			return fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN", d.ext.Name, d.ext.MTU)
+			return fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes", d.ext.Name, d.ext.MTU, vxlan.Overhead)
 		}
 		if dev := node.Device(); prepares {
 			// The device is made for the subnet the acquisition picks; its MAC is published

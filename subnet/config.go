@@ -337,9 +337,10 @@ func parseBackend(data json.RawMessage) (BackendConfig, error) {
 		be.Port = uint16(*raw.Port)
 	}
 	if raw.MTU != nil {
-		// 1280 is the IPv6 minimum; below 68 not even IPv4 works.
-		if *raw.MTU != 0 && (*raw.MTU < 68 || *raw.MTU > 65535) {
-			return be, configErr("Backend.MTU", fmt.Sprint(*raw.MTU), "must be between 68 and 65535 (0 for automatic)")
+		// Backend.MTU is the underlay's (flanneld's meaning): the overlay gets 50 bytes less,
+		// and below 68 not even IPv4 works.
+		if *raw.MTU != 0 && (*raw.MTU < 118 || *raw.MTU > 65535) {
+			return be, configErr("Backend.MTU", fmt.Sprint(*raw.MTU), "must be between 118 and 65535 (the underlay MTU, VXLAN takes 50; 0 for the interface's)")
 		}
 		be.MTU = int(*raw.MTU)
 	}

@@ -132,6 +132,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":1.5}}`, "Backend.VNI", ""},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","Port":65536}}`, "Backend.Port", "65536"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","MTU":40}}`, "Backend.MTU", "40"},
+		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","MTU":100}}`, "Backend.MTU", "100"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","Vni":1,"VNI":2,"Foo":3}}`, "Backend.Foo", ""},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","DNSServerList":"10.0.0.10"}}`, "Backend.DNSServerList", ""},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"host-gw","VNI":1}}`, "Backend.VNI", ""},

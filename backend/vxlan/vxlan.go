@@ -69,13 +69,17 @@ type Node struct {
 	Connected   []netip.Prefix
 }
 
-// MTU is the overlay MTU: the configured one, or the external interface's less the 50
-// bytes of VXLAN encapsulation.
+// Overhead is what VXLAN encapsulation adds to a packet (IPv4 underlay).
+const Overhead = 50
+
+// MTU is the overlay MTU: the underlay's less the 50 bytes of VXLAN encapsulation. The
+// underlay MTU is Backend.MTU when set, as flanneld reads that key (the MTU of the outgoing,
+// encapsulated packets), else the external interface's.
 func (n Node) MTU() int {
 	if n.Config.Backend.MTU > 0 {
-		return n.Config.Backend.MTU
+		return n.Config.Backend.MTU - Overhead
 	}
-	return n.UnderlayMTU - 50
+	return n.UnderlayMTU - Overhead
 }
 
 // Device is the overlay device the node needs, before it holds a lease.

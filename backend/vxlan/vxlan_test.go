@@ -165,3 +165,15 @@ func dump(st backend.State) string {
 }
 
 func jsonOf(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestMTU: Backend.MTU is the underlay MTU, as flanneld reads it; the overlay gets 50 less.
+func TestMTU(t *testing.T) {
+	n := node(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	if got := n.MTU(); got != 1450 {
+		t.Errorf("interface MTU 1500: overlay MTU %d, want 1450", got)
+	}
+	n = node(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","MTU":1400}}`)
+	if got := n.MTU(); got != 1350 {
+		t.Errorf("Backend.MTU 1400: overlay MTU %d, want 1350 (flanneld's)", got)
+	}
+}
