@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,11 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/e2e/cluster"
-	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
 )
@@ -701,43 +698,8 @@ func TestFlannelBackendMTU(t *testing.T) {
 // (which grants what flannel's does).
 func newKubeMixedCluster(t *testing.T, bins binaries, flanneld string, b backend) (*kubeCluster, *mixedCluster) {
 	t.Helper()
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := &kubeCluster{}
-	c, err := cluster.New(t, cluster.Options{
-		NetConf: b.netConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
-		Kube: &cluster.KubeOptions{Kubeconfig: func(n *cluster.Node) ([]byte, error) {
-			// kc.srv is set below, before the first AddNode calls this.
-			rc := kc.srv.ServiceAccountConfig(t, weftNamespace, weftServiceAccount)
-			return cluster.Kubeconfig(rc.Host, rc.CAData, rc.BearerToken)
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc.Cluster = c
-	// After New's cleanup, so that the API server dies before its underlay goes.
-	kc.srv = kubetest.Start(t, kubetest.Options{
-		Addr:        netip.MustParseAddr(cluster.APIServerHost),
-		Port:        cluster.APIServerPort,
-		EtcdServers: []string{cluster.EtcdURL},
-		EtcdPrefix:  kubeEtcdPrefix,
-		Command:     c.UnderlayCommand(),
-		Dial:        c.DialUnderlay,
-	})
-	kubetest.Apply(t, kc.srv.Admin(), filepath.Join(repo, "dist", "kubernetes", "rbac.yaml"))
-	if kc.admin, err = kubernetes.NewForConfig(kc.srv.Admin()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			kc.dump(t)
-			dumpCluster(t, c)
-		}
-	})
-	return kc, &mixedCluster{Cluster: c, weftd: bins.weftd, flanneld: flanneld}
+	kc := newKubeCluster(t, bins, b, "")
+	return kc, &mixedCluster{Cluster: kc.Cluster, weftd: bins.weftd, flanneld: flanneld}
 }
 
 // annotateAsKubelet gives a Node the annotation a kubelet sets when it registers its node.

@@ -53,8 +53,9 @@ func needKubeAPIServer(t *testing.T) {
 // and etcd, then kube-apiserver inside the underlay on https://192.0.2.1:6443, with dist's
 // RBAC applied. Each node's weftd authenticates as the weft service account, so that a
 // permission the dist ClusterRole lacks fails the test. If the test fails, the Node objects
-// and each node's network state are logged before anything goes.
-func newKubeCluster(t *testing.T, bins binaries, b backend) *kubeCluster {
+// and each node's network state are logged before anything goes. With weftd empty, nodes
+// start no daemon: the caller starts one (weftd or flanneld) on each.
+func newKubeCluster(t *testing.T, bins binaries, b backend, weftd string) *kubeCluster {
 	t.Helper()
 	repo, err := cluster.RepoRoot()
 	if err != nil {
@@ -62,7 +63,7 @@ func newKubeCluster(t *testing.T, bins binaries, b backend) *kubeCluster {
 	}
 	kc := &kubeCluster{}
 	c, err := cluster.New(t, cluster.Options{
-		NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
+		NetConf: b.netConf, Weftd: weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
 		Kube: &cluster.KubeOptions{Kubeconfig: func(n *cluster.Node) ([]byte, error) {
 			// A token of its own per node, as each weftd pod would have; kc.srv is set
 			// below, before the first AddNode.
@@ -306,7 +307,7 @@ func TestKubeMode(t *testing.T) {
 }
 
 func testKubeMode(t *testing.T, bins binaries, b backend) {
-	kc := newKubeCluster(t, bins, b)
+	kc := newKubeCluster(t, bins, b, bins.weftd)
 	names := []string{"n1", "n2", "n3"}
 	for i, name := range names {
 		kc.createNode(t, name, podCIDR(i+1))

@@ -188,40 +188,7 @@ func (n *Node) Start() error {
 	if n.c.opts.Weftd == "" {
 		return fmt.Errorf("node %s: no weftd binary (Options.Weftd)", n.Name)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc != nil && !n.proc.exited() {
-		return fmt.Errorf("node %s: weftd is running already (pid %d)", n.Name, n.proc.cmd.Process.Pid)
-	}
-	logf, err := os.OpenFile(n.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("node %s: opening weftd log: %w", n.Name, err)
-	}
-	defer logf.Close() // the child has its own descriptor
-	n.runs++
-	argv := append([]string{n.c.opts.Weftd}, n.weftdArgs()...)
-	// One line per run, so that the log of a restarted node shows where each run begins.
-	fmt.Fprintf(logf, "=== weft-e2e %s: run %d: %s\n", time.Now().Format(time.RFC3339Nano), n.runs,
-		strings.Join(argv, " "))
-	// ip execs weftd in place, so the process started here is weftd itself: signals sent to
-	// it reach weftd, and its exit status is weftd's.
-	cmd := exec.Command("ip", netnsExecArgs(n.NS, argv...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = n.c.procAttr()
-	if n.c.opts.Kube != nil {
-		cmd.Env = n.kubeEnv()
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("node %s: starting weftd: %w", n.Name, err)
-	}
-	p := &weftdProc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait() // the status is in ProcessState
-		p.state = cmd.ProcessState
-		close(p.done)
-	}()
-	n.proc = p
-	return nil
+	return n.StartDaemon(append([]string{n.c.opts.Weftd}, n.weftdArgs()...)...)
 }
 
 // Running reports whether weftd runs in the node.
