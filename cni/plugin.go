@@ -82,15 +82,7 @@ func (p *Plugin) Add(ctx context.Context, args Args) (types.Result, error) {
 // Check runs the delegate's CHECK with the configuration kept at ADD, after making sure that
 // subnet.env still gives the node the subnet the container's address came from.
 func (p *Plugin) Check(ctx context.Context, args Args) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	id, err := storeID(p.OS, args.ContainerID, args.Netns)
-	if err != nil {
-		return err
-	}
-	stored, err := loadDelegate(conf.DataDir, id)
+	conf, id, stored, err := p.kept(args)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Error{Code: types.ErrUnknownContainer,
 			Msg: fmt.Sprintf("container %s: no delegate config in %s (not added on this node by weft or flannel)", id, conf.DataDir)}
@@ -129,15 +121,7 @@ func (p *Plugin) Check(ctx context.Context, args Args) error {
 // subnet.env and undoes exactly what ADD did, then forgets it. A container without one was
 // never added or is deleted already: that is success, as the CNI spec wants.
 func (p *Plugin) Del(ctx context.Context, args Args) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	id, err := storeID(p.OS, args.ContainerID, args.Netns)
-	if err != nil {
-		return err
-	}
-	stored, err := loadDelegate(conf.DataDir, id)
+	conf, id, stored, err := p.kept(args)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -155,6 +139,19 @@ func (p *Plugin) Del(ctx context.Context, args Args) error {
 		return delegateError(sd.Type, "DEL", err)
 	}
 	return removeDelegate(conf.DataDir, id)
+}
+
+// kept reads the plugin config and the delegate config kept at ADD for the container; an
+// error satisfying errors.Is(err, fs.ErrNotExist) means nothing was kept.
+func (p *Plugin) kept(args Args) (conf Config, id string, stored []byte, err error) {
+	if conf, err = ParseConfig(args.StdinData); err != nil {
+		return Config{}, "", nil, err
+	}
+	if id, err = storeID(p.OS, args.ContainerID, args.Netns); err != nil {
+		return Config{}, "", nil, err
+	}
+	stored, err = loadDelegate(conf.DataDir, id)
+	return conf, id, stored, err
 }
 
 // Status reports whether pods can be added: an error with CodeNotAvailable while subnet.env
