@@ -1,16 +1,24 @@
-// Package backend translates leases into the data plane a node needs: a pure function from
-// (network config, own lease, peer leases) to a desired State of routes, neighbours, FDB
-// entries and the VXLAN device. It makes no system calls; the linux and windows packages
-// make the system match a State.
+// Package backend translates leases into the data plane a node needs, and defines the seam
+// every OS's data plane implements.
+//
+// A Backend (vxlan or host-gw), built once from the network config and the node's external
+// interface, turns one peer lease into a Peer: how to reach that peer's subnet. A Set keeps
+// every peer lease and the State the node should program, one lease at a time: an event costs
+// work proportional to what it changed, not to the size of the cluster. Conflicting claims
+// (two leases for one subnet, public IP or VTEP MAC) are settled the same way on every node.
+// A Plane (linux, windows) makes the system match a State. Nothing here makes system calls.
 package backend
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/weftnet/weft/subnet"
 )
 
 // MAC is a 48-bit hardware address; unlike net.HardwareAddr it is comparable.
@@ -33,17 +41,33 @@ func (m MAC) HardwareAddr() net.HardwareAddr { return slices.Clone(m[:]) }
 // IsUsable reports whether m can be a VTEP's address: not zero, not multicast.
 func (m MAC) IsUsable() bool { return m != MAC{} && m[0]&1 == 0 }
 
-// State is the whole desired data plane of a node. Lists are sorted, so two States of the
-// same content are equal element by element.
+// State is the whole desired data plane of a node.
 type State struct {
-	// VXLAN is the overlay device; nil for host-gw.
-	VXLAN *VXLANDevice
-	// Routes to peers' subnets.
-	Routes []Route
-	// Neighbours (ARP/NDP) on the VXLAN device: a peer's VTEP address to its VTEP MAC.
-	Neighbors []Neighbor
-	// FDB entries on the VXLAN device: a peer's VTEP MAC to its public IP.
-	FDB []FDBEntry
+	// Config is the network config in force; planes read its Network and the backend keys
+	// of their OS (the HNS network name, DNS servers).
+	Config *subnet.Config
+	// Own is the node's subnet; invalid before the lease is known.
+	Own netip.Prefix
+	// Underlay is the external interface: host-gw and DirectRouting routes go out of it,
+	// and on Windows the HNS network is bound to its adapter.
+	Underlay string
+	// Device is the overlay device; nil for host-gw.
+	Device *VXLANDevice
+	// Masquerade: pod traffic leaving the network is masqueraded (--ip-masq).
+	Masquerade bool
+	// Peers are the peers to program, by lease key.
+	Peers map[string]Peer
+}
+
+// Network is the cluster network.
+func (s *State) Network() netip.Prefix { return s.Config.Network }
+
+// DeviceAddresses are the addresses the overlay device holds: <own subnet>.0/32.
+func (s *State) DeviceAddresses() []netip.Prefix {
+	if s.Device == nil || !s.Own.IsValid() {
+		return nil
+	}
+	return []netip.Prefix{netip.PrefixFrom(s.Own.Masked().Addr(), s.Own.Addr().BitLen())}
 }
 
 // VXLANDevice is the overlay device, flannel.<VNI> on Linux.
@@ -56,30 +80,62 @@ type VXLANDevice struct {
 	MTU      int
 	Learning bool
 	GBP      bool
-	// Addresses the device holds: <own subnet>.0/32 (and the IPv6 one).
-	Addresses []netip.Prefix
 }
 
-// Route is a route to a peer's subnet.
-type Route struct {
-	Dst    netip.Prefix
-	Gw     netip.Addr
-	Dev    string // outgoing interface by name
-	Onlink bool   // the gateway is reachable on Dev without a route to it (VXLAN)
+// Peer is how the node reaches one peer's subnet.
+type Peer struct {
+	Subnet   netip.Prefix
+	PublicIP netip.Addr
+	// VTEPMAC is the MAC of the peer's overlay device: its subnet is reached through the
+	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
+	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
+	VTEPMAC MAC
 }
 
-// Neighbor maps an address on Dev to a link-layer address, permanently.
-type Neighbor struct {
-	IP  netip.Addr
-	MAC MAC
-	Dev string
+// IsValid reports whether p is a peer at all: the zero Peer stands for none.
+func (p Peer) IsValid() bool { return p.Subnet.IsValid() }
+
+// Overlay reports whether p is reached through the overlay device.
+func (p Peer) Overlay() bool { return p.VTEPMAC != MAC{} }
+
+// VTEP is the address of the peer's overlay device: its subnet's first address.
+func (p Peer) VTEP() netip.Addr { return p.Subnet.Masked().Addr() }
+
+// Update says what a Plane's Apply must look at.
+type Update struct {
+	// Full: dump the system and diff it against the whole State (start-up, the periodic
+	// resync, drift, a failed write, a change of the own lease or the device).
+	Full bool
+	// Peers that changed since the last Apply, when not Full.
+	Peers []PeerChange
 }
 
-// FDBEntry tells Dev where (the remote public IP) to send frames for MAC.
-type FDBEntry struct {
-	MAC MAC
-	Dst netip.Addr
-	Dev string
+// PeerChange is one peer's change: Old is what the previous State programmed, New what this
+// one wants; a zero Peer stands for none.
+type PeerChange struct {
+	Key      string
+	Old, New Peer
+}
+
+// Plane is a node's data plane: the kernel over netlink on Linux, HNS on Windows. Every
+// method takes a context, so a stopping daemon never waits on a slow system.
+type Plane interface {
+	// Prepare makes (or adopts) the device st needs for its own subnet and returns the MAC
+	// to publish as the node's VTEP MAC (zero for host-gw). It runs inside the lease
+	// acquisition, before the lease is published, and again when Apply reports the device
+	// missing (a *MissingDeviceError).
+	Prepare(ctx context.Context, st *State) (MAC, error)
+	// Apply makes the system match st: all of it on a Full update, else the changed peers
+	// only, from the plane's model of what it programmed. It goes on past a failing entry and
+	// returns what it wrote with the errors joined; the caller follows a failure with a Full
+	// update.
+	Apply(ctx context.Context, st *State, u Update) (Changes, error)
+	// Watch calls drift, from one goroutine, whenever the system changes in a way the plane
+	// did not make, until ctx is done; it returns nil then. A plane that cannot see changes
+	// waits for ctx.
+	Watch(ctx context.Context, drift func()) error
+	// Close releases the plane's handles; what it programmed stays.
+	Close() error
 }
 
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*
@@ -106,9 +162,23 @@ const (
 	SkipMalformed    = "malformed" // the datastore's value could not be read at all
 )
 
-// Changes counts the entries a data plane wrote, by kind: "route", "neighbor", "fdb",
-// "address", "masquerade", "hns_policy", "hns_endpoint".
+// Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",
+// "fdb", "address", "masquerade", "hns_policy", "hns_endpoint".
 type Changes map[string]int
+
+// Add adds o's counts to c; c may be nil.
+func (c Changes) Add(o Changes) Changes {
+	if len(o) == 0 {
+		return c
+	}
+	if c == nil {
+		c = Changes{}
+	}
+	for k, v := range o {
+		c[k] += v
+	}
+	return c
+}
 
 // Total is the number of entries written.
 func (c Changes) Total() int {
@@ -130,26 +200,28 @@ func (c Changes) String() string {
 	return strings.Join(parts, " ")
 }
 
-// Ownership says which system entries are the daemon's, so which ones a data plane may delete.
-// Anything else is left alone, however stale it looks: it may belong to an administrator, the
-// CNI bridge or another daemon.
-type Ownership struct {
-	// Networks are the cluster networks (IPv4 and IPv6): only routes whose Dst lies inside
-	// one of them can be ours.
-	Networks []netip.Prefix
-	// Own are the node's own subnets: routes to them belong to the CNI bridge, never to us.
-	Own []netip.Prefix
-	// Devices are devices whose gatewayed routes into Networks are ours even when the State
-	// routes nothing through them: the external interface of host-gw and DirectRouting. Without
-	// it the route of the last host-gw peer could never be removed, since an empty
-	// State.Routes names no device.
-	Devices []string
-}
-
-// MissingDeviceError is returned by a data plane's Reconcile when the State's VXLAN device does not exist
-// (deleted by hand): the caller must run EnsureVXLAN again, and publish the new device's MAC.
+// MissingDeviceError is returned by a Plane's Apply when the State's device does not exist
+// (deleted by hand, or HNS lost its network): the caller must Prepare again and publish the
+// new device's MAC.
 type MissingDeviceError struct{ Name string }
 
 func (e *MissingDeviceError) Error() string {
-	return fmt.Sprintf("VXLAN device %q does not exist", e.Name)
+	return fmt.Sprintf("overlay device %q does not exist", e.Name)
+}
+
+// PlausibleUnicast reports whether a can be a node's address: a valid unicast address that
+// is not loopback, multicast, link-local, unspecified or the IPv4 broadcast address.
+func PlausibleUnicast(a netip.Addr) bool {
+	return a.IsValid() && a.Zone() == "" && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() &&
+		!a.IsLinkLocalUnicast() && !a.IsLinkLocalMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// OnLink reports whether a lies in one of the directly connected networks nets.
+func OnLink(nets []netip.Prefix, a netip.Addr) bool {
+	for _, p := range nets {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

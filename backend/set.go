@@ -1,0 +1,282 @@
+package backend
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// Set is every peer lease the node knows and the State it programs for them, kept up to date
+// one lease at a time: Put and Remove cost work proportional to the leases they touch (the
+// lease and those that share a claim with it), whatever the size of the cluster.
+//
+// A usable lease claims its subnet, its public IP and (vxlan) its VTEP MAC. When two claim the
+// same, the first in subnet order (then key order) is programmed and the other is skipped
+// until the first goes away; the node's own lease beats every peer. Every node decides the
+// same.
+type Set struct {
+	b     *Backend
+	st    *State
+	own   subnet.Lease
+	claim ownClaims
+
+	entries  map[string]*entry // every lease but the own, by key
+	bySubnet map[netip.Prefix][]*entry
+	byIP     map[netip.Addr][]*entry
+	byMAC    map[MAC][]*entry
+}
+
+// entry is one lease as the Set keeps it: no raw datastore value, only what the decisions
+// and /status need.
+type entry struct {
+	key     string
+	typ     string // backend type as published
+	c       candidate
+	self    *Skipped // why translate or the own lease rule it out; nil if usable
+	lost    *Skipped // why it lost a claim to another peer; nil if it did not
+	claimed bool     // registered in the claim indexes
+}
+
+// skipped is why the entry is not programmed, or nil.
+func (e *entry) skipped() *Skipped {
+	if e.self != nil {
+		return e.self
+	}
+	return e.lost
+}
+
+// NewSet returns an empty Set for a node holding own.
+func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
+	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: map[netip.Prefix][]*entry{},
+		byIP: map[netip.Addr][]*entry{}, byMAC: map[MAC][]*entry{}}
+	s.st = b.State(own.Subnet, masquerade)
+	s.own, s.claim = own, b.ownClaims(own)
+	return s
+}
+
+// State is the desired State. It is the Set's own: it changes with every Put, Remove and
+// SetOwn, so a caller reads it between those calls only.
+func (s *Set) State() *State { return s.st }
+
+// Len is the number of peer leases known, usable or not.
+func (s *Set) Len() int { return len(s.entries) }
+
+// Result is what a change of the Set means for the data plane and the operator.
+type Result struct {
+	// Changes are the peers whose programmed entries changed.
+	Changes []PeerChange
+	// Skipped are leases newly skipped, or skipped for a new reason: each is logged once.
+	Skipped []Skipped
+}
+
+// Put adds or replaces a peer lease (the own lease's key is ignored: see SetOwn).
+func (s *Set) Put(l subnet.Lease, r *Result) {
+	key := l.Key()
+	if key == s.own.Key() {
+		return
+	}
+	touched := map[*entry]bool{}
+	if old := s.entries[key]; old != nil {
+		s.unclaim(old, touched)
+	}
+	e := &entry{key: key, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
+	if e.typ == s.b.Type() {
+		e.typ = s.b.Type() // share the string rather than keep one per lease
+	}
+	s.entries[key] = e
+	s.settle(e, touched)
+	s.resolve(touched, r)
+}
+
+// Remove drops the lease key.
+func (s *Set) Remove(key string, r *Result) {
+	e := s.entries[key]
+	if e == nil {
+		return
+	}
+	touched := map[*entry]bool{}
+	s.unclaim(e, touched)
+	delete(s.entries, key)
+	delete(touched, e)
+	if old, ok := s.st.Peers[key]; ok {
+		delete(s.st.Peers, key)
+		r.Changes = append(r.Changes, PeerChange{Key: key, Old: old})
+	}
+	s.resolve(touched, r)
+}
+
+// SetOwn changes the node's own lease (a renewal that moved it, a new VTEP MAC): every lease
+// is weighed again. It reports whether the State's device or own subnet changed, which only a
+// full Apply covers.
+func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
+	ownChanged = own.Subnet != s.own.Subnet
+	s.own, s.claim = own, s.b.ownClaims(own)
+	s.st.Own = own.Subnet
+	if e := s.entries[own.Key()]; e != nil { // a peer lease that is now our own
+		s.Remove(e.key, r)
+	}
+	all := slices.Collect(maps.Values(s.entries))
+	touched := make(map[*entry]bool, len(all))
+	for _, e := range all {
+		s.unclaim(e, touched)
+	}
+	for _, e := range all {
+		s.settle(e, touched)
+	}
+	s.resolve(touched, r)
+	return ownChanged
+}
+
+// settle decides whether e passes the own lease's rule and, if usable, registers its claims;
+// the entries sharing a claim with it are added to touched.
+func (s *Set) settle(e *entry, touched map[*entry]bool) {
+	touched[e] = true
+	e.self = e.c.skip
+	if e.self == nil {
+		e.self = s.claim.against(e.key, e.c)
+	}
+	if e.self != nil {
+		return
+	}
+	e.claimed = true
+	p := e.c.peer
+	s.bySubnet[p.Subnet] = append(s.bySubnet[p.Subnet], e)
+	s.byIP[p.PublicIP] = append(s.byIP[p.PublicIP], e)
+	for _, o := range s.bySubnet[p.Subnet] {
+		touched[o] = true
+	}
+	for _, o := range s.byIP[p.PublicIP] {
+		touched[o] = true
+	}
+	if e.c.mac != (MAC{}) {
+		s.byMAC[e.c.mac] = append(s.byMAC[e.c.mac], e)
+		for _, o := range s.byMAC[e.c.mac] {
+			touched[o] = true
+		}
+	}
+}
+
+// unclaim takes e out of the claim indexes; the entries that shared a claim with it are
+// added to touched.
+func (s *Set) unclaim(e *entry, touched map[*entry]bool) {
+	if !e.claimed {
+		return
+	}
+	e.claimed = false
+	p := e.c.peer
+	drop(s.bySubnet, p.Subnet, e, touched)
+	drop(s.byIP, p.PublicIP, e, touched)
+	if e.c.mac != (MAC{}) {
+		drop(s.byMAC, e.c.mac, e, touched)
+	}
+}
+
+func drop[K comparable](m map[K][]*entry, k K, e *entry, touched map[*entry]bool) {
+	rest := slices.DeleteFunc(m[k], func(o *entry) bool { return o == e })
+	if len(rest) == 0 {
+		delete(m, k)
+		return
+	}
+	m[k] = rest
+	for _, o := range rest {
+		touched[o] = true
+	}
+}
+
+// before orders the claimants of one thing: the first wins.
+func before(a, b *entry) int {
+	return cmp.Or(a.c.peer.Subnet.Addr().Compare(b.c.peer.Subnet.Addr()), strings.Compare(a.key, b.key))
+}
+
+// rival says why e loses one of its claims to another entry, or nil when it wins them all.
+func (s *Set) rival(e *entry) *Skipped {
+	first := func(group []*entry) *entry { return slices.MinFunc(group, before) }
+	p := e.c.peer
+	if w := first(s.bySubnet[p.Subnet]); w != e {
+		return &Skipped{Key: e.key, Code: SkipOverlapsPeer, Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
+	}
+	if w := first(s.byIP[p.PublicIP]); w != e {
+		return &Skipped{Key: e.key, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
+	}
+	if e.c.mac != (MAC{}) {
+		if w := first(s.byMAC[e.c.mac]); w != e {
+			return &Skipped{Key: e.key, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
+		}
+	}
+	return nil
+}
+
+// resolve decides, for every touched entry, whether it is programmed, and records what
+// changed in r.
+func (s *Set) resolve(touched map[*entry]bool, r *Result) {
+	// In key order, so that a Result is the same whatever the map's order.
+	for _, e := range slices.SortedFunc(maps.Keys(touched), func(a, b *entry) int { return strings.Compare(a.key, b.key) }) {
+		if s.entries[e.key] != e {
+			continue // replaced or removed meanwhile
+		}
+		was := e.skipped()
+		e.lost = nil
+		if e.self == nil {
+			e.lost = s.rival(e)
+		}
+		now := e.skipped()
+		if now != nil && (was == nil || *was != *now) {
+			r.Skipped = append(r.Skipped, *now)
+		}
+		old, had := s.st.Peers[e.key]
+		switch {
+		case now == nil && (!had || old != e.c.peer):
+			s.st.Peers[e.key] = e.c.peer
+			r.Changes = append(r.Changes, PeerChange{Key: e.key, Old: old, New: e.c.peer})
+		case now != nil && had:
+			delete(s.st.Peers, e.key)
+			r.Changes = append(r.Changes, PeerChange{Key: e.key, Old: old})
+		}
+	}
+}
+
+// PeerInfo is one peer lease as /status shows it.
+type PeerInfo struct {
+	Key         string
+	Subnet      netip.Prefix
+	PublicIP    netip.Addr
+	BackendType string
+	VTEPMAC     MAC // zero when not known
+	Skipped     *Skipped
+}
+
+// Peers lists every peer lease in subnet order, built when asked: nothing per peer is kept
+// for it.
+func (s *Set) Peers() []PeerInfo {
+	out := make([]PeerInfo, 0, len(s.entries))
+	for _, e := range s.entries {
+		out = append(out, PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
+			BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: e.skipped()})
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int {
+		return cmp.Or(a.Subnet.Addr().Compare(b.Subnet.Addr()), strings.Compare(a.Key, b.Key))
+	})
+	return out
+}
+
+// Desired is the State for own and every lease in leases (own among them or not), with the
+// leases skipped: what a Set holds after putting them all.
+func Desired(b *Backend, own subnet.Lease, leases []subnet.Lease, masquerade bool) (*State, []Skipped) {
+	s := NewSet(b, own, masquerade)
+	var r Result
+	for _, l := range leases {
+		s.Put(l, &r)
+	}
+	var skipped []Skipped
+	for _, p := range s.Peers() {
+		if p.Skipped != nil {
+			skipped = append(skipped, *p.Skipped)
+		}
+	}
+	return s.st, skipped
+}
