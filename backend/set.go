@@ -39,6 +39,7 @@ type entry struct {
 	c       candidate
 	self    *Skipped // why translate or the own lease rule it out; nil if usable
 	lost    *Skipped // why it lost a claim to another peer; nil if it did not
+	said    *Skipped // the skip last reported in a Result, so that each is reported once
 	claimed bool     // registered in the claim indexes
 }
 
@@ -80,16 +81,17 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 	if key == s.own.Key() {
 		return
 	}
-	touched := map[*entry]bool{}
-	if old := s.entries[key]; old != nil {
-		s.unclaim(old, touched)
-	}
+	var touched touchList
 	e := &entry{key: key, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
+	if old := s.entries[key]; old != nil {
+		s.unclaim(old, &touched)
+		e.said = old.said
+	}
 	if e.typ == s.b.Type() {
 		e.typ = s.b.Type() // share the string rather than keep one per lease
 	}
 	s.entries[key] = e
-	s.settle(e, touched)
+	s.settle(e, &touched)
 	s.resolve(touched, r)
 }
 
@@ -99,10 +101,9 @@ func (s *Set) Remove(key string, r *Result) {
 	if e == nil {
 		return
 	}
-	touched := map[*entry]bool{}
-	s.unclaim(e, touched)
+	var touched touchList
+	s.unclaim(e, &touched)
 	delete(s.entries, key)
-	delete(touched, e)
 	if old, ok := s.st.Peers[key]; ok {
 		delete(s.st.Peers, key)
 		r.Changes = append(r.Changes, PeerChange{Key: key, Old: old})
@@ -120,22 +121,32 @@ func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
 	if e := s.entries[own.Key()]; e != nil { // a peer lease that is now our own
 		s.Remove(e.key, r)
 	}
-	all := slices.Collect(maps.Values(s.entries))
-	touched := make(map[*entry]bool, len(all))
+	all := touchList(slices.Collect(maps.Values(s.entries)))
 	for _, e := range all {
-		s.unclaim(e, touched)
+		s.unclaim(e, nil)
 	}
 	for _, e := range all {
-		s.settle(e, touched)
+		s.settle(e, nil)
 	}
-	s.resolve(touched, r)
+	s.resolve(all, r)
 	return ownChanged
+}
+
+// touchList is the entries a change may have changed the fate of: a handful, since they
+// share a claim with the changed lease.
+type touchList []*entry
+
+// add adds e unless it is there; a nil list takes nothing (SetOwn weighs every entry).
+func (t *touchList) add(e *entry) {
+	if t != nil && !slices.Contains(*t, e) {
+		*t = append(*t, e)
+	}
 }
 
 // settle decides whether e passes the own lease's rule and, if usable, registers its claims;
 // the entries sharing a claim with it are added to touched.
-func (s *Set) settle(e *entry, touched map[*entry]bool) {
-	touched[e] = true
+func (s *Set) settle(e *entry, touched *touchList) {
+	touched.add(e)
 	e.self = e.c.skip
 	if e.self == nil {
 		e.self = s.claim.against(e.key, e.c)
@@ -148,22 +159,22 @@ func (s *Set) settle(e *entry, touched map[*entry]bool) {
 	s.bySubnet[p.Subnet] = append(s.bySubnet[p.Subnet], e)
 	s.byIP[p.PublicIP] = append(s.byIP[p.PublicIP], e)
 	for _, o := range s.bySubnet[p.Subnet] {
-		touched[o] = true
+		touched.add(o)
 	}
 	for _, o := range s.byIP[p.PublicIP] {
-		touched[o] = true
+		touched.add(o)
 	}
 	if e.c.mac != (MAC{}) {
 		s.byMAC[e.c.mac] = append(s.byMAC[e.c.mac], e)
 		for _, o := range s.byMAC[e.c.mac] {
-			touched[o] = true
+			touched.add(o)
 		}
 	}
 }
 
 // unclaim takes e out of the claim indexes; the entries that shared a claim with it are
 // added to touched.
-func (s *Set) unclaim(e *entry, touched map[*entry]bool) {
+func (s *Set) unclaim(e *entry, touched *touchList) {
 	if !e.claimed {
 		return
 	}
@@ -176,7 +187,7 @@ func (s *Set) unclaim(e *entry, touched map[*entry]bool) {
 	}
 }
 
-func drop[K comparable](m map[K][]*entry, k K, e *entry, touched map[*entry]bool) {
+func drop[K comparable](m map[K][]*entry, k K, e *entry, touched *touchList) {
 	rest := slices.DeleteFunc(m[k], func(o *entry) bool { return o == e })
 	if len(rest) == 0 {
 		delete(m, k)
@@ -184,7 +195,7 @@ func drop[K comparable](m map[K][]*entry, k K, e *entry, touched map[*entry]bool
 	}
 	m[k] = rest
 	for _, o := range rest {
-		touched[o] = true
+		touched.add(o)
 	}
 }
 
@@ -213,21 +224,22 @@ func (s *Set) rival(e *entry) *Skipped {
 
 // resolve decides, for every touched entry, whether it is programmed, and records what
 // changed in r.
-func (s *Set) resolve(touched map[*entry]bool, r *Result) {
-	// In key order, so that a Result is the same whatever the map's order.
-	for _, e := range slices.SortedFunc(maps.Keys(touched), func(a, b *entry) int { return strings.Compare(a.key, b.key) }) {
+func (s *Set) resolve(touched touchList, r *Result) {
+	// In key order, so that a Result is the same whatever the order of the Set's maps.
+	slices.SortFunc(touched, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	for _, e := range touched {
 		if s.entries[e.key] != e {
 			continue // replaced or removed meanwhile
 		}
-		was := e.skipped()
 		e.lost = nil
 		if e.self == nil {
 			e.lost = s.rival(e)
 		}
 		now := e.skipped()
-		if now != nil && (was == nil || *was != *now) {
+		if now != nil && (e.said == nil || *e.said != *now) {
 			r.Skipped = append(r.Skipped, *now)
 		}
+		e.said = now
 		old, had := s.st.Peers[e.key]
 		switch {
 		case now == nil && (!had || old != e.c.peer):

@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/hostgw"
-	"github.com/weftnet/weft/backend/vxlan"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/subnet"
 )
@@ -100,7 +99,7 @@ func runDoctor(ctx context.Context, args []string, out io.Writer) error {
 
 	n := gather(ctx, store, f)
 	if exp, err := expect(n); err == nil {
-		n.kernel, n.kernelErr = inspectKernel(exp.state, exp.owned)
+		n.kernel, n.kernelErr = inspectKernel(exp.state)
 	}
 	rep := diagnose(n)
 	if c.output == "json" {
@@ -313,8 +312,7 @@ func findExternal(ifs []daemon.Interface, iface, publicIP string, st *daemon.Sta
 type expectation struct {
 	own     subnet.Lease
 	sharing []string // keys of other leases with the node's public IP
-	state   backend.State
-	owned   backend.Ownership
+	state   *backend.State
 	skipped []backend.Skipped
 	mtu     int
 	mtuWhy  string
@@ -349,22 +347,18 @@ func expect(n node) (expectation, error) {
 		return expectation{}, fmt.Errorf("no lease carries this node's public IP %s", n.ext.PublicIP)
 	}
 	cfg, ext := n.cfg, n.ext
-	switch cfg.Backend.Type {
-	case subnet.BackendVXLAN:
-		vn := vxlan.Node{Config: cfg, VNI: cfg.Backend.VNIFor(runtime.GOOS), Local: ext.Addr,
-			Underlay: ext.Name, UnderlayMTU: ext.MTU, Connected: ext.Connected}
-		e.state, e.skipped = vxlan.Desired(vn, e.own, leases)
-		e.mtu, e.mtuWhy = vn.MTU(), fmt.Sprintf("%s's MTU %d less 50 for VXLAN", ext.Name, ext.MTU)
+	b, err := backend.New(cfg, backend.Node{Underlay: ext.Name, Addr: ext.Addr, MTU: ext.MTU, Connected: ext.Connected, PublicIP: ext.PublicIP}, runtime.GOOS)
+	if err != nil {
+		return expectation{}, err
+	}
+	e.state, e.skipped = backend.Desired(b, e.own, leases, false)
+	e.mtu, e.mtuWhy = b.MTU(), ext.Name+"'s MTU"
+	if e.state.Device != nil {
+		e.mtuWhy = fmt.Sprintf("%s's MTU %d less 50 for VXLAN", ext.Name, ext.MTU)
 		if cfg.Backend.MTU > 0 {
 			e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less 50 for VXLAN", cfg.Backend.MTU)
 		}
-	case subnet.BackendHostGW:
-		e.state, e.skipped = hostgw.Desired(hostgw.Node{Config: cfg, Underlay: ext.Name, Connected: ext.Connected}, e.own, leases)
-		e.mtu, e.mtuWhy = ext.MTU, ext.Name+"'s MTU"
-	default:
-		return expectation{}, fmt.Errorf("backend %q: weftd runs only vxlan and host-gw", cfg.Backend.Type)
 	}
-	e.owned = backend.Ownership{Networks: []netip.Prefix{cfg.Network}, Own: []netip.Prefix{e.own.Subnet}, Devices: []string{ext.Name}}
 	return e, nil
 }
 
@@ -431,7 +425,7 @@ func diagnose(n node) DoctorReport {
 		add("peers", resultWarn, fmt.Sprintf("lease %s skipped: %s", s.Key, s.Reason),
 			"another node publishes it: fix that node, or delete the lease if the node is gone")
 	}
-	add("peers", resultOK, fmt.Sprintf("%d to program, %d skipped", len(e.state.Routes), len(e.skipped)), "")
+	add("peers", resultOK, fmt.Sprintf("%d to program, %d skipped", len(e.state.Peers), len(e.skipped)), "")
 	return report(nodeDesc, fs)
 }
 
@@ -460,7 +454,7 @@ func diagnoseLease(n node, e expectation, add addFunc) {
 			"restart weftd: it publishes the configured backend")
 	}
 	if d := n.kernelDevice(); d != nil && !d.Missing && n.cfg.Backend.Type == subnet.BackendVXLAN {
-		data, err := vxlan.DecodeData(e.own.Attrs.BackendData)
+		data, err := backend.DecodeVXLANData(e.own.Attrs.BackendData)
 		switch {
 		case err != nil:
 			ok = false
@@ -469,9 +463,9 @@ func diagnoseLease(n node, e expectation, add addFunc) {
 			ok = false
 			add("lease", resultFail, fmt.Sprintf("lease %s publishes VtepMAC %s, but %s has MAC %s: peers send to a MAC this node does not have", e.own.Key(), data.VtepMAC, d.Name, d.MAC),
 				"restart weftd: it publishes the device's MAC")
-		case data.VNI != e.state.VXLAN.VNI:
+		case data.VNI != e.state.Device.VNI:
 			ok = false
-			add("lease", resultFail, fmt.Sprintf("lease %s publishes VNI %d, the config says %d", e.own.Key(), data.VNI, e.state.VXLAN.VNI),
+			add("lease", resultFail, fmt.Sprintf("lease %s publishes VNI %d, the config says %d", e.own.Key(), data.VNI, e.state.Device.VNI),
 				"restart weftd: it publishes the configured VNI")
 		}
 	}
@@ -548,7 +542,7 @@ func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
 			add("device", resultFail, d.Name+" is down: no traffic to or from peers' pods",
 				fmt.Sprintf("ip link set %s up (weftd does it when it converges)", d.Name))
 		default:
-			v := e.state.VXLAN
+			v := e.state.Device
 			port := fmt.Sprint(v.Port)
 			if v.Port == 0 {
 				port = "8472 (the kernel's default)"
@@ -574,11 +568,12 @@ func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
 		}
 		add(d.Kind, resultFail, what, fix+cmd)
 	}
-	want := map[string]int{"route": len(e.state.Routes)}
+	w, _ := linux.WantOf(e.state)
+	want := map[string]int{"route": len(w.Routes)}
 	kinds := []string{"route"}
-	if v := e.state.VXLAN; v != nil {
+	if e.state.Device != nil {
 		kinds = append(kinds, "neighbor", "fdb", "address")
-		want["neighbor"], want["fdb"], want["address"] = len(e.state.Neighbors), len(e.state.FDB), len(v.Addresses)
+		want["neighbor"], want["fdb"], want["address"] = len(w.Neighbors), len(w.FDB), len(w.Addrs)
 	}
 	for _, k := range kinds {
 		if !drifted[k] {
@@ -610,30 +605,6 @@ func fixCommand(kind, op, entry string) string {
 		return "ip addr " + op + " " + entry
 	}
 	return entry
-}
-
-// The entries of a Drift, as ip(8) and bridge(8) write them.
-
-func routeText(r backend.Route) string {
-	s := r.Dst.String()
-	if r.Gw.IsValid() {
-		s += " via " + r.Gw.String()
-	}
-	if r.Dev != "" {
-		s += " dev " + r.Dev
-	}
-	if r.Onlink {
-		s += " onlink"
-	}
-	return s
-}
-
-func neighborText(n backend.Neighbor) string {
-	return fmt.Sprintf("%s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
-}
-
-func fdbText(f backend.FDBEntry) string {
-	return fmt.Sprintf("%s dev %s dst %s", f.MAC, f.Dev, f.Dst)
 }
 
 func addressText(dev string, p netip.Prefix) string { return p.String() + " dev " + dev }

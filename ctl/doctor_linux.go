@@ -13,13 +13,13 @@ func doctorSupported() error { return nil }
 
 // inspectKernel compares this network namespace with st, read-only, through the same dump
 // and diff as weftd's Reconcile.
-func inspectKernel(st backend.State, owned backend.Ownership) (*Kernel, error) {
+func inspectKernel(st *backend.State) (*Kernel, error) {
 	p, err := linux.New(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
 	defer p.Close()
-	r, err := p.Diff(st, owned)
+	r, err := p.Diff(st)
 	if err != nil {
 		return nil, fmt.Errorf("comparing the kernel with the leases: %w", err)
 	}
@@ -34,8 +34,8 @@ func inspectKernel(st backend.State, owned backend.Ownership) (*Kernel, error) {
 	k.Drift = append(k.Drift, drifts("neighbor", r.Neighbors, neighborText)...)
 	k.Drift = append(k.Drift, drifts("fdb", r.FDB, fdbText)...)
 	dev := ""
-	if st.VXLAN != nil {
-		dev = st.VXLAN.Name
+	if st.Device != nil {
+		dev = st.Device.Name
 	}
 	k.Drift = append(k.Drift, drifts("address", r.Addrs, func(p netip.Prefix) string { return addressText(dev, p) })...)
 	return k, nil
@@ -56,3 +56,28 @@ func drifts[T comparable](kind string, changes []linux.Change[T], text func(T) s
 	}
 	return out
 }
+
+// The entries of a Drift, as ip(8) and bridge(8) write them.
+
+func routeText(r linux.Route) string {
+	s := r.Dst.String()
+	if r.Gw.IsValid() {
+		s += " via " + r.Gw.String()
+	}
+	if r.Dev != "" {
+		s += " dev " + r.Dev
+	}
+	if r.Onlink {
+		s += " onlink"
+	}
+	return s
+}
+
+func neighborText(n linux.Neighbor) string {
+	return fmt.Sprintf("%s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
+}
+
+func fdbText(f linux.FDBEntry) string {
+	return fmt.Sprintf("%s dev %s dst %s", f.MAC, f.Dev, f.Dst)
+}
+

@@ -13,4 +13,4 @@ var errNoDoctor = errors.New("doctor is not available on " + runtime.GOOS + " ye
 
 func doctorSupported() error { return errNoDoctor }
 
-func inspectKernel(backend.State, backend.Ownership) (*Kernel, error) { return nil, errNoDoctor }
+func inspectKernel(*backend.State) (*Kernel, error) { return nil, errNoDoctor }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/daemon"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -91,11 +92,11 @@ func TestDiagnoseHealthy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(e.state.Routes) != 1 || e.state.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
+	if w, _ := linux.WantOf(e.state); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
 		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", e.state, e.mtu)
 	}
-	if e.owned.Devices[0] != "eth0" || e.owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
-		t.Errorf("ownership %+v", e.owned)
+	if _, owned := linux.WantOf(e.state); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
+		t.Errorf("ownership %+v", owned)
 	}
 }
 
@@ -374,8 +375,8 @@ func TestExpectations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.mtu != 1350 || e.mtuWhy != "Backend.MTU 1400 of the network config less 50 for VXLAN" || e.state.VXLAN.VNI != 7 || e.state.VXLAN.Port != 4789 {
-		t.Errorf("MTU %d (%s), device %+v; want 1350 from the config's 1400, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.VXLAN)
+	if e.mtu != 1350 || e.mtuWhy != "Backend.MTU 1400 of the network config less 50 for VXLAN" || e.state.Device.VNI != 7 || e.state.Device.Port != 4789 {
+		t.Errorf("MTU %d (%s), device %+v; want 1350 from the config's 1400, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.Device)
 	}
 
 	n = healthyVXLAN(t)
@@ -387,7 +388,7 @@ func TestExpectations(t *testing.T) {
 
 	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	n.cfg.Backend.Type = "udp"
-	if _, err := expect(n); err == nil || !strings.Contains(err.Error(), `backend "udp"`) {
+	if _, err := expect(n); err == nil || !strings.Contains(err.Error(), `Backend.Type=udp`) {
 		t.Errorf("udp backend: %v", err)
 	}
 }

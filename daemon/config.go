@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/subnet/etcd"
-	"github.com/weftnet/weft/windows"
 )
 
 // Config is how weftd runs. Flags carry flanneld's names where flanneld has them.
@@ -40,8 +39,6 @@ type Config struct {
 	ResyncInterval time.Duration
 	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
 	DatastoreTimeout time.Duration
-	// HNSPeers is how a Windows vxlan node programs its peers.
-	HNSPeers windows.PeerMode
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
 	NotifySocket string
 }
@@ -79,10 +76,6 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
-	fs.Func("hns-peers", "Windows vxlan: program peers as RemoteSubnetRoute policies, as RemoteEndpoints (one HNS endpoint per remote pod address), or auto (RemoteSubnetRoute where HNS has it)", func(v string) (err error) {
-		c.HNSPeers, err = windows.ParsePeerMode(v)
-		return err
-	})
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 	c.KubeConfig.AddFlags(fs)
 }

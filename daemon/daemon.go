@@ -1,53 +1,34 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"runtime"
-	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/hostgw"
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
 
-// Plane is the data plane of the OS: it makes the system match a backend.State.
-type Plane interface {
-	// EnsureVXLAN creates or adopts the overlay device and returns its MAC.
-	EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error)
-	// Reconcile converges the system to st, removing only entries owned says are the
-	// daemon's, and counts what it wrote. A *backend.MissingDeviceError means the overlay
-	// device is gone and EnsureVXLAN must run again.
-	Reconcile(st backend.State, owned backend.Ownership) (backend.Changes, error)
-	// Masquerade makes pod traffic leaving the network masqueraded (--ip-masq).
-	Masquerade(network, own netip.Prefix) (changed bool, err error)
-	// Watch calls changed when the system's routes, neighbours or links change.
-	Watch(ctx context.Context, changed func()) error
-	Close()
-}
-
 // Deps are what Run works with; tests put their own in.
 type Deps struct {
 	Manager    subnet.Manager
-	Plane      Plane
+	Plane      backend.Plane
 	Interfaces func() ([]Interface, error)
 	DefaultIf  func() (string, error)
 	metrics    *metrics // made by RunWith when nil
 }
 
-// Run runs weftd until ctx is done. It returns an error only when it cannot go on: a bad
-// config, no usable interface, a data plane that cannot be set up.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
+// the default route. It returns an error only when it cannot go on: a bad config, no usable
+// interface, a data plane that cannot be set up.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, plane backend.Plane, defaultIf func() (string, error)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -79,33 +60,36 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			OnRelist:       m.watchRelists.Inc,
 		})
 	}
-	plane, err := newPlane(log)
-	if err != nil {
-		return fmt.Errorf("data plane: %w", err)
-	}
-	defer plane.Close()
 	return RunWith(ctx, cfg, log, Deps{
 		Manager:    sm,
 		Plane:      plane,
 		Interfaces: systemInterfaces,
-		DefaultIf:  defaultRouteInterface,
+		DefaultIf:  defaultIf,
 		metrics:    m,
 	})
 }
 
-// RunWith is Run on the given dependencies.
+// RunWith is Run on the given dependencies. It returns once every goroutine it started has
+// ended.
 func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error {
 	if deps.metrics == nil {
 		deps.metrics = newMetrics()
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
 	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, m: deps.metrics,
-		skipped: map[string]backend.Skipped{}, pending: map[string]time.Time{}}
+		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check
 	}
 	d.health = newHealth(cfg, d.m, check)
-	go d.health.watchDatastore(ctx)
+	d.health.peers = d.peerStatus
+	d.m.peers.count = d.peerCounts
+	wg.Go(func() { d.health.watchDatastore(ctx) })
 	if cfg.HealthzPort != 0 {
 		stop, err := d.health.serve(netip.AddrPortFrom(netip.MustParseAddr(cfg.HealthzIP), uint16(cfg.HealthzPort)), log)
 		if err != nil {
@@ -119,34 +103,40 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		}
 		return err
 	}
-	return d.loop(ctx)
+	return d.loop(ctx, &wg)
 }
 
 type daemon struct {
 	cfg    Config
 	log    *slog.Logger
 	sm     subnet.Manager
-	plane  Plane
+	plane  backend.Plane
 	health *health
 	m      *metrics
 
-	net     *subnet.Config
-	ext     External
-	attrs   subnet.LeaseAttrs
-	own     subnet.Lease
-	mtu     int
-	desired func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped)
+	net *subnet.Config
+	ext External
+	b   *backend.Backend
+	own subnet.Lease
 
-	peers     map[string]subnet.Lease    // by lease key, own included
-	skipped   map[string]backend.Skipped // by lease key, to log and count each once
-	pending   map[string]time.Time       // lease keys changed since the last convergence: when first seen
-	synced    bool                       // the first watch batch arrived
+	// mu guards set, which the loop changes and /status and /metrics read.
+	mu  sync.Mutex
+	set *backend.Set
+
+	result  backend.Result       // peer changes not yet applied
+	full    bool                 // the next Apply must be a full one
+	pending map[string]time.Time // lease keys changed since the last convergence: when first seen
+
+	stored    subnet.LeaseAttrs // the own lease as the datastore last showed it
+	inStore   bool              // the own lease is in the datastore
+	synced    bool              // the first watch batch arrived
 	lastRenew time.Time
 	notified  bool // systemd was told weftd is ready
 	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
-// setUp does everything before the loop: config, interface, device, lease, subnet.env.
+// setUp does everything before the loop: config, interface, backend, lease (with the device
+// made for it), subnet.env.
 func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	var err error
 	if d.net, err = d.waitConfig(ctx); err != nil {
@@ -160,51 +150,25 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		return err
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
-
-	d.attrs = subnet.LeaseAttrs{PublicIP: d.ext.PublicIP, BackendType: d.net.Backend.Type}
-	preparer, prepares := d.plane.(leasePreparer)
-	var prepare func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
-	switch d.net.Backend.Type {
-	case subnet.BackendVXLAN:
-		node := vxlan.Node{Config: d.net, VNI: d.net.Backend.VNIFor(runtime.GOOS), Local: d.ext.Addr,
-			Underlay: d.ext.Name, UnderlayMTU: d.ext.MTU, Connected: d.ext.Connected}
-		if node.MTU() < 68 {
-			return fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes", d.ext.Name, d.ext.MTU, vxlan.Overhead)
-		}
-		if dev := node.Device(); prepares {
-			// The device is made for the subnet the acquisition picks; its MAC is published
-			// with that one acquisition.
-			prepare = preparer.prepare(d.cfg, d.net, d.ext, &dev, d.attrs)
-		} else {
-			mac, err := d.plane.EnsureVXLAN(dev)
-			if err != nil {
-				return fmt.Errorf("overlay device %s: %w", dev.Name, err)
-			}
-			d.attrs.BackendData = vxlan.Data{VNI: node.VNI, VtepMAC: mac}.Encode()
-		}
-		d.mtu = node.MTU()
-		d.desired = func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped) {
-			return vxlan.Desired(node, own, peers)
-		}
-	case subnet.BackendHostGW:
-		if d.ext.PublicIP != d.ext.Addr {
-			return fmt.Errorf("--public-ip=%s differs from %s's address %s: host-gw routes to peers by their public IPs, which must be on the interface", d.ext.PublicIP, d.ext.Name, d.ext.Addr)
-		}
-		node := hostgw.Node{Config: d.net, Underlay: d.ext.Name, Connected: d.ext.Connected}
-		d.mtu = d.ext.MTU
-		d.desired = func(own subnet.Lease, peers []subnet.Lease) (backend.State, []backend.Skipped) {
-			return hostgw.Desired(node, own, peers)
-		}
-		if prepares {
-			prepare = preparer.prepare(d.cfg, d.net, d.ext, nil, d.attrs)
-		}
+	d.b, err = backend.New(d.net, backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, MTU: d.ext.MTU,
+		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP}, runtime.GOOS)
+	if err != nil {
+		return err
 	}
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Address, h.status.PublicIP = d.ext.Name, d.ext.Addr.String(), d.ext.PublicIP.String()
 		h.status.Backend = d.net.Backend.Type
 	})
 
-	req := subnet.AcquireRequest{Attrs: d.attrs, Prepare: prepare}
+	// The device is made for the subnet the acquisition picks (HNS needs it; on Linux it is
+	// the same step), and its MAC published with that one acquisition.
+	req := subnet.AcquireRequest{Attrs: d.b.Attrs(backend.MAC{}), Prepare: func(ctx context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
+		mac, err := d.plane.Prepare(ctx, d.b.State(sn, d.cfg.IPMasq))
+		if err != nil {
+			return subnet.LeaseAttrs{}, fmt.Errorf("data plane: %w", err)
+		}
+		return d.b.Attrs(mac), nil
+	}}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
 	case err == nil:
 		req.Previous, req.PreviousIPv6 = env.LeaseSubnets()
@@ -214,17 +178,10 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, req); err != nil {
 		return err
 	}
-	d.attrs = d.own.Attrs // as published: with Prepare, they carry the device's MAC
+	d.set = backend.NewSet(d.b, d.own, d.cfg.IPMasq)
+	d.full = true
 	d.leaseChanged()
 	return d.writeEnv()
-}
-
-// leasePreparer is a data plane that can make its device only for a known subnet (HNS):
-// instead of EnsureVXLAN before the lease, it gives the acquisition a Prepare function that
-// makes the device for the chosen subnet and returns the attributes to publish. dev is nil
-// for host-gw.
-type leasePreparer interface {
-	prepare(cfg Config, net *subnet.Config, ext External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
 }
 
 // waitConfig reads the network config, waiting while there is none or etcd cannot be
@@ -316,7 +273,7 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (
 }
 
 func (d *daemon) writeEnv() error {
-	env := subnet.NewEnv(d.net.Network, d.own.Subnet, netip.Prefix{}, netip.Prefix{}, d.mtu, d.cfg.IPMasq)
+	env := subnet.NewEnv(d.net.Network, d.own.Subnet, netip.Prefix{}, netip.Prefix{}, d.b.MTU(), d.cfg.IPMasq)
 	if err := subnet.WriteEnv(d.cfg.SubnetFile, env); err != nil {
 		d.m.errors.WithLabelValues("write_subnet_env").Inc()
 		return fmt.Errorf("write %s: %w", d.cfg.SubnetFile, err)
@@ -345,13 +302,14 @@ func (d *daemon) leaseChanged() {
 	})
 }
 
-// loop keeps the data plane converged until ctx is done.
-func (d *daemon) loop(ctx context.Context) error {
+// loop keeps the data plane converged until ctx is done. The goroutines it starts are
+// counted in wg.
+func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	events := make(chan []subnet.Event, 16)
 	watchDone := make(chan error, 1)
-	go func() { watchDone <- d.sm.Watch(ctx, events) }()
+	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
 	drift := make(chan struct{}, 1)
-	go func() {
+	wg.Go(func() {
 		err := d.plane.Watch(ctx, func() {
 			select {
 			case drift <- struct{}{}:
@@ -361,16 +319,14 @@ func (d *daemon) loop(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "err", err)
 		}
-	}()
+	})
 
-	d.peers = map[string]subnet.Lease{}
 	resync := time.NewTicker(d.cfg.ResyncInterval)
 	defer resync.Stop()
 	renew := time.NewTimer(d.renewIn())
 	defer renew.Stop()
 	retryConverge := time.NewTimer(time.Hour)
 	retryConverge.Stop()
-	dirty := false
 	for {
 		d.health.update(func(h *health) { h.lastBeat = time.Now() })
 		select {
@@ -384,66 +340,75 @@ func (d *daemon) loop(ctx context.Context) error {
 			}
 			return fmt.Errorf("lease watch ended: %w", err)
 		case batch := <-events:
-			d.apply(batch)
+			d.take(batch)
 			d.synced = true
 			// Coalesce: a burst of events is one convergence.
 			for drained := false; !drained; {
 				select {
 				case more := <-events:
-					d.apply(more)
+					d.take(more)
 				default:
 					drained = true
 				}
 			}
-			dirty = true
 		case <-drift:
-			dirty = true
+			d.full = true
 		case <-resync.C:
-			dirty = true
+			d.full = true
 		case <-retryConverge.C:
-			dirty = true
+			d.full = true
 		case <-renew.C:
-			if d.renew(ctx) {
-				dirty = true
-			}
+			d.renew(ctx)
 			renew.Reset(d.renewIn())
 		}
-		own, ok := d.peers[d.own.Key()]
-		inStore := ok && own.Attrs.Equal(d.own.Attrs)
+		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
 		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
 			d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
-			if d.renew(ctx) {
-				dirty = true
-			}
+			d.renew(ctx)
 			renew.Reset(d.renewIn())
 		}
-		if dirty && d.synced {
+		if d.synced && (d.full || len(d.result.Changes) > 0) {
 			if err := d.converge(ctx); err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
 				retryConverge.Reset(time.Second)
 			}
-			dirty = false
 		}
 	}
 }
 
-// apply folds a batch of lease events into the peer set.
-func (d *daemon) apply(batch []subnet.Event) {
+// take folds a batch of lease events into the peer set.
+func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
+	skippedBefore := len(d.result.Skipped)
+	d.mu.Lock()
 	for _, ev := range batch {
 		k := ev.Lease.Key()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
+		if k == d.own.Key() {
+			d.inStore, d.stored = ev.Type == subnet.EventAdded, ev.Lease.Attrs
+			continue
+		}
 		if _, seen := d.pending[k]; !seen {
 			d.pending[k] = now
 		}
 		switch ev.Type {
 		case subnet.EventAdded:
-			d.peers[k] = ev.Lease
+			d.set.Put(ev.Lease, &d.result)
 		case subnet.EventRemoved:
-			delete(d.peers, k)
+			d.set.Remove(k, &d.result)
 		}
+	}
+	d.mu.Unlock()
+	d.noteSkipped(d.result.Skipped[skippedBefore:])
+}
+
+// noteSkipped logs and counts leases newly skipped.
+func (d *daemon) noteSkipped(skipped []backend.Skipped) {
+	for _, s := range skipped {
+		d.log.Warn("skipping peer lease", "lease", s.Key, "reason", s.Reason)
+		d.m.skipped.WithLabelValues(s.Code).Inc()
 	}
 }
 
@@ -454,9 +419,9 @@ func (d *daemon) renewIn() time.Duration {
 	return max(time.Until(d.own.Expiration)-d.cfg.RenewMargin, time.Second)
 }
 
-// renew renews the own lease; it reports whether the lease changed in a way the data
-// plane must follow.
-func (d *daemon) renew(ctx context.Context) bool {
+// renew renews the own lease, publishing d.own's attributes, and follows a change of the
+// subnet.
+func (d *daemon) renew(ctx context.Context) {
 	d.lastRenew = time.Now()
 	l, err := timed(d, "renew", func() (subnet.Lease, error) {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -466,7 +431,7 @@ func (d *daemon) renew(ctx context.Context) bool {
 	if err != nil {
 		d.m.renewals.WithLabelValues("error").Inc()
 		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
-		return false
+		return
 	}
 	changed := !l.SameSubnets(d.own)
 	if changed {
@@ -475,44 +440,51 @@ func (d *daemon) renew(ctx context.Context) bool {
 	} else {
 		d.m.renewals.WithLabelValues("success").Inc()
 	}
-	d.own = l
-	d.leaseChanged()
+	d.setOwn(l)
 	if changed {
 		if err := d.writeEnv(); err != nil {
 			d.log.Error("rewriting subnet.env", "err", err)
 		}
 	}
-	return changed
 }
 
+// setOwn makes l the own lease: every peer is weighed against it again.
+func (d *daemon) setOwn(l subnet.Lease) {
+	skippedBefore := len(d.result.Skipped)
+	d.mu.Lock()
+	if d.set.SetOwn(l, &d.result) {
+		d.full = true
+	}
+	d.mu.Unlock()
+	d.noteSkipped(d.result.Skipped[skippedBefore:])
+	d.own = l
+	d.leaseChanged()
+}
+
+// converge applies what changed since the last convergence: the changed peers only, or
+// everything (dump and diff) after a drift, a failure, at the resync and at start.
 func (d *daemon) converge(ctx context.Context) error {
-	peers := slices.Collect(maps.Values(d.peers))
-	st, skipped := d.desired(d.own, peers)
-	d.noteSkipped(skipped)
 	start := time.Now()
-	owned := backend.Ownership{
-		Networks: []netip.Prefix{d.net.Network},
-		Own:      []netip.Prefix{d.own.Subnet},
-		Devices:  []string{d.ext.Name},
+	u := backend.Update{Full: d.full}
+	if !u.Full {
+		u.Peers = d.result.Changes
 	}
-	changes, err := d.plane.Reconcile(st, owned)
-	if missing := new(backend.MissingDeviceError); st.VXLAN != nil && errors.As(err, &missing) {
+	d.result = backend.Result{}
+	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
+	st := d.set.State()
+	changes, err := d.plane.Apply(ctx, st, u)
+	d.mu.Unlock()
+	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
-		if err = d.recreateDevice(ctx, *st.VXLAN); err == nil {
+		if err = d.recreateDevice(ctx); err == nil {
 			var more backend.Changes
-			more, err = d.plane.Reconcile(st, owned)
-			maps.Copy(changes, more)
+			d.mu.Lock()
+			more, err = d.plane.Apply(ctx, d.set.State(), backend.Update{Full: true})
+			d.mu.Unlock()
+			changes = changes.Add(more)
 		}
 	}
-	if err == nil && d.cfg.IPMasq {
-		var changed bool
-		if changed, err = d.plane.Masquerade(d.net.Network, d.own.Subnet); changed {
-			if changes == nil {
-				changes = backend.Changes{}
-			}
-			changes["masquerade"]++
-		}
-	}
+	d.full = err != nil
 	took := time.Since(start)
 	d.m.convergeDuration.Observe(took.Seconds())
 	for kind, n := range changes {
@@ -532,7 +504,6 @@ func (d *daemon) converge(ctx context.Context) error {
 			last.Error = err.Error()
 		}
 		h.status.Last = last
-		h.status.Peers = d.peerStatus(peers, skipped)
 	})
 	if err != nil {
 		d.m.errors.WithLabelValues("converge").Inc()
@@ -546,7 +517,7 @@ func (d *daemon) converge(ctx context.Context) error {
 	clear(d.pending)
 	if !d.notified {
 		d.notified = true
-		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(peers)-1)
+		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(st.Peers))
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
@@ -555,70 +526,67 @@ func (d *daemon) converge(ctx context.Context) error {
 		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {
-		d.log.Info("data plane converged", "changes", changes.String(), "peers", len(peers)-1, "took", took)
+		d.log.Info("data plane converged", "changes", changes.String(), "full", u.Full, "peers", len(st.Peers), "took", took)
 	}
 	return nil
 }
 
-// peerStatus describes every peer for /status and the peer gauges.
-func (d *daemon) peerStatus(peers []subnet.Lease, skipped []backend.Skipped) []PeerStatus {
-	why := map[string]string{}
-	for _, s := range skipped {
-		why[s.Key] = s.Reason
-	}
-	var out []PeerStatus
-	n := map[[2]string]int{}
-	for _, l := range peers {
-		if l.Key() == d.own.Key() {
-			continue
-		}
-		ps := PeerStatus{Key: l.Key(), Subnet: l.Subnet.String(), PublicIP: l.Attrs.PublicIP.String(),
-			BackendType: l.Attrs.BackendType, BackendData: l.Attrs.BackendData, State: "programmed"}
-		if r, ok := why[l.Key()]; ok {
-			ps.State, ps.Reason = "skipped", r
-		}
-		n[[2]string{l.Attrs.BackendType, ps.State}]++
-		out = append(out, ps)
-	}
-	slices.SortFunc(out, func(a, b PeerStatus) int { return compareKeys(a.Key, b.Key) })
-	d.m.peers.Reset()
-	for k, v := range n {
-		d.m.peers.WithLabelValues(k[0], k[1]).Set(float64(v))
-	}
-	return out
-}
-
-// compareKeys orders lease keys by subnet address.
-func compareKeys(a, b string) int {
-	pa, _, _ := subnet.ParseKey(a)
-	pb, _, _ := subnet.ParseKey(b)
-	return cmp.Or(pa.Addr().Compare(pb.Addr()), strings.Compare(a, b))
-}
-
 // recreateDevice brings back an overlay device deleted under the daemon. A new device has a
 // new MAC, which peers must learn: the lease is published again with it.
-func (d *daemon) recreateDevice(ctx context.Context, dev backend.VXLANDevice) error {
-	mac, err := d.plane.EnsureVXLAN(dev)
+func (d *daemon) recreateDevice(ctx context.Context) error {
+	d.mu.Lock()
+	st := d.set.State()
+	d.mu.Unlock()
+	mac, err := d.plane.Prepare(ctx, st)
 	if err != nil {
-		return fmt.Errorf("overlay device %s: %w", dev.Name, err)
+		return fmt.Errorf("data plane: %w", err)
 	}
-	d.attrs.BackendData = vxlan.Data{VNI: dev.VNI, VtepMAC: mac}.Encode()
-	if !d.attrs.Equal(d.own.Attrs) {
-		d.own.Attrs = d.attrs
+	if attrs := d.b.Attrs(mac); !attrs.Equal(d.own.Attrs) {
+		l := d.own
+		l.Attrs = attrs
+		d.setOwn(l)
 		d.renew(ctx) // Renew sees attributes differing from the stored ones and publishes ours
 	}
 	return nil
 }
 
-// noteSkipped logs and counts each skipped peer once per reason.
-func (d *daemon) noteSkipped(skipped []backend.Skipped) {
-	now := make(map[string]backend.Skipped, len(skipped))
-	for _, s := range skipped {
-		now[s.Key] = s
-		if d.skipped[s.Key].Reason != s.Reason {
-			d.log.Warn("skipping peer lease", "lease", s.Key, "reason", s.Reason)
-			d.m.skipped.WithLabelValues(s.Code).Inc()
-		}
+// peerStatus describes every peer for /status, from the model, when asked.
+func (d *daemon) peerStatus() []PeerStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.set == nil {
+		return nil
 	}
-	d.skipped = now
+	peers := d.set.Peers()
+	out := make([]PeerStatus, 0, len(peers))
+	for _, p := range peers {
+		ps := PeerStatus{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
+			BackendType: p.BackendType, State: "programmed"}
+		if p.VTEPMAC != (backend.MAC{}) {
+			ps.BackendData = backend.VXLANData{VNI: d.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
+		}
+		if p.Skipped != nil {
+			ps.State, ps.Reason = "skipped", p.Skipped.Reason
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// peerCounts counts the peers by backend type and state, for weft_peers when scraped.
+func (d *daemon) peerCounts() map[[2]string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := map[[2]string]int{}
+	if d.set == nil {
+		return n
+	}
+	for _, p := range d.set.Peers() {
+		state := "programmed"
+		if p.Skipped != nil {
+			state = "skipped"
+		}
+		n[[2]string{p.BackendType, state}]++
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,59 +26,87 @@ import (
 	"github.com/weftnet/weft/subnet/etcd"
 )
 
-// fakePlane records what the daemon asks of the data plane.
+// fakePlane records what the daemon asks of the data plane, and holds what it was told to
+// program: an incremental Update must take it from the last State exactly to the new one,
+// which it checks on every Apply.
 type fakePlane struct {
-	mu     sync.Mutex
-	states []backend.State
-	fail   error
-	mac    backend.MAC
+	mu       sync.Mutex
+	have     map[string]backend.Peer
+	states   []applied
+	fail     error
+	mac      backend.MAC
+	mismatch error // the first incremental Update that did not lead to the State
 }
 
-func (p *fakePlane) EnsureVXLAN(backend.VXLANDevice) (backend.MAC, error) { return p.mac, nil }
+// applied is one Apply: what the plane held after it.
+type applied struct {
+	peers map[string]backend.Peer
+	full  bool
+}
 
-// Reconcile counts a route change for every route that differs from the last state, as a
-// real plane would write only differences.
-func (p *fakePlane) Reconcile(st backend.State, _ backend.Ownership) (backend.Changes, error) {
+func (p *fakePlane) Prepare(context.Context, *backend.State) (backend.MAC, error) { return p.mac, nil }
+
+// Apply counts a route change for every peer that changed, as a real plane writes only
+// differences.
+func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var prev []backend.Route
-	if len(p.states) > 0 {
-		prev = p.states[len(p.states)-1].Routes
-	}
-	p.states = append(p.states, st)
 	n := 0
-	for _, r := range st.Routes {
-		if !slices.Contains(prev, r) {
+	if u.Full || p.have == nil {
+		for k, peer := range st.Peers {
+			if p.have[k] != peer {
+				n++
+			}
+		}
+		for k := range p.have {
+			if _, ok := st.Peers[k]; !ok {
+				n++
+			}
+		}
+		p.have = maps.Clone(st.Peers)
+	} else {
+		for _, c := range u.Peers {
+			if have := p.have[c.Key]; have != c.Old && p.mismatch == nil {
+				p.mismatch = fmt.Errorf("update of %s: plane holds %+v, the update says %+v", c.Key, have, c.Old)
+			}
+			if c.New.IsValid() {
+				p.have[c.Key] = c.New
+			} else {
+				delete(p.have, c.Key)
+			}
 			n++
 		}
-	}
-	for _, r := range prev {
-		if !slices.Contains(st.Routes, r) {
-			n++
+		if !maps.Equal(p.have, st.Peers) && p.mismatch == nil {
+			p.mismatch = fmt.Errorf("after an incremental update the plane holds %d peers, the State %d", len(p.have), len(st.Peers))
 		}
 	}
+	p.states = append(p.states, applied{peers: maps.Clone(p.have), full: u.Full})
 	return backend.Changes{"route": n}, p.fail
 }
 
-func (p *fakePlane) Masquerade(netip.Prefix, netip.Prefix) (bool, error) { return false, nil }
-
 func (p *fakePlane) Watch(ctx context.Context, _ func()) error { <-ctx.Done(); return nil }
 
-func (p *fakePlane) Close() {}
+func (p *fakePlane) Close() error { return nil }
 
-func (p *fakePlane) last() (backend.State, int) {
+func (p *fakePlane) last() (applied, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.states) == 0 {
-		return backend.State{}, 0
+		return applied{}, 0
 	}
 	return p.states[len(p.states)-1], len(p.states)
 }
 
-func routes(st backend.State) []string {
+// routes lists the subnets of the peers programmed, in address order.
+func routes(st applied) []string {
+	var sns []netip.Prefix
+	for _, p := range st.peers {
+		sns = append(sns, p.Subnet)
+	}
+	slices.SortFunc(sns, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	var out []string
-	for _, r := range st.Routes {
-		out = append(out, r.Dst.String())
+	for _, sn := range sns {
+		out = append(out, sn.String())
 	}
 	return out
 }
@@ -118,6 +147,13 @@ func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePl
 		})
 	}()
 	t.Cleanup(n.stop)
+	t.Cleanup(func() {
+		plane.mu.Lock()
+		defer plane.mu.Unlock()
+		if plane.mismatch != nil {
+			t.Errorf("the daemon's incremental updates went wrong: %v", plane.mismatch)
+		}
+	})
 	return n
 }
 
@@ -215,7 +251,7 @@ func TestDaemonRestartKeepsPeers(t *testing.T) {
 	dir := t.TempDir()
 	first := &fakePlane{mac: backend.MAC{0x0e, 1}}
 	n := startNode(t, cli, dir, first)
-	eventually(t, "convergence", func() bool { st, _ := first.last(); return len(st.Routes) == 20 })
+	eventually(t, "convergence", func() bool { st, _ := first.last(); return len(st.peers) == 20 })
 	env1, _ := subnet.ReadEnv(n.cfg.SubnetFile)
 	n.stop()
 
@@ -224,8 +260,8 @@ func TestDaemonRestartKeepsPeers(t *testing.T) {
 	eventually(t, "convergence after restart", func() bool { _, k := second.last(); return k > 0 })
 	second.mu.Lock()
 	for i, st := range second.states {
-		if len(st.Routes) != 20 {
-			t.Errorf("reconcile %d after restart had %d routes, want all 20", i, len(st.Routes))
+		if len(st.peers) != 20 {
+			t.Errorf("reconcile %d after restart had %d routes, want all 20", i, len(st.peers))
 		}
 	}
 	second.mu.Unlock()
@@ -363,7 +399,7 @@ func TestDaemonEndpoints(t *testing.T) {
 		`go_goroutines`,
 	} {
 		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
+			t.Errorf("/metrics lacks %s\n%s", want, metrics)
 		}
 	}
 

@@ -61,6 +61,7 @@ type health struct {
 	cfg     Config
 	check   func() error // the datastore's cheap reachability check; nil when it has none
 	metrics *metrics
+	peers   func() []PeerStatus // the peers, from the daemon's model, when asked; set before serving
 
 	mu            sync.Mutex
 	lastBeat      time.Time
@@ -148,13 +149,15 @@ func (h *health) notReadyLocked() error {
 
 func (h *health) statusJSON() Status {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	st := h.status
-	st.Peers = append([]PeerStatus(nil), st.Peers...)
 	err := h.notReadyLocked()
+	h.mu.Unlock()
 	st.Ready = err == nil
 	if err != nil {
 		st.NotReady = err.Error()
+	}
+	if h.peers != nil {
+		st.Peers = h.peers() // not under h.mu: the daemon's lock is taken first elsewhere
 	}
 	return st
 }

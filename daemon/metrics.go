@@ -16,7 +16,7 @@ type metrics struct {
 	leaseExpiry      prometheus.Gauge
 	acquisitions     *prometheus.CounterVec
 	renewals         *prometheus.CounterVec
-	peers            *prometheus.GaugeVec
+	peers            *countCollector
 	eventsReceived   *prometheus.CounterVec
 	eventsApplied    prometheus.Counter
 	watchRestarts    prometheus.Counter
@@ -45,9 +45,8 @@ func newMetrics() *metrics {
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_renewals_total", Help: "Lease renewals by result (success, changed: the subnet changed, error).",
 		}, []string{"result"}),
-		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "weft_peers", Help: "Peer leases known, by backend type and state (programmed, skipped).",
-		}, []string{"backend", "state"}),
+		peers: &countCollector{desc: prometheus.NewDesc("weft_peers",
+			"Peer leases known, by backend type and state (programmed, skipped).", []string{"backend", "state"}, nil)},
 		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_events_received_total", Help: "Lease events received from the datastore, by type (added, removed).",
 		}, []string{"type"}),
@@ -111,4 +110,22 @@ func newMetrics() *metrics {
 		m.errors.WithLabelValues(op)
 	}
 	return m
+}
+
+// countCollector is a gauge of two labels counted when scraped, from a model the daemon
+// keeps anyway, rather than updated on every event.
+type countCollector struct {
+	desc  *prometheus.Desc
+	count func() map[[2]string]int // set before the metrics are served
+}
+
+func (c *countCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.count == nil {
+		return
+	}
+	for labels, n := range c.count() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), labels[0], labels[1])
+	}
 }

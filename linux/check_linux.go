@@ -14,9 +14,9 @@ import (
 // so an operator's tool (weftctl doctor) can show the drift that weftd would repair.
 type Report struct {
 	Device    *DeviceReport // nil for host-gw
-	Routes    []Change[backend.Route]
-	Neighbors []Change[backend.Neighbor]
-	FDB       []Change[backend.FDBEntry]
+	Routes    []Change[Route]
+	Neighbors []Change[Neighbor]
+	FDB       []Change[FDBEntry]
 	Addrs     []Change[netip.Prefix] // of the overlay device
 }
 
@@ -50,7 +50,13 @@ func (r Report) Converged() bool {
 // Diff compares the kernel with st as Reconcile would, through the same dump and diff, and
 // reports what Reconcile would write, touching only what owned allows, without writing it.
 // The MTU is reported, not judged: EnsureVXLAN sets it, and the caller knows what it should be.
-func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) {
+func (p *Plane) Diff(st *backend.State) (Report, error) {
+	want, owned := WantOf(st)
+	return p.diffWant(want, owned, st.Device)
+}
+
+// diffWant is Diff in the kernel's terms; dev is the overlay device (nil for host-gw).
+func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (Report, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
@@ -62,21 +68,21 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 	var vx netlink.Link
 	for _, l := range links {
 		names[l.Attrs().Index] = l.Attrs().Name
-		if st.VXLAN != nil && l.Attrs().Name == st.VXLAN.Name {
+		if dev != nil && l.Attrs().Name == dev.Name {
 			vx = l
 		}
 	}
 	var r Report
-	if st.VXLAN != nil {
-		r.Device = &DeviceReport{Name: st.VXLAN.Name, Missing: vx == nil}
+	if dev != nil {
+		r.Device = &DeviceReport{Name: dev.Name, Missing: vx == nil}
 		if vx != nil {
 			a := vx.Attrs()
 			r.Device.Up, r.Device.MTU, r.Device.MAC = a.Flags&net.FlagUp != 0, a.MTU, macOf(a.HardwareAddr)
-			want, err := p.vxlanLink(*st.VXLAN)
+			link, err := p.vxlanLink(*dev)
 			if err != nil {
 				return Report{}, err
 			}
-			r.Device.Incompatible = incompatible(vx, want)
+			r.Device.Incompatible = incompatible(vx, link)
 		}
 	}
 	// Without the device, read dumps only routes: every neighbour, FDB entry and address of
@@ -86,10 +92,10 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 		return Report{}, err
 	}
 	have := snap.state
-	pl := diff(st, have, owned)
+	pl := diff(want, have, owned)
 
 	for _, w := range pl.SetRoutes {
-		c := Change[backend.Route]{Want: w}
+		c := Change[Route]{Want: w}
 		for _, k := range have.Routes {
 			// The route a replace overwrites: same destination, the default metric.
 			if k.Dst.Masked() == w.Dst.Masked() && k.Metric == defaultMetric(w.Dst) {
@@ -99,10 +105,10 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 		r.Routes = append(r.Routes, c)
 	}
 	for _, i := range pl.DelRoutes {
-		r.Routes = append(r.Routes, Change[backend.Route]{Have: have.Routes[i].Route})
+		r.Routes = append(r.Routes, Change[Route]{Have: have.Routes[i].Route})
 	}
 	for _, w := range pl.SetNeighbors {
-		c := Change[backend.Neighbor]{Want: w}
+		c := Change[Neighbor]{Want: w}
 		for _, k := range have.Neighbors {
 			if k.Dev == w.Dev && k.IP == w.IP {
 				c.Have = k.Neighbor
@@ -111,10 +117,10 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 		r.Neighbors = append(r.Neighbors, c)
 	}
 	for _, i := range pl.DelNeighbors {
-		r.Neighbors = append(r.Neighbors, Change[backend.Neighbor]{Have: have.Neighbors[i].Neighbor})
+		r.Neighbors = append(r.Neighbors, Change[Neighbor]{Have: have.Neighbors[i].Neighbor})
 	}
 	for _, w := range pl.SetFDB {
-		c := Change[backend.FDBEntry]{Want: w}
+		c := Change[FDBEntry]{Want: w}
 		for _, k := range have.FDB {
 			// A replace rewrites the MAC's first destination: report that one.
 			if ownsFDB(k, w.Dev) && k.MAC == w.MAC {
@@ -125,7 +131,7 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 		r.FDB = append(r.FDB, c)
 	}
 	for _, i := range pl.DelFDB {
-		r.FDB = append(r.FDB, Change[backend.FDBEntry]{Have: have.FDB[i].FDBEntry})
+		r.FDB = append(r.FDB, Change[FDBEntry]{Have: have.FDB[i].FDBEntry})
 	}
 	for _, a := range pl.AddAddrs {
 		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Want: a})
@@ -137,4 +143,4 @@ func (p *Plane) Diff(st backend.State, owned backend.Ownership) (Report, error) 
 }
 
 // RouteString renders a route as ip-route would show it.
-func RouteString(r backend.Route) string { return routeString(r) }
+func RouteString(r Route) string { return routeString(r) }

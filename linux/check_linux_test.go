@@ -22,10 +22,11 @@ func TestPlaneDiff(t *testing.T) {
 	p2 := peer{subnet: "10.244.2.0/24", public: "192.168.50.2", mac: "aa:00:00:00:00:02"}
 	p3 := peer{subnet: "10.244.3.0/24", public: "192.168.50.3", mac: "aa:00:00:00:00:03"}
 	st := vxlanState(dev, p2, p3)
+	stDev := &dev
 
 	diffNow := func() Report {
 		t.Helper()
-		r, err := f.p.Diff(st, own)
+		r, err := f.p.diffWant(st, own, stDev)
 		f.must(err)
 		return r
 	}
@@ -39,14 +40,14 @@ func TestPlaneDiff(t *testing.T) {
 	// No device yet: missing, and with it everything that lives on it.
 	check("before the device exists", diffNow(), Report{
 		Device: &DeviceReport{Name: vx, Missing: true},
-		Routes: []Change[backend.Route]{{Want: vxRoute("10.244.2.0/24")}, {Want: vxRoute("10.244.3.0/24")}},
-		Neighbors: []Change[backend.Neighbor]{
-			{Want: backend.Neighbor{IP: ip("10.244.2.0"), MAC: mac(p2.mac), Dev: vx}},
-			{Want: backend.Neighbor{IP: ip("10.244.3.0"), MAC: mac(p3.mac), Dev: vx}},
+		Routes: []Change[Route]{{Want: vxRoute("10.244.2.0/24")}, {Want: vxRoute("10.244.3.0/24")}},
+		Neighbors: []Change[Neighbor]{
+			{Want: Neighbor{IP: ip("10.244.2.0"), MAC: mac(p2.mac), Dev: vx}},
+			{Want: Neighbor{IP: ip("10.244.3.0"), MAC: mac(p3.mac), Dev: vx}},
 		},
-		FDB: []Change[backend.FDBEntry]{
-			{Want: backend.FDBEntry{MAC: mac(p2.mac), Dst: ip(p2.public), Dev: vx}},
-			{Want: backend.FDBEntry{MAC: mac(p3.mac), Dst: ip(p3.public), Dev: vx}},
+		FDB: []Change[FDBEntry]{
+			{Want: FDBEntry{MAC: mac(p2.mac), Dst: ip(p2.public), Dev: vx}},
+			{Want: FDBEntry{MAC: mac(p3.mac), Dst: ip(p3.public), Dev: vx}},
 		},
 		Addrs: []Change[netip.Prefix]{{Want: pfx("10.244.1.0/32")}, {Want: pfx("fd00:10:244:1::/128")}},
 	})
@@ -76,18 +77,18 @@ func TestPlaneDiff(t *testing.T) {
 
 	want := Report{
 		Device: &DeviceReport{Name: vx, Up: true, MTU: 1400, MAC: devMAC},
-		Routes: []Change[backend.Route]{
+		Routes: []Change[Route]{
 			{Want: vxRoute("10.244.2.0/24")},
-			{Want: vxRoute("10.244.3.0/24"), Have: backend.Route{Dst: pfx("10.244.3.0/24"), Gw: ip("10.244.3.9"), Dev: vx, Onlink: true}},
+			{Want: vxRoute("10.244.3.0/24"), Have: Route{Dst: pfx("10.244.3.0/24"), Gw: ip("10.244.3.9"), Dev: vx, Onlink: true}},
 			{Have: vxRoute("10.244.9.0/24")},
 		},
-		Neighbors: []Change[backend.Neighbor]{{
-			Want: backend.Neighbor{IP: ip("10.244.2.0"), MAC: mac(p2.mac), Dev: vx},
-			Have: backend.Neighbor{IP: ip("10.244.2.0"), MAC: mac("aa:00:00:00:00:99"), Dev: vx},
+		Neighbors: []Change[Neighbor]{{
+			Want: Neighbor{IP: ip("10.244.2.0"), MAC: mac(p2.mac), Dev: vx},
+			Have: Neighbor{IP: ip("10.244.2.0"), MAC: mac("aa:00:00:00:00:99"), Dev: vx},
 		}},
-		FDB: []Change[backend.FDBEntry]{{
-			Want: backend.FDBEntry{MAC: mac(p3.mac), Dst: ip(p3.public), Dev: vx},
-			Have: backend.FDBEntry{MAC: mac(p3.mac), Dst: ip("192.168.50.33"), Dev: vx},
+		FDB: []Change[FDBEntry]{{
+			Want: FDBEntry{MAC: mac(p3.mac), Dst: ip(p3.public), Dev: vx},
+			Have: FDBEntry{MAC: mac(p3.mac), Dst: ip("192.168.50.33"), Dev: vx},
 		}},
 	}
 	drifted := diffNow()
@@ -104,11 +105,11 @@ func TestPlaneDiff(t *testing.T) {
 	// A device EnsureVXLAN would replace, and one set down.
 	other := dev
 	other.VNI = 2
-	st.VXLAN = &other
+	stDev = &other
 	if got := diffNow().Device; got.Incompatible != "VNI 1, want 2" {
 		t.Errorf("device of another VNI: Incompatible %q, want %q", got.Incompatible, "VNI 1, want 2")
 	}
-	st.VXLAN = &dev
+	stDev = &dev
 	f.must(netlink.LinkSetDown(vxl))
 	if got := diffNow(); got.Device.Up || got.Converged() {
 		t.Errorf("device set down: %+v, Converged %t; want Up false, not converged", got.Device, got.Converged())
@@ -120,14 +121,15 @@ func TestPlaneDiffHostGW(t *testing.T) {
 	f := newFixture(t, testLog(t))
 	own := testOwn()
 	own.Devices = []string{"ul0"}
-	st := backend.State{Routes: []backend.Route{{Dst: pfx("10.244.2.0/24"), Gw: ip("192.168.50.2"), Dev: "ul0"}}}
-	r, err := f.p.Diff(st, own)
+	st := Want{Routes: []Route{{Dst: pfx("10.244.2.0/24"), Gw: ip("192.168.50.2"), Dev: "ul0"}}}
+	var stDev *backend.VXLANDevice
+	r, err := f.p.diffWant(st, own, stDev)
 	f.must(err)
-	if want := (Report{Routes: []Change[backend.Route]{{Want: st.Routes[0]}}}); !reflect.DeepEqual(r, want) {
+	if want := (Report{Routes: []Change[Route]{{Want: st.Routes[0]}}}); !reflect.DeepEqual(r, want) {
 		t.Errorf("Diff:\n got %s\nwant %s", reportString(r), reportString(want))
 	}
 	f.reconcile(st, own, Changes{RoutesAdded: 1})
-	if r, err = f.p.Diff(st, own); err != nil || !r.Converged() {
+	if r, err = f.p.diffWant(st, own, stDev); err != nil || !r.Converged() {
 		t.Errorf("after Reconcile: Diff %+v, %v; want converged", r, err)
 	}
 }

@@ -45,7 +45,7 @@ func macOf(hw net.HardwareAddr) backend.MAC {
 
 func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
 	k := kernelRoute{
-		Route: backend.Route{
+		Route: Route{
 			Dst:    prefixOf(r.Dst),
 			Gw:     addrOf(r.Gw),
 			Onlink: r.Flags&int(netlink.FLAG_ONLINK) != 0,
@@ -59,7 +59,7 @@ func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
 	return k
 }
 
-func toRoute(r backend.Route, link int) *netlink.Route {
+func toRoute(r Route, link int) *netlink.Route {
 	nr := &netlink.Route{LinkIndex: link, Dst: ipNet(r.Dst.Masked()), Table: unix.RT_TABLE_MAIN}
 	if r.Gw.IsValid() {
 		nr.Gw = r.Gw.AsSlice()
@@ -82,7 +82,7 @@ func exactRoute(r netlink.Route) *netlink.Route {
 	}
 }
 
-func routeString(r backend.Route) string {
+func routeString(r Route) string {
 	s := r.Dst.String()
 	if r.Gw.IsValid() {
 		s += " via " + r.Gw.String()
@@ -94,18 +94,22 @@ func routeString(r backend.Route) string {
 	return s
 }
 
-func ipNeigh(n backend.Neighbor, link int) *netlink.Neigh {
-	family := unix.AF_INET
-	if n.IP.Is6() {
-		family = unix.AF_INET6
+// familyOf is the address family of a.
+func familyOf(a netip.Addr) int {
+	if a.Is6() {
+		return unix.AF_INET6
 	}
+	return unix.AF_INET
+}
+
+func ipNeigh(n Neighbor, link int) *netlink.Neigh {
 	return &netlink.Neigh{
-		LinkIndex: link, Family: family, State: netlink.NUD_PERMANENT, Type: unix.RTN_UNICAST,
+		LinkIndex: link, Family: familyOf(n.IP), State: netlink.NUD_PERMANENT, Type: unix.RTN_UNICAST,
 		IP: n.IP.AsSlice(), HardwareAddr: n.MAC.HardwareAddr(),
 	}
 }
 
-func fdbNeigh(f backend.FDBEntry, link int) *netlink.Neigh {
+func fdbNeigh(f FDBEntry, link int) *netlink.Neigh {
 	return &netlink.Neigh{
 		LinkIndex: link, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF, State: netlink.NUD_PERMANENT,
 		IP: f.Dst.AsSlice(), HardwareAddr: f.MAC.HardwareAddr(),

@@ -23,24 +23,115 @@ func (c Changes) String() string {
 		c.FDBAdded, c.FDBRemoved, c.AddrsAdded, c.AddrsRemoved)
 }
 
+// Route is a route to a peer's subnet.
+type Route struct {
+	Dst    netip.Prefix
+	Gw     netip.Addr
+	Dev    string // outgoing interface by name
+	Onlink bool   // the gateway is reachable on Dev without a route to it (VXLAN)
+}
+
+// Neighbor maps an address on Dev to a link-layer address, permanently.
+type Neighbor struct {
+	IP  netip.Addr
+	MAC backend.MAC
+	Dev string
+}
+
+// FDBEntry tells Dev where (the remote public IP) to send frames for MAC.
+type FDBEntry struct {
+	MAC backend.MAC
+	Dst netip.Addr
+	Dev string
+}
+
+// Want is a State in the kernel's terms: what flannel programs for each peer.
+type Want struct {
+	Device    string         // the VXLAN device; "" for host-gw
+	Addrs     []netip.Prefix // the VXLAN device's
+	Routes    []Route
+	Neighbors []Neighbor
+	FDB       []FDBEntry
+}
+
+// Ownership says which kernel entries are the daemon's, so which ones a full Apply may
+// delete. Anything else is left alone, however stale it looks: it may belong to an
+// administrator, the CNI bridge or another daemon.
+type Ownership struct {
+	// Networks are the cluster networks: only routes whose Dst lies inside one of them can
+	// be ours.
+	Networks []netip.Prefix
+	// Own are the node's own subnets: routes to them belong to the CNI bridge, never to us.
+	Own []netip.Prefix
+	// Devices are devices whose gatewayed routes into Networks are ours even when no wanted
+	// route goes through them: the external interface of host-gw and DirectRouting. Without
+	// it the route of the last host-gw peer could never be removed.
+	Devices []string
+}
+
+// peerEntries are the kernel entries of one peer: a route, and for an overlay peer the
+// neighbour and FDB entry its route relies on.
+type peerEntries struct {
+	route Route
+	neigh *Neighbor
+	fdb   *FDBEntry
+}
+
+// entriesOf is what flannel programs for p on a node whose overlay device is dev (empty for
+// host-gw) and whose external interface is underlay.
+func entriesOf(p backend.Peer, dev, underlay string) peerEntries {
+	if !p.Overlay() {
+		return peerEntries{route: Route{Dst: p.Subnet, Gw: p.PublicIP, Dev: underlay}}
+	}
+	vtep := p.VTEP()
+	return peerEntries{
+		route: Route{Dst: p.Subnet, Gw: vtep, Dev: dev, Onlink: true},
+		neigh: &Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: dev},
+		fdb:   &FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: dev},
+	}
+}
+
+// WantOf translates st into the kernel's terms, and says which entries are ours.
+func WantOf(st *backend.State) (Want, Ownership) {
+	var w Want
+	if st.Device != nil {
+		w.Device = st.Device.Name
+		w.Addrs = st.DeviceAddresses()
+	}
+	w.Routes = make([]Route, 0, len(st.Peers))
+	for _, p := range st.Peers {
+		e := entriesOf(p, w.Device, st.Underlay)
+		w.Routes = append(w.Routes, e.route)
+		if e.neigh != nil {
+			w.Neighbors = append(w.Neighbors, *e.neigh)
+			w.FDB = append(w.FDB, *e.fdb)
+		}
+	}
+	own := Ownership{Networks: []netip.Prefix{st.Network()}, Devices: []string{st.Underlay}}
+	if st.Own.IsValid() {
+		own.Own = []netip.Prefix{st.Own}
+	}
+	return w, own
+}
+
 // kernelRoute is a main-table route as dumped. Dev is "" when the route has no single
 // outgoing device (multipath, blackhole); such routes are never ours.
 type kernelRoute struct {
-	backend.Route
+	Route
 	Metric      int
 	ProtoKernel bool
 }
 
 // kernelNeighbor is a neighbour of the VXLAN device as dumped.
 type kernelNeighbor struct {
-	backend.Neighbor
+	Neighbor
 	Permanent bool
 }
 
 // kernelFDB is an FDB entry of the VXLAN device as dumped; Dst is invalid when the entry has
 // no destination IP.
 type kernelFDB struct {
-	backend.FDBEntry
+	FDBEntry
 	Permanent bool
 }
 
@@ -56,11 +147,11 @@ type kernelState struct {
 // kernelState slices) of entries to delete. Indexes rather than values, so the delete can
 // name the exact kernel entry (metric, protocol, scope) that was dumped.
 type plan struct {
-	SetRoutes    []backend.Route
+	SetRoutes    []Route
 	DelRoutes    []int
-	SetNeighbors []backend.Neighbor
+	SetNeighbors []Neighbor
 	DelNeighbors []int
-	SetFDB       []backend.FDBEntry
+	SetFDB       []FDBEntry
 	DelFDB       []int
 	AddAddrs     []netip.Prefix
 	DelAddrs     []int
@@ -72,13 +163,8 @@ func (p plan) empty() bool {
 }
 
 // diff computes what turns have into want, touching only what own allows.
-func diff(want backend.State, have kernelState, own backend.Ownership) plan {
-	vx := ""
-	var addrs []netip.Prefix
-	if want.VXLAN != nil {
-		vx = want.VXLAN.Name
-		addrs = want.VXLAN.Addresses
-	}
+func diff(want Want, have kernelState, own Ownership) plan {
+	vx, addrs := want.Device, want.Addrs
 	var p plan
 	p.SetRoutes, p.DelRoutes = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
 	p.SetNeighbors, p.DelNeighbors = diffNeighbors(want.Neighbors, have.Neighbors, vx)
@@ -90,7 +176,7 @@ func diff(want backend.State, have kernelState, own backend.Ownership) plan {
 // routeOwner returns the ownership test for routes: inside the cluster networks, not to our
 // own subnet, not the kernel's, and either on the VXLAN device or through a gateway on a
 // device we route peers through.
-func routeOwner(want []backend.Route, vx string, own backend.Ownership) func(kernelRoute) bool {
+func routeOwner(want []Route, vx string, own Ownership) func(kernelRoute) bool {
 	gwDevs := map[string]bool{}
 	for _, d := range own.Devices {
 		gwDevs[d] = true
@@ -128,11 +214,11 @@ func defaultMetric(dst netip.Prefix) int {
 	return 0
 }
 
-func sameRoute(k kernelRoute, w backend.Route) bool {
+func sameRoute(k kernelRoute, w Route) bool {
 	return k.Dev == w.Dev && k.Gw == w.Gw && k.Onlink == w.Onlink && k.Metric == defaultMetric(w.Dst)
 }
 
-func diffRoutes(want []backend.Route, have []kernelRoute, owned func(kernelRoute) bool) (set []backend.Route, del []int) {
+func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {
 	byDst := map[netip.Prefix][]int{}
 	for i, r := range have {
 		if owned(r) {
@@ -175,7 +261,7 @@ type neighKey struct {
 	ip  netip.Addr
 }
 
-func diffNeighbors(want []backend.Neighbor, have []kernelNeighbor, vx string) (set []backend.Neighbor, del []int) {
+func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Neighbor, del []int) {
 	owned := map[neighKey]int{} // the kernel holds one neighbour per device and address
 	for i, n := range have {
 		if n.Dev == vx && n.Permanent {
@@ -212,7 +298,7 @@ func ownsFDB(f kernelFDB, vx string) bool {
 		f.Dst.IsValid() && !f.Dst.IsUnspecified() && !f.Dst.IsMulticast()
 }
 
-func diffFDB(want []backend.FDBEntry, have []kernelFDB, vx string) (set []backend.FDBEntry, del []int) {
+func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del []int) {
 	owned := map[fdbKey][]int{}
 	for i, f := range have {
 		if ownsFDB(f, vx) {

@@ -11,8 +11,8 @@ import (
 const vx = "flannel.1"
 
 // testOwn is node 10.244.1.0/24 of a dual-stack cluster.
-func testOwn() backend.Ownership {
-	return backend.Ownership{
+func testOwn() Ownership {
+	return Ownership{
 		Networks: []netip.Prefix{pfx("10.244.0.0/16"), pfx("fd00:10:244::/56")},
 		Own:      []netip.Prefix{pfx("10.244.1.0/24"), pfx("fd00:10:244:1::/64")},
 	}
@@ -30,17 +30,17 @@ func mac(s string) backend.MAC {
 }
 
 // vxRoute is the route flannel programs to a peer's subnet over VXLAN.
-func vxRoute(dst string) backend.Route {
+func vxRoute(dst string) Route {
 	p := pfx(dst)
-	return backend.Route{Dst: p, Gw: p.Addr(), Dev: vx, Onlink: true}
+	return Route{Dst: p, Gw: p.Addr(), Dev: vx, Onlink: true}
 }
 
-func hgRoute(dst, gw string) backend.Route {
-	return backend.Route{Dst: pfx(dst), Gw: ip(gw), Dev: "eth0"}
+func hgRoute(dst, gw string) Route {
+	return Route{Dst: pfx(dst), Gw: ip(gw), Dev: "eth0"}
 }
 
 // kr is a route as the kernel reports one of ours: default metric, proto boot.
-func kr(r backend.Route) kernelRoute { return kernelRoute{Route: r, Metric: defaultMetric(r.Dst)} }
+func kr(r Route) kernelRoute { return kernelRoute{Route: r, Metric: defaultMetric(r.Dst)} }
 
 func pick[T any](have []T, idx []int) []T {
 	var out []T
@@ -55,89 +55,89 @@ func TestDiffRoutes(t *testing.T) {
 	hostGW.Devices = []string{"eth0"}
 	tests := []struct {
 		name    string
-		own     backend.Ownership
-		want    []backend.Route
+		own     Ownership
+		want    []Route
 		have    []kernelRoute
-		wantSet []backend.Route
+		wantSet []Route
 		wantDel []kernelRoute
 	}{
 		{
 			name:    "empty kernel: add all",
-			want:    []backend.Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
-			wantSet: []backend.Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
+			want:    []Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
+			wantSet: []Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
 		},
 		{
 			name: "in place: nothing",
-			want: []backend.Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
+			want: []Route{vxRoute("10.244.2.0/24"), vxRoute("fd00:10:244:2::/64")},
 			have: []kernelRoute{kr(vxRoute("10.244.2.0/24")), kr(vxRoute("fd00:10:244:2::/64"))},
 		},
 		{
 			name:    "same Dst, other gateway: one replace, no delete",
-			want:    []backend.Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
+			want:    []Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
 			have:    []kernelRoute{kr(hgRoute("10.244.2.0/24", "192.168.50.9"))},
 			own:     hostGW,
-			wantSet: []backend.Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
+			wantSet: []Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
 		},
 		{
 			name:    "flanneld left the route without onlink: replace",
-			want:    []backend.Route{vxRoute("10.244.2.0/24")},
-			have:    []kernelRoute{kr(backend.Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.0"), Dev: vx})},
-			wantSet: []backend.Route{vxRoute("10.244.2.0/24")},
+			want:    []Route{vxRoute("10.244.2.0/24")},
+			have:    []kernelRoute{kr(Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.0"), Dev: vx})},
+			wantSet: []Route{vxRoute("10.244.2.0/24")},
 		},
 		{
 			name: "moved from VXLAN to direct routing: replace, no delete",
-			want: []backend.Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
+			want: []Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
 			have: []kernelRoute{kr(vxRoute("10.244.2.0/24"))},
-			wantSet: []backend.Route{
+			wantSet: []Route{
 				hgRoute("10.244.2.0/24", "192.168.50.2"),
 			},
 		},
 		{
 			name:    "other metric: replace, then delete the old one",
-			want:    []backend.Route{vxRoute("10.244.2.0/24")},
+			want:    []Route{vxRoute("10.244.2.0/24")},
 			have:    []kernelRoute{{Route: vxRoute("10.244.2.0/24"), Metric: 100}},
-			wantSet: []backend.Route{vxRoute("10.244.2.0/24")},
+			wantSet: []Route{vxRoute("10.244.2.0/24")},
 			wantDel: []kernelRoute{{Route: vxRoute("10.244.2.0/24"), Metric: 100}},
 		},
 		{
 			name: "appended duplicate of a kept route: delete the duplicate",
-			want: []backend.Route{vxRoute("10.244.2.0/24")},
+			want: []Route{vxRoute("10.244.2.0/24")},
 			have: []kernelRoute{
-				kr(backend.Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.9"), Dev: vx, Onlink: true}),
+				kr(Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.9"), Dev: vx, Onlink: true}),
 				kr(vxRoute("10.244.2.0/24")),
 			},
-			wantDel: []kernelRoute{kr(backend.Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.9"), Dev: vx, Onlink: true})},
+			wantDel: []kernelRoute{kr(Route{Dst: pfx("10.244.2.0/24"), Gw: ip("10.244.2.9"), Dev: vx, Onlink: true})},
 		},
 		{
 			name:    "stale peer on the VXLAN device: delete",
-			want:    []backend.Route{vxRoute("10.244.2.0/24")},
+			want:    []Route{vxRoute("10.244.2.0/24")},
 			have:    []kernelRoute{kr(vxRoute("10.244.2.0/24")), kr(vxRoute("10.244.9.0/24")), kr(vxRoute("fd00:10:244:9::/64"))},
 			wantDel: []kernelRoute{kr(vxRoute("10.244.9.0/24")), kr(vxRoute("fd00:10:244:9::/64"))},
 		},
 		{
 			name: "not ours: never deleted",
-			want: []backend.Route{vxRoute("10.244.2.0/24")},
+			want: []Route{vxRoute("10.244.2.0/24")},
 			have: []kernelRoute{
 				kr(vxRoute("10.244.2.0/24")),
-				{Route: backend.Route{Dst: pfx("10.244.7.0/24"), Dev: vx}, ProtoKernel: true},
-				kr(backend.Route{Dst: pfx("172.16.0.0/16"), Dev: vx}),                             // outside Networks
-				kr(backend.Route{Dst: pfx("10.244.1.0/24"), Dev: vx}),                             // own subnet
-				kr(backend.Route{Dst: pfx("10.244.1.128/25"), Gw: ip("10.244.1.2"), Dev: vx}),     // inside own subnet
-				kr(backend.Route{Dst: pfx("fd00:10:244:1::/64"), Dev: vx}),                        // own IPv6 subnet
-				kr(backend.Route{Dst: pfx("10.244.5.0/24"), Dev: "cni0"}),                         // other device, no gateway
-				kr(backend.Route{Dst: pfx("10.244.6.0/24"), Gw: ip("192.168.50.6"), Dev: "eth1"}), // device we do not route through
-				kr(backend.Route{Dst: pfx("10.99.0.0/16"), Gw: ip("192.168.50.2"), Dev: "eth0"}),  // outside Networks
-				kr(backend.Route{Dst: pfx("10.244.8.0/24")}),                                      // multipath or blackhole
-				kr(backend.Route{Dst: pfx("10.0.0.0/8"), Gw: ip("192.168.50.254"), Dev: "eth0"}),  // covers Networks, not inside
+				{Route: Route{Dst: pfx("10.244.7.0/24"), Dev: vx}, ProtoKernel: true},
+				kr(Route{Dst: pfx("172.16.0.0/16"), Dev: vx}),                             // outside Networks
+				kr(Route{Dst: pfx("10.244.1.0/24"), Dev: vx}),                             // own subnet
+				kr(Route{Dst: pfx("10.244.1.128/25"), Gw: ip("10.244.1.2"), Dev: vx}),     // inside own subnet
+				kr(Route{Dst: pfx("fd00:10:244:1::/64"), Dev: vx}),                        // own IPv6 subnet
+				kr(Route{Dst: pfx("10.244.5.0/24"), Dev: "cni0"}),                         // other device, no gateway
+				kr(Route{Dst: pfx("10.244.6.0/24"), Gw: ip("192.168.50.6"), Dev: "eth1"}), // device we do not route through
+				kr(Route{Dst: pfx("10.99.0.0/16"), Gw: ip("192.168.50.2"), Dev: "eth0"}),  // outside Networks
+				kr(Route{Dst: pfx("10.244.8.0/24")}),                                      // multipath or blackhole
+				kr(Route{Dst: pfx("10.0.0.0/8"), Gw: ip("192.168.50.254"), Dev: "eth0"}),  // covers Networks, not inside
 			},
 		},
 		{
 			name: "host-gw: a gatewayed route on the routed device is ours, one without a gateway is not",
-			want: []backend.Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
+			want: []Route{hgRoute("10.244.2.0/24", "192.168.50.2")},
 			have: []kernelRoute{
 				kr(hgRoute("10.244.2.0/24", "192.168.50.2")),
 				kr(hgRoute("10.244.3.0/24", "192.168.50.3")),
-				kr(backend.Route{Dst: pfx("10.244.4.0/24"), Dev: "eth0"}),
+				kr(Route{Dst: pfx("10.244.4.0/24"), Dev: "eth0"}),
 			},
 			wantDel: []kernelRoute{kr(hgRoute("10.244.3.0/24", "192.168.50.3"))},
 		},
@@ -170,39 +170,39 @@ func TestDiffRoutes(t *testing.T) {
 }
 
 func neigh(ipS, macS string, dev string, permanent bool) kernelNeighbor {
-	return kernelNeighbor{Neighbor: backend.Neighbor{IP: ip(ipS), MAC: mac(macS), Dev: dev}, Permanent: permanent}
+	return kernelNeighbor{Neighbor: Neighbor{IP: ip(ipS), MAC: mac(macS), Dev: dev}, Permanent: permanent}
 }
 
 func TestDiffNeighbors(t *testing.T) {
 	const m2, m3 = "aa:00:00:00:00:02", "aa:00:00:00:00:03"
 	tests := []struct {
 		name    string
-		want    []backend.Neighbor
+		want    []Neighbor
 		have    []kernelNeighbor
-		wantSet []backend.Neighbor
+		wantSet []Neighbor
 		wantDel []kernelNeighbor
 	}{
 		{
 			name:    "add",
-			want:    []backend.Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
-			wantSet: []backend.Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
+			want:    []Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
+			wantSet: []Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
 		},
 		{
 			name: "in place",
-			want: []backend.Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
+			want: []Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
 			have: []kernelNeighbor{neigh("10.244.2.0", m2, vx, true)},
 		},
 		{
 			name:    "new MAC: replace only",
-			want:    []backend.Neighbor{neigh("10.244.2.0", m3, vx, true).Neighbor},
+			want:    []Neighbor{neigh("10.244.2.0", m3, vx, true).Neighbor},
 			have:    []kernelNeighbor{neigh("10.244.2.0", m2, vx, true)},
-			wantSet: []backend.Neighbor{neigh("10.244.2.0", m3, vx, true).Neighbor},
+			wantSet: []Neighbor{neigh("10.244.2.0", m3, vx, true).Neighbor},
 		},
 		{
 			name:    "right MAC but not permanent: made permanent",
-			want:    []backend.Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
+			want:    []Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
 			have:    []kernelNeighbor{neigh("10.244.2.0", m2, vx, false)},
-			wantSet: []backend.Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
+			wantSet: []Neighbor{neigh("10.244.2.0", m2, vx, true).Neighbor},
 		},
 		{
 			name: "stale permanent on the VXLAN device: delete; others stay",
@@ -230,7 +230,7 @@ func TestDiffNeighbors(t *testing.T) {
 }
 
 func fdb(macS, dst, dev string, permanent bool) kernelFDB {
-	f := kernelFDB{FDBEntry: backend.FDBEntry{MAC: mac(macS), Dev: dev}, Permanent: permanent}
+	f := kernelFDB{FDBEntry: FDBEntry{MAC: mac(macS), Dev: dev}, Permanent: permanent}
 	if dst != "" {
 		f.Dst = ip(dst)
 	}
@@ -241,32 +241,32 @@ func TestDiffFDB(t *testing.T) {
 	const m2, m3 = "aa:00:00:00:00:02", "aa:00:00:00:00:03"
 	tests := []struct {
 		name    string
-		want    []backend.FDBEntry
+		want    []FDBEntry
 		have    []kernelFDB
-		wantSet []backend.FDBEntry
+		wantSet []FDBEntry
 		wantDel []kernelFDB
 	}{
 		{
 			name:    "add",
-			want:    []backend.FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
-			wantSet: []backend.FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
+			want:    []FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
+			wantSet: []FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
 		},
 		{
 			name: "in place",
-			want: []backend.FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
+			want: []FDBEntry{fdb(m2, "192.168.50.2", vx, true).FDBEntry},
 			have: []kernelFDB{fdb(m2, "192.168.50.2", vx, true)},
 		},
 		{
 			name:    "peer's public IP changed: replace only",
-			want:    []backend.FDBEntry{fdb(m2, "192.168.50.22", vx, true).FDBEntry},
+			want:    []FDBEntry{fdb(m2, "192.168.50.22", vx, true).FDBEntry},
 			have:    []kernelFDB{fdb(m2, "192.168.50.2", vx, true)},
-			wantSet: []backend.FDBEntry{fdb(m2, "192.168.50.22", vx, true).FDBEntry},
+			wantSet: []FDBEntry{fdb(m2, "192.168.50.22", vx, true).FDBEntry},
 		},
 		{
 			name:    "peer's VtepMAC changed: add the new MAC, delete the old",
-			want:    []backend.FDBEntry{fdb(m3, "192.168.50.2", vx, true).FDBEntry},
+			want:    []FDBEntry{fdb(m3, "192.168.50.2", vx, true).FDBEntry},
 			have:    []kernelFDB{fdb(m2, "192.168.50.2", vx, true)},
-			wantSet: []backend.FDBEntry{fdb(m3, "192.168.50.2", vx, true).FDBEntry},
+			wantSet: []FDBEntry{fdb(m3, "192.168.50.2", vx, true).FDBEntry},
 			wantDel: []kernelFDB{fdb(m2, "192.168.50.2", vx, true)},
 		},
 		{
@@ -346,7 +346,7 @@ func TestDiffAddrs(t *testing.T) {
 // TestDiffHostGW: with no VXLAN device in the State nothing on any VXLAN device is ours,
 // not even neighbours and FDB entries that look like flannel's.
 func TestDiffHostGW(t *testing.T) {
-	st := backend.State{Routes: []backend.Route{hgRoute("10.244.2.0/24", "192.168.50.2")}}
+	st := Want{Routes: []Route{hgRoute("10.244.2.0/24", "192.168.50.2")}}
 	have := kernelState{
 		Routes:    []kernelRoute{kr(vxRoute("10.244.3.0/24"))},
 		Neighbors: []kernelNeighbor{neigh("10.244.3.0", "aa:00:00:00:00:03", vx, true)},
@@ -361,14 +361,15 @@ func TestDiffHostGW(t *testing.T) {
 
 // TestDiffConverged: a kernel that already matches the State needs no write at all.
 func TestDiffConverged(t *testing.T) {
-	st := backend.State{
-		VXLAN:     &backend.VXLANDevice{Name: vx, Addresses: []netip.Prefix{pfx("10.244.1.0/32")}},
-		Routes:    []backend.Route{vxRoute("10.244.2.0/24")},
-		Neighbors: []backend.Neighbor{neigh("10.244.2.0", "aa:00:00:00:00:02", vx, true).Neighbor},
-		FDB:       []backend.FDBEntry{fdb("aa:00:00:00:00:02", "192.168.50.2", vx, true).FDBEntry},
+	st := Want{
+		Device:    vx,
+		Addrs:     []netip.Prefix{pfx("10.244.1.0/32")},
+		Routes:    []Route{vxRoute("10.244.2.0/24")},
+		Neighbors: []Neighbor{neigh("10.244.2.0", "aa:00:00:00:00:02", vx, true).Neighbor},
+		FDB:       []FDBEntry{fdb("aa:00:00:00:00:02", "192.168.50.2", vx, true).FDBEntry},
 	}
 	have := kernelState{
-		Routes:    []kernelRoute{kr(st.Routes[0]), {Route: backend.Route{Dst: pfx("192.168.50.0/24"), Dev: "eth0"}, ProtoKernel: true}},
+		Routes:    []kernelRoute{kr(st.Routes[0]), {Route: Route{Dst: pfx("192.168.50.0/24"), Dev: "eth0"}, ProtoKernel: true}},
 		Neighbors: []kernelNeighbor{{Neighbor: st.Neighbors[0], Permanent: true}},
 		FDB:       []kernelFDB{{FDBEntry: st.FDB[0], Permanent: true}, fdb("00:00:00:00:00:00", "192.168.50.9", vx, true)},
 		Addrs:     []netip.Prefix{pfx("10.244.1.0/32"), pfx("fe80::aa/64")},

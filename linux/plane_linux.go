@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/linux/masq"
 )
 
 // Plane programs one network namespace, the one the calling thread was in when New ran,
@@ -21,9 +22,11 @@ type Plane struct {
 	ns  netns.NsHandle // kept so Watch can subscribe in the same namespace from any thread
 	h   *netlink.Handle
 
-	// mu serialises writers: a Reconcile diffing against a dump taken before an EnsureVXLAN
+	// mu serialises writers: a reconcile diffing against a dump taken before an EnsureVXLAN
 	// replaced the device would write to a stale ifindex.
-	mu sync.Mutex
+	mu    sync.Mutex
+	model model
+	masq  *masq.Manager // made on the first Apply that masquerades
 }
 
 // New opens a Plane on the current thread's network namespace. A daemon in the host
@@ -43,9 +46,9 @@ func New(log *slog.Logger) (*Plane, error) {
 }
 
 // Close releases the netlink socket and the namespace handle. The kernel state stays.
-func (p *Plane) Close() {
+func (p *Plane) Close() error {
 	p.h.Close()
-	p.ns.Close()
+	return p.ns.Close()
 }
 
 const dumpAttempts = 5
@@ -77,15 +80,12 @@ type snapshot struct {
 	addrs  []netlink.Addr
 }
 
-// Reconcile makes the kernel match st: the VXLAN device's addresses, the routes, neighbours
+// reconcile makes the kernel match st: the VXLAN device's addresses, the routes, neighbours
 // and FDB entries. It dumps the kernel state, diffs it against st and writes only the
 // differences, with replace semantics so that a changed entry never disappears in between.
 // Entries outside owned are never touched. It goes on past a failing entry, so one bad peer
 // cannot hold back the others, and returns what it changed with the errors joined.
-func (p *Plane) Reconcile(st backend.State, owned backend.Ownership) (Changes, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-
+func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 	links, err := dump("links", p.h.LinkList)
 	if err != nil {
 		return Changes{}, err
@@ -97,19 +97,20 @@ func (p *Plane) Reconcile(st backend.State, owned backend.Ownership) (Changes, e
 		a := l.Attrs()
 		index[a.Name] = a.Index
 		names[a.Index] = a.Name
-		if st.VXLAN != nil && a.Name == st.VXLAN.Name {
+		if st.Device != "" && a.Name == st.Device {
 			vx = l
 		}
 	}
-	if st.VXLAN != nil {
+	p.model.setIndexes(index)
+	if st.Device != "" {
 		if vx == nil {
-			return Changes{}, &backend.MissingDeviceError{Name: st.VXLAN.Name}
+			return Changes{}, &backend.MissingDeviceError{Name: st.Device}
 		}
 		if vx.Attrs().Flags&net.FlagUp == 0 {
 			// Down, the kernel dropped every route through it and refuses onlink ones.
-			p.log.Info("setting VXLAN device up", "dev", st.VXLAN.Name)
+			p.log.Info("setting VXLAN device up", "dev", st.Device)
 			if err := p.h.LinkSetUp(vx); err != nil {
-				return Changes{}, fmt.Errorf("setting VXLAN device %s up: %w", st.VXLAN.Name, err)
+				return Changes{}, fmt.Errorf("setting VXLAN device %s up: %w", st.Device, err)
 			}
 		}
 	}
@@ -151,7 +152,7 @@ func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
 	s.state.Neighbors = make([]kernelNeighbor, 0, len(s.neighs))
 	for _, n := range s.neighs {
 		s.state.Neighbors = append(s.state.Neighbors, kernelNeighbor{
-			Neighbor:  backend.Neighbor{IP: addrOf(n.IP), MAC: macOf(n.HardwareAddr), Dev: name},
+			Neighbor:  Neighbor{IP: addrOf(n.IP), MAC: macOf(n.HardwareAddr), Dev: name},
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
 		})
 	}
@@ -163,7 +164,7 @@ func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
 	s.state.FDB = make([]kernelFDB, 0, len(s.fdb))
 	for _, n := range s.fdb {
 		s.state.FDB = append(s.state.FDB, kernelFDB{
-			FDBEntry:  backend.FDBEntry{MAC: macOf(n.HardwareAddr), Dst: addrOf(n.IP), Dev: name},
+			FDBEntry:  FDBEntry{MAC: macOf(n.HardwareAddr), Dst: addrOf(n.IP), Dev: name},
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
 		})
 	}

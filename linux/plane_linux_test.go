@@ -71,7 +71,7 @@ func newFixture(tb testing.TB, log *slog.Logger) *fixture {
 	f.must(netlink.AddrAdd(f.link("ul0"), &netlink.Addr{IPNet: ipNet(pfx("192.168.50.1/24"))}))
 	p, err := New(log)
 	f.must(err)
-	tb.Cleanup(p.Close)
+	tb.Cleanup(func() { p.Close() })
 	f.p = p
 	return f
 }
@@ -94,9 +94,9 @@ func (f *fixture) link(name string) netlink.Link {
 	return l
 }
 
-func (f *fixture) reconcile(st backend.State, own backend.Ownership, want Changes) {
+func (f *fixture) reconcile(st Want, own Ownership, want Changes) {
 	f.tb.Helper()
-	got, err := f.p.Reconcile(st, own)
+	got, err := f.p.reconcile(st, own)
 	if err != nil {
 		f.tb.Fatalf("Reconcile: %v", err)
 	}
@@ -108,7 +108,6 @@ func (f *fixture) reconcile(st backend.State, own backend.Ownership, want Change
 func testDevice() backend.VXLANDevice {
 	return backend.VXLANDevice{
 		Name: vx, VNI: 1, Local: ip("192.168.50.1"), Underlay: "ul0", MTU: 1450,
-		Addresses: []netip.Prefix{pfx("10.244.1.0/32"), pfx("fd00:10:244:1::/128")},
 	}
 }
 
@@ -120,8 +119,8 @@ type peer struct {
 
 // vxlanState is what the vxlan backend asks for: per peer a route, a neighbour per family
 // and one FDB entry.
-func vxlanState(dev backend.VXLANDevice, peers ...peer) backend.State {
-	st := backend.State{VXLAN: &dev}
+func vxlanState(dev backend.VXLANDevice, peers ...peer) Want {
+	st := Want{Device: dev.Name, Addrs: []netip.Prefix{pfx("10.244.1.0/32"), pfx("fd00:10:244:1::/128")}}
 	for _, p := range peers {
 		for _, s := range []string{p.subnet, p.subnet6} {
 			if s == "" {
@@ -129,9 +128,9 @@ func vxlanState(dev backend.VXLANDevice, peers ...peer) backend.State {
 			}
 			r := vxRoute(s)
 			st.Routes = append(st.Routes, r)
-			st.Neighbors = append(st.Neighbors, backend.Neighbor{IP: r.Gw, MAC: mac(p.mac), Dev: vx})
+			st.Neighbors = append(st.Neighbors, Neighbor{IP: r.Gw, MAC: mac(p.mac), Dev: vx})
 		}
-		st.FDB = append(st.FDB, backend.FDBEntry{MAC: mac(p.mac), Dst: ip(p.public), Dev: vx})
+		st.FDB = append(st.FDB, FDBEntry{MAC: mac(p.mac), Dst: ip(p.public), Dev: vx})
 	}
 	return st
 }
@@ -467,7 +466,7 @@ func TestReconcileHostGW(t *testing.T) {
 	ul0 := f.link("ul0")
 	f.must(netlink.RouteAdd(&netlink.Route{LinkIndex: ul0.Attrs().Index, Dst: ipNet(pfx("10.99.0.0/16")), Gw: net.ParseIP("192.168.50.2")}))
 
-	st := backend.State{Routes: []backend.Route{
+	st := Want{Routes: []Route{
 		hgRoute("10.244.2.0/24", "192.168.50.2"), hgRoute("10.244.3.0/24", "192.168.50.3"), hgRoute("10.244.4.0/24", "192.168.50.4"),
 	}}
 	for i := range st.Routes {
@@ -489,7 +488,7 @@ func TestReconcileHostGW(t *testing.T) {
 		"10.244.3.0/24 via 192.168.50.3 dev ul0",
 		"10.244.4.0/24 via 192.168.50.4 dev ul0")
 
-	f.reconcile(backend.State{}, own, Changes{RoutesRemoved: 3})
+	f.reconcile(Want{}, own, Changes{RoutesRemoved: 3})
 	checkList(t, "routes after every peer left", f.routes(), "10.99.0.0/16 via 192.168.50.2 dev ul0")
 }
 
@@ -497,18 +496,18 @@ func TestReconcileErrors(t *testing.T) {
 	f := newFixture(t, testLog(t))
 	dev := testDevice()
 
-	_, err := f.p.Reconcile(vxlanState(dev), testOwn())
+	_, err := f.p.reconcile(vxlanState(dev), testOwn())
 	var missing *backend.MissingDeviceError
 	if !errors.As(err, &missing) || missing.Name != vx {
 		t.Fatalf("Reconcile without the device: %v, want a backend.MissingDeviceError for %s", err, vx)
 	}
 
 	// A peer routed through a device that does not exist fails alone.
-	st := backend.State{Routes: []backend.Route{
+	st := Want{Routes: []Route{
 		{Dst: pfx("10.244.2.0/24"), Gw: ip("192.168.50.2"), Dev: "nope0"},
 		{Dst: pfx("10.244.3.0/24"), Gw: ip("192.168.50.3"), Dev: "ul0"},
 	}}
-	c, err := f.p.Reconcile(st, testOwn())
+	c, err := f.p.reconcile(st, testOwn())
 	if err == nil || !strings.Contains(err.Error(), "nope0") || !strings.Contains(err.Error(), "10.244.2.0/24") {
 		t.Errorf("Reconcile error %v, want one naming the route and nope0", err)
 	}
@@ -522,8 +521,9 @@ func TestWatch(t *testing.T) {
 	dev := testDevice()
 	_, err := f.p.EnsureVXLAN(dev)
 	f.must(err)
-	st := vxlanState(dev, peer{subnet: "10.244.2.0/24", public: "192.168.50.2", mac: "aa:00:00:00:00:02"})
-	f.reconcile(st, testOwn(), Changes{RoutesAdded: 1, NeighborsAdded: 1, FDBAdded: 1, AddrsAdded: 2})
+	st := testState(t, true)
+	st.Peers["p2"] = backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2"), VTEPMAC: mac("aa:00:00:00:00:02")}
+	f.apply(st, backend.Update{Full: true})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -565,7 +565,9 @@ func TestWatch(t *testing.T) {
 	vxl := f.link(vx)
 	f.must(netlink.RouteDel(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.2.0/24"))}))
 	waitCall("a route deleted by hand")
-	f.reconcile(st, testOwn(), Changes{RoutesAdded: 1})
+	if c := f.apply(st, backend.Update{Full: true}); c["route"] != 1 {
+		t.Errorf("repair wrote %v, want the route", c)
+	}
 	drain()
 
 	f.must(netlink.NeighDel(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, IP: net.ParseIP("10.244.2.0")}))
@@ -574,7 +576,7 @@ func TestWatch(t *testing.T) {
 
 	// A burst of changes is coalesced: far fewer calls than changes, never two at once.
 	for i := range 100 {
-		f.must(netlink.RouteAdd(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 20, byte(i), 0}), 24)), Scope: netlink.SCOPE_LINK}))
+		f.must(netlink.RouteAdd(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(100 + i), 0}), 24)), Scope: netlink.SCOPE_LINK}))
 	}
 	waitCall("a burst of 100 routes")
 	time.Sleep(300 * time.Millisecond)
@@ -641,12 +643,12 @@ func BenchmarkReconcileNoop(b *testing.B) {
 	}
 	st := vxlanState(dev, peers...)
 	own := testOwn()
-	if _, err := f.p.Reconcile(st, own); err != nil {
+	if _, err := f.p.reconcile(st, own); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := f.p.Reconcile(st, own)
+		c, err := f.p.reconcile(st, own)
 		if err != nil || c != (Changes{}) {
 			b.Fatalf("Reconcile of a converged state: %v, %v", c, err)
 		}

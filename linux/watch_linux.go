@@ -16,11 +16,13 @@ import (
 const resubscribeDelay = time.Second
 
 // Watch calls changed whenever a route, neighbour, link or address changes in the Plane's
-// namespace, so the caller can reconcile and so restore entries deleted by hand. It calls
-// changed once as soon as it is subscribed, to cover what changed before. Calls are made on
-// Watch's goroutine, never concurrently; changes that happen during a call are coalesced
-// into one further call. Writes made by Reconcile notify too: the next Reconcile finds nothing
-// to do. Watch returns nil when ctx is done, or an error when it cannot subscribe.
+// namespace in a way its model did not expect (an entry of its deleted or altered, a stray
+// one it would delete, the device gone or down), so the caller can apply the whole State and
+// restore what was lost; the kernel's echo of the plane's own writes is not drift. It calls
+// changed once as soon as it is subscribed, to cover what changed before, and again whenever
+// the kernel dropped a subscription (updates were lost). Calls are made on Watch's goroutine,
+// never concurrently; changes that happen during a call are coalesced into one further call.
+// Watch returns nil when ctx is done, or an error when it cannot subscribe.
 func (p *Plane) Watch(ctx context.Context, changed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -53,7 +55,13 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 				return netlink.RouteSubscribeWithOptions(ch, ctx.Done(),
 					netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
 			},
-			func(u netlink.RouteUpdate) bool { return u.Table == unix.RT_TABLE_MAIN })
+			func(u netlink.RouteUpdate) bool {
+				if u.Table != unix.RT_TABLE_MAIN {
+					return false
+				}
+				k := fromRoute(u.Route, p.model.names())
+				return p.model.unexpectedRoute(routeNote{Del: u.Type == unix.RTM_DELROUTE, Route: k.Route, ProtoKernel: k.ProtoKernel})
+			})
 	})
 	run(func() error {
 		return follow(ctx, p.log, "neighbour", subscribed.Done, notify,
@@ -61,7 +69,7 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 				return netlink.NeighSubscribeWithOptions(ch, ctx.Done(),
 					netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
 			},
-			relevantNeigh)
+			p.unexpectedNeigh)
 	})
 	run(func() error {
 		return follow(ctx, p.log, "link", subscribed.Done, notify,
@@ -69,7 +77,10 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 				return netlink.LinkSubscribeWithOptions(ch, ctx.Done(),
 					netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
 			},
-			func(netlink.LinkUpdate) bool { return true })
+			func(u netlink.LinkUpdate) bool {
+				a := u.Link.Attrs()
+				return p.model.unexpectedLink(linkNote{Del: u.Header.Type == unix.RTM_DELLINK, Name: a.Name, Up: a.Flags&unix.IFF_UP != 0})
+			})
 	})
 	run(func() error {
 		return follow(ctx, p.log, "address", subscribed.Done, notify,
@@ -77,7 +88,12 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 				return netlink.AddrSubscribeWithOptions(ch, ctx.Done(),
 					netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
 			},
-			func(netlink.AddrUpdate) bool { return true })
+			func(u netlink.AddrUpdate) bool {
+				if u.LinkIndex != p.model.deviceIndex() {
+					return false
+				}
+				return p.model.unexpectedAddr(addrNote{Del: !u.NewAddr, Prefix: prefixOf(&u.LinkAddress)})
+			})
 	})
 
 	subscribed.Wait()
@@ -99,15 +115,18 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 	}
 }
 
-// relevantNeigh drops the ARP/NDP churn of ordinary neighbours (reachable, stale, probing),
-// which happens all the time on a busy host and is never ours. Permanent entries, deletions
-// (a hand-deleted entry is reported in state failed) and VXLAN FDB entries (they carry a
-// destination IP, unlike those a bridge learns) count.
-func relevantNeigh(u netlink.NeighUpdate) bool {
-	if u.Family == unix.AF_BRIDGE {
-		return u.IP != nil
+// unexpectedNeigh judges a neighbour or FDB notification against the model. Only the overlay
+// device's entries can be ours; the ARP/NDP churn of ordinary neighbours elsewhere is not.
+func (p *Plane) unexpectedNeigh(u netlink.NeighUpdate) bool {
+	if u.LinkIndex != p.model.deviceIndex() {
+		return false
 	}
-	return u.Type == unix.RTM_DELNEIGH || u.State&netlink.NUD_PERMANENT != 0
+	del := u.Type == unix.RTM_DELNEIGH
+	permanent := u.State&netlink.NUD_PERMANENT != 0
+	if u.Family == unix.AF_BRIDGE {
+		return p.model.unexpectedFDB(fdbNote{Del: del, MAC: macOf(u.HardwareAddr), Dst: addrOf(u.IP), Permanent: permanent})
+	}
+	return p.model.unexpectedNeigh(neighNote{Del: del, IP: addrOf(u.IP), MAC: macOf(u.HardwareAddr), Permanent: permanent})
 }
 
 // follow keeps one netlink subscription alive until ctx is done, calling notify for each

@@ -36,6 +36,8 @@ func run(ctx context.Context, args []string) error {
 	cfg := daemon.DefaultConfig()
 	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
 	cfg.AddFlags(fs)
+	var pf planeFlags
+	pf.addFlags(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFile := fs.String("log-file", "", "append the log to this file instead of stderr (a Windows service has no stderr)")
 	if err := fs.Parse(args); err != nil {
@@ -64,5 +66,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
 
-	return daemon.Run(ctx, cfg, log)
+	plane, err := pf.newPlane(cfg.SubnetFile, log)
+	if err != nil {
+		return fmt.Errorf("data plane: %w", err)
+	}
+	defer plane.Close()
+	return daemon.Run(ctx, cfg, log, plane, defaultRouteInterface)
 }

@@ -1,0 +1,356 @@
+package backend
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+func lease(sn, ip, data string) subnet.Lease {
+	l := subnet.Lease{Subnet: netip.MustParsePrefix(sn), Attrs: subnet.LeaseAttrs{BackendType: subnet.BackendVXLAN, BackendData: json.RawMessage(data)}}
+	l.Attrs.PublicIP, _ = netip.ParseAddr(ip)
+	return l
+}
+
+func vxData(mac string) string { return `{"VNI":1,"VtepMAC":"` + mac + `"}` }
+
+func newBackend(t testing.TB, conf string) *Backend {
+	t.Helper()
+	cfg, err := subnet.ParseConfig([]byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.10"), MTU: 1500,
+		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, PublicIP: netip.MustParseAddr("192.0.2.10")}, "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// render writes a State as text, one line per peer in subnet order.
+func render(st *State) string {
+	var b strings.Builder
+	if st.Device != nil {
+		fmt.Fprintf(&b, "device %s vni %d mtu %d local %s addrs %v\n", st.Device.Name, st.Device.VNI, st.Device.MTU, st.Device.Local, st.DeviceAddresses())
+	}
+	keys := slices.SortedFunc(maps.Keys(st.Peers), func(a, b string) int {
+		return st.Peers[a].Subnet.Addr().Compare(st.Peers[b].Subnet.Addr())
+	})
+	for _, k := range keys {
+		p := st.Peers[k]
+		if p.Overlay() {
+			fmt.Fprintf(&b, "%s via vtep %s mac %s at %s\n", p.Subnet, p.VTEP(), p.VTEPMAC, p.PublicIP)
+		} else {
+			fmt.Fprintf(&b, "%s via %s\n", p.Subnet, p.PublicIP)
+		}
+	}
+	return b.String()
+}
+
+func TestDesiredVXLAN(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
+	peers := []subnet.Lease{
+		own,
+		lease("10.244.3.0/24", "198.51.100.3", vxData("0e:00:00:00:00:03")),
+		lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02")),
+	}
+	st, skipped := Desired(b, own, peers, false)
+	if len(skipped) != 0 {
+		t.Errorf("skipped %v", skipped)
+	}
+	want := `device flannel.1 vni 1 mtu 1450 local 192.0.2.10 addrs [10.244.1.0/32]
+10.244.2.0/24 via vtep 10.244.2.0 mac 0e:00:00:00:00:02 at 192.0.2.12
+10.244.3.0/24 via vtep 10.244.3.0 mac 0e:00:00:00:00:03 at 198.51.100.3
+`
+	if got := render(st); got != want {
+		t.Errorf("state:\n%s\nwant:\n%s", got, want)
+	}
+
+	// DirectRouting: the peer on the connected network gets a plain route, the other stays on the overlay.
+	b = newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","DirectRouting":true}}`)
+	st, _ = Desired(b, own, peers, false)
+	want = `device flannel.1 vni 1 mtu 1450 local 192.0.2.10 addrs [10.244.1.0/32]
+10.244.2.0/24 via 192.0.2.12
+10.244.3.0/24 via vtep 10.244.3.0 mac 0e:00:00:00:00:03 at 198.51.100.3
+`
+	if got := render(st); got != want {
+		t.Errorf("direct routing state:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestDesiredHostGW(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`)
+	l := func(sn, ip string) subnet.Lease {
+		return subnet.Lease{Subnet: netip.MustParsePrefix(sn), Attrs: subnet.LeaseAttrs{PublicIP: netip.MustParseAddr(ip), BackendType: subnet.BackendHostGW}}
+	}
+	own := l("10.244.1.0/24", "192.0.2.10")
+	far := l("10.244.3.0/24", "198.51.100.3") // not on the same layer-2 network
+	st, skipped := Desired(b, own, []subnet.Lease{own, l("10.244.2.0/24", "192.0.2.12"), far}, true)
+	if got, want := render(st), "10.244.2.0/24 via 192.0.2.12\n"; got != want || st.Device != nil || !st.Masquerade {
+		t.Errorf("state %q (device %v, masquerade %t), want %q", got, st.Device, st.Masquerade, want)
+	}
+	if len(skipped) != 1 || skipped[0].Key != far.Key() || skipped[0].Code != SkipNotOnLink {
+		t.Errorf("skipped %v", skipped)
+	}
+}
+
+// TestDesiredSkipsBadPeers: each bad lease is skipped with a reason, the good one stays.
+func TestDesiredSkipsBadPeers(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
+	good := lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02"))
+	hostgw := lease("10.244.9.0/24", "192.0.2.19", `null`)
+	hostgw.Attrs.BackendType = "host-gw"
+	bad := map[string]struct {
+		l    subnet.Lease
+		code string
+	}{
+		"outside":      {lease("10.245.3.0/24", "192.0.2.13", vxData("0e:00:00:00:00:03")), SkipOutside},
+		"length":       {lease("10.244.4.0/25", "192.0.2.14", vxData("0e:00:00:00:00:04")), SkipOutside},
+		"zero mac":     {lease("10.244.6.0/24", "192.0.2.16", vxData("00:00:00:00:00:00")), SkipBadData},
+		"multicast":    {lease("10.244.7.0/24", "192.0.2.17", vxData("01:00:5e:00:00:01")), SkipBadData},
+		"bad mac":      {lease("10.244.8.0/24", "192.0.2.18", vxData("zz")), SkipBadData},
+		"host-gw":      {hostgw, SkipBackendType},
+		"no ip":        {lease("10.244.10.0/24", "", vxData("0e:00:00:00:00:0a")), SkipBadPublicIP},
+		"loopback":     {lease("10.244.11.0/24", "127.0.0.1", vxData("0e:00:00:00:00:0b")), SkipBadPublicIP},
+		"own ip":       {lease("10.244.12.0/24", "192.0.2.10", vxData("0e:00:00:00:00:0c")), SkipDuplicateIP},
+		"dup ip":       {lease("10.244.13.0/24", "192.0.2.12", vxData("0e:00:00:00:00:0d")), SkipDuplicateIP},
+		"dup mac":      {lease("10.244.14.0/24", "192.0.2.24", vxData("0e:00:00:00:00:02")), SkipDuplicateMAC},
+		"own mac":      {lease("10.244.18.0/24", "192.0.2.28", vxData("0e:00:00:00:00:01")), SkipDuplicateMAC},
+		"vni":          {lease("10.244.15.0/24", "192.0.2.25", `{"VNI":4096,"VtepMAC":"0e:00:00:00:00:0f"}`), SkipVNI},
+		"no data":      {lease("10.244.16.0/24", "192.0.2.26", ``), SkipBadData},
+		"data array":   {lease("10.244.17.0/24", "192.0.2.27", `[1]`), SkipBadData},
+		"no subnet":    {subnet.Lease{Attrs: good.Attrs}, SkipNoSubnet},
+		"overlaps own": {lease("10.244.1.0/24", "192.0.2.29", vxData("0e:00:00:00:00:1d")), SkipOverlapsOwn},
+	}
+	// "overlaps own" has the own lease's key: it is the own lease, not a peer. Give it a
+	// dual-stack key so that it is a peer claiming the own subnet.
+	ov := bad["overlaps own"]
+	ov.l.IPv6Subnet = netip.MustParsePrefix("fd00::/64")
+	bad["overlaps own"] = ov
+	peers := []subnet.Lease{good}
+	for _, c := range bad {
+		peers = append(peers, c.l)
+	}
+	st, skipped := Desired(b, own, peers, false)
+	if len(st.Peers) != 1 || st.Peers[good.Key()].Subnet != good.Subnet {
+		t.Errorf("state:\n%s", render(st))
+	}
+	codes := map[string]string{}
+	for _, s := range skipped {
+		if s.Reason == "" {
+			t.Errorf("skip without a reason: %+v", s)
+		}
+		codes[s.Key] = s.Code
+	}
+	for name, c := range bad {
+		if got := codes[c.l.Key()]; got != c.code {
+			t.Errorf("%s: skipped as %q, want %q", name, got, c.code)
+		}
+	}
+}
+
+// TestClaims: of two leases claiming one public IP or VTEP MAC, the first in subnet order is
+// programmed; when it goes, the other takes its place.
+func TestClaims(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
+	s := NewSet(b, own, false)
+	var r Result
+	late := lease("10.244.9.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09"))
+	s.Put(late, &r)
+	early := lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02"))
+	r = Result{}
+	s.Put(early, &r)
+	if _, ok := s.State().Peers[early.Key()]; !ok || len(s.State().Peers) != 1 {
+		t.Fatalf("after the earlier claim: %s", render(s.State()))
+	}
+	if len(r.Changes) != 2 || len(r.Skipped) != 1 || r.Skipped[0].Key != late.Key() || r.Skipped[0].Code != SkipDuplicateIP {
+		t.Errorf("result %+v", r)
+	}
+	r = Result{}
+	s.Remove(early.Key(), &r)
+	if _, ok := s.State().Peers[late.Key()]; !ok || len(r.Changes) != 2 || len(r.Skipped) != 0 {
+		t.Errorf("after the earlier claim went: %s, result %+v", render(s.State()), r)
+	}
+}
+
+// TestSetIncremental is a differential test: any sequence of puts, removes and own-lease
+// changes, applied one at a time, leaves the Set with the State that a Set built from scratch
+// from the final leases has, and the Changes it reported, applied in order to the first
+// State, lead exactly to it.
+func TestSetIncremental(t *testing.T) {
+	for _, conf := range []string{
+		`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`,
+		`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","DirectRouting":true}}`,
+		`{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`,
+	} {
+		b := newBackend(t, conf)
+		for seed := range uint64(50) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			// A small space, so that claims clash often.
+			gen := func() subnet.Lease {
+				sn := fmt.Sprintf("10.244.%d.0/24", rng.IntN(12))
+				if rng.IntN(20) == 0 {
+					sn = "10.245.0.0/24"
+				}
+				ip := fmt.Sprintf("192.0.2.%d", 10+rng.IntN(8))
+				if rng.IntN(4) == 0 {
+					ip = fmt.Sprintf("198.51.100.%d", 10+rng.IntN(8))
+				}
+				l := lease(sn, ip, vxData(fmt.Sprintf("0e:00:00:00:00:%02x", 1+rng.IntN(8))))
+				if rng.IntN(3) == 0 {
+					l.IPv6Subnet = netip.MustParsePrefix(fmt.Sprintf("fd00:%d::/64", rng.IntN(2)))
+				}
+				if b.Type() == subnet.BackendHostGW {
+					l.Attrs.BackendType, l.Attrs.BackendData = subnet.BackendHostGW, nil
+				}
+				if rng.IntN(15) == 0 {
+					l.Attrs.BackendData = json.RawMessage(`{"VNI":1}`)
+				}
+				return l
+			}
+			own := gen()
+			s := NewSet(b, own, false)
+			leases := map[string]subnet.Lease{}
+			programmed := map[string]Peer{}
+			for range 200 {
+				var r Result
+				switch k := rng.IntN(10); {
+				case k < 6:
+					l := gen()
+					s.Put(l, &r)
+					if l.Key() != own.Key() {
+						leases[l.Key()] = l
+					}
+				case k < 9 && len(leases) > 0:
+					key := slices.Sorted(maps.Keys(leases))[rng.IntN(len(leases))]
+					s.Remove(key, &r)
+					delete(leases, key)
+				default:
+					own = gen()
+					delete(leases, own.Key())
+					s.SetOwn(own, &r)
+				}
+				for _, c := range r.Changes {
+					if programmed[c.Key] != c.Old {
+						t.Fatalf("seed %d: change of %s says it had %+v, it had %+v", seed, c.Key, c.Old, programmed[c.Key])
+					}
+					if c.New.IsValid() {
+						programmed[c.Key] = c.New
+					} else {
+						delete(programmed, c.Key)
+					}
+				}
+				want, _ := Desired(b, own, slices.Collect(maps.Values(leases)), false)
+				if got := render(s.State()); got != render(want) {
+					t.Fatalf("seed %d: incremental state:\n%s\nfrom scratch:\n%s", seed, got, render(want))
+				}
+				if !maps.Equal(programmed, s.State().Peers) {
+					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v", seed, programmed, s.State().Peers)
+				}
+			}
+		}
+	}
+}
+
+func TestDataRoundTrip(t *testing.T) {
+	d := VXLANData{VNI: 4096, VtepMAC: MAC{0xc6, 0xd2, 0x32, 0x6f, 0x8f, 0x44}}
+	if got := string(d.Encode()); got != `{"VNI":4096,"VtepMAC":"c6:d2:32:6f:8f:44"}` {
+		t.Errorf("encode %s", got)
+	}
+	back, err := DecodeVXLANData(d.Encode())
+	if err != nil || back != d {
+		t.Errorf("decode %+v %v", back, err)
+	}
+	// HNS writes MACs with dashes; flannel's Windows nodes publish them in colon form, but
+	// accept both.
+	if d, err := DecodeVXLANData(json.RawMessage(`{"VNI":4096,"VtepMAC":"00-15-5D-01-02-03"}`)); err != nil || d.VtepMAC.String() != "00:15:5d:01:02:03" {
+		t.Errorf("dash form: %+v %v", d, err)
+	}
+}
+
+func FuzzDecodeVXLANData(f *testing.F) {
+	f.Add([]byte(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`))
+	f.Add([]byte(`{"VNI":-1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeVXLANData(b)
+		if err != nil {
+			return
+		}
+		if !d.VtepMAC.IsUsable() {
+			t.Fatalf("accepted unusable MAC %s", d.VtepMAC)
+		}
+		back, err := DecodeVXLANData(d.Encode())
+		if err != nil || back != d {
+			t.Fatalf("round trip %+v -> %+v %v", d, back, err)
+		}
+	})
+}
+
+// TestMTU: Backend.MTU is the underlay MTU, as flanneld reads it; the overlay gets 50 less.
+func TestMTU(t *testing.T) {
+	if got := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`).MTU(); got != 1450 {
+		t.Errorf("interface MTU 1500: overlay MTU %d, want 1450", got)
+	}
+	if got := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","MTU":1400}}`).MTU(); got != 1350 {
+		t.Errorf("Backend.MTU 1400: overlay MTU %d, want 1350 (flanneld's)", got)
+	}
+	if got := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`).MTU(); got != 1500 {
+		t.Errorf("host-gw: MTU %d, want the interface's 1500", got)
+	}
+}
+
+// peerLeases makes n vxlan leases of distinct subnets, public IPs and MACs in 10.0.0.0/8.
+func peerLeases(n int) []subnet.Lease {
+	out := make([]subnet.Lease, n)
+	for i := range n {
+		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+		ip := netip.AddrFrom4([4]byte{172, 16 + byte(i>>16), byte(i >> 8), byte(i)})
+		mac := MAC{0x0e, 0, 0, byte(i >> 16), byte(i >> 8), byte(i)}
+		out[i] = subnet.Lease{Subnet: sn, Attrs: subnet.LeaseAttrs{PublicIP: ip, BackendType: subnet.BackendVXLAN,
+			BackendData: VXLANData{VNI: 1, VtepMAC: mac}.Encode()}}
+	}
+	return out
+}
+
+const benchConf = `{"Network":"10.0.0.0/8","SubnetMin":"10.0.0.0","Backend":{"Type":"vxlan"}}`
+
+// BenchmarkDesired20k: the whole State of 20k peers from scratch (start-up).
+func BenchmarkDesired20k(b *testing.B) {
+	be := newBackend(b, benchConf)
+	leases := peerLeases(20001)
+	b.ReportAllocs()
+	for b.Loop() {
+		Desired(be, leases[0], leases, false)
+	}
+}
+
+// BenchmarkPut20k: one lease changing among 20k (an event).
+func BenchmarkPut20k(b *testing.B) {
+	be := newBackend(b, benchConf)
+	leases := peerLeases(20001)
+	s := NewSet(be, leases[0], false)
+	var r Result
+	for _, l := range leases {
+		s.Put(l, &r)
+	}
+	moved := leases[100]
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		moved.Attrs.BackendData = VXLANData{VNI: 1, VtepMAC: MAC{0x0e, 1, 0, 0, byte(i >> 8), byte(i)}}.Encode()
+		r = Result{}
+		s.Put(moved, &r)
+	}
+}

@@ -1,0 +1,22 @@
+//go:build !linux && !windows
+
+package main
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"runtime"
+
+	"github.com/weftnet/weft/backend"
+)
+
+var errNoPlane = errors.New("weftd has no data plane for " + runtime.GOOS)
+
+type planeFlags struct{}
+
+func (f *planeFlags) addFlags(*flag.FlagSet) {}
+
+func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, error) { return nil, errNoPlane }
+
+func defaultRouteInterface() (string, error) { return "", errNoPlane }

@@ -1,0 +1,210 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/subnet"
+)
+
+// testState is the State of node 10.244.1.0/24 (vxlan, or host-gw without a device) on ul0.
+func testState(tb testing.TB, vxlan bool) *backend.State {
+	tb.Helper()
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st := &backend.State{Config: cfg, Own: pfx("10.244.1.0/24"), Underlay: "ul0", Peers: map[string]backend.Peer{}}
+	if vxlan {
+		dev := testDevice()
+		st.Device = &dev
+	}
+	return st
+}
+
+// randomPeer is peer i of a small space, on the overlay or (direct) on ul0.
+func randomPeer(rng *rand.Rand) (string, backend.Peer) {
+	i := 2 + rng.IntN(10)
+	p := backend.Peer{
+		Subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+		PublicIP: netip.AddrFrom4([4]byte{192, 168, 50, byte(2 + rng.IntN(10))}),
+	}
+	if rng.IntN(4) != 0 {
+		p.VTEPMAC = backend.MAC{0xaa, 0, 0, 0, byte(rng.IntN(3)), byte(i)}
+	}
+	return p.Subnet.String(), p
+}
+
+func (f *fixture) apply(st *backend.State, u backend.Update) backend.Changes {
+	f.tb.Helper()
+	c, err := f.p.Apply(context.Background(), st, u)
+	if err != nil {
+		f.tb.Fatalf("Apply(full %t): %v", u.Full, err)
+	}
+	return c
+}
+
+// converged checks, through the full dump and diff, that the kernel holds exactly st.
+func (f *fixture) converged(st *backend.State, what string) {
+	f.tb.Helper()
+	r, err := f.p.Diff(st)
+	f.must(err)
+	if !r.Converged() {
+		f.tb.Fatalf("%s: the kernel differs from the State:\n%s", what, reportString(r))
+	}
+}
+
+// TestApplyIncremental is a differential test: incremental Applies of random peer changes
+// leave the kernel exactly as a full Apply of the same State would.
+func TestApplyIncremental(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	st := testState(t, true)
+	_, err := f.p.Prepare(t.Context(), st)
+	f.must(err)
+	f.apply(st, backend.Update{Full: true})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 150 {
+		var changes []backend.PeerChange
+		for range 1 + rng.IntN(3) {
+			key, p := randomPeer(rng)
+			old, had := st.Peers[key]
+			if had && rng.IntN(3) == 0 {
+				delete(st.Peers, key)
+				changes = append(changes, backend.PeerChange{Key: key, Old: old})
+				continue
+			}
+			// A MAC or a public IP in use by another peer would be skipped by the backend.
+			clash := false
+			for k, o := range st.Peers {
+				clash = clash || k != key && (o.PublicIP == p.PublicIP || p.Overlay() && o.VTEPMAC == p.VTEPMAC)
+			}
+			if clash || old == p {
+				continue
+			}
+			st.Peers[key] = p
+			changes = append(changes, backend.PeerChange{Key: key, Old: old, New: p})
+		}
+		c := f.apply(st, backend.Update{Peers: changes})
+		if len(changes) == 0 && c.Total() != 0 {
+			t.Fatalf("step %d: nothing changed, Apply wrote %v", step, c)
+		}
+		f.converged(st, fmt.Sprintf("step %d (%d changes)", step, len(changes)))
+	}
+}
+
+// TestApplyHostGW: host-gw peers come and go one at a time, without a dump.
+func TestApplyHostGW(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	st := testState(t, false)
+	f.apply(st, backend.Update{Full: true})
+	p2 := backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2")}
+	st.Peers["a"] = p2
+	if c := f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "a", New: p2}}}); c["route"] != 1 {
+		t.Errorf("adding a peer wrote %v, want one route", c)
+	}
+	checkList(t, "routes", f.routes(), "10.244.2.0/24 via 192.168.50.2 dev ul0")
+	delete(st.Peers, "a")
+	if c := f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "a", Old: p2}}}); c["route"] != 1 {
+		t.Errorf("removing a peer wrote %v, want one route", c)
+	}
+	f.converged(st, "after the peer left")
+}
+
+// TestWatchModel: the kernel's echo of Apply's own writes is not drift; a hand-made change
+// to what the plane programmed is, and so is a stray entry it would delete; what is not the
+// plane's is not.
+func TestWatchModel(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	st := testState(t, true)
+	_, err := f.p.Prepare(t.Context(), st)
+	f.must(err)
+	p2 := backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2"), VTEPMAC: mac("aa:00:00:00:00:02")}
+	st.Peers["p2"] = p2
+	f.apply(st, backend.Update{Full: true})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var calls atomic.Int32
+	done := make(chan error, 1)
+	go func() { done <- f.p.Watch(ctx, func() { calls.Add(1) }) }()
+	// The first call says the watch is on.
+	waitFor(t, "the first call", func() bool { return calls.Load() > 0 })
+	settle := func() int32 {
+		time.Sleep(300 * time.Millisecond)
+		return calls.Swap(0)
+	}
+	settle()
+
+	for i := range 20 {
+		p := backend.Peer{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(10 + i), 0}), 24),
+			PublicIP: netip.AddrFrom4([4]byte{192, 168, 50, byte(10 + i)}), VTEPMAC: backend.MAC{0xaa, 1, 0, 0, 0, byte(i)}}
+		key := fmt.Sprint(i)
+		st.Peers[key] = p
+		f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: key, New: p}}})
+	}
+	delete(st.Peers, "p2")
+	f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "p2", Old: p2}}})
+	if n := settle(); n != 0 {
+		t.Errorf("%d drift calls for the plane's own 21 incremental writes, want none", n)
+	}
+
+	// Not the plane's: a route outside the network, a neighbour on another device.
+	ul := f.link("ul0")
+	f.must(netlink.RouteAdd(&netlink.Route{LinkIndex: ul.Attrs().Index, Dst: ipNet(pfx("172.20.0.0/24")), Gw: net.ParseIP("192.168.50.9")}))
+	f.must(netlink.NeighAdd(&netlink.Neigh{LinkIndex: ul.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: net.ParseIP("192.168.50.99"), HardwareAddr: mac("aa:bb:00:00:00:01").HardwareAddr()}))
+	if n := settle(); n != 0 {
+		t.Errorf("%d drift calls for changes that are not the plane's, want none", n)
+	}
+
+	vxl := f.link(vx)
+	for what, change := range map[string]func() error{
+		"a route deleted by hand": func() error {
+			return netlink.RouteDel(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.10.0/24"))})
+		},
+		"a neighbour deleted by hand": func() error {
+			return netlink.NeighDel(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, IP: net.ParseIP("10.244.11.0")})
+		},
+		"an FDB entry deleted by hand": func() error {
+			return netlink.NeighDel(fdbNeigh(FDBEntry{MAC: backend.MAC{0xaa, 1, 0, 0, 0, 2}, Dst: ip("192.168.50.12")}, vxl.Attrs().Index))
+		},
+		"a stray route on the device": func() error {
+			return netlink.RouteAdd(toRoute(Route{Dst: pfx("10.244.99.0/24"), Gw: ip("10.244.99.0"), Onlink: true}, vxl.Attrs().Index))
+		},
+		"a stray permanent neighbour on the device": func() error {
+			return netlink.NeighAdd(ipNeigh(Neighbor{IP: ip("10.244.98.0"), MAC: mac("aa:cc:00:00:00:01")}, vxl.Attrs().Index))
+		},
+		"the device set down": func() error { return netlink.LinkSetDown(vxl) },
+	} {
+		f.must(change())
+		if n := settle(); n == 0 {
+			t.Errorf("%s: no drift call", what)
+		}
+		f.apply(st, backend.Update{Full: true})
+		settle()
+	}
+	f.converged(st, "after the repairs")
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch: %v", err)
+	}
+}
+
+func waitFor(tb testing.TB, what string, ok func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %s within 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

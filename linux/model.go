@@ -1,0 +1,263 @@
+package linux
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// model is what the plane programmed (or is programming): the State of its last Apply,
+// indexed for the two questions asked of it: which kernel entries an incremental Apply
+// writes, and whether a kernel notification is the echo of the plane's own writes or drift.
+// It holds one Peer per peer and one MAC index entry per overlay peer.
+type model struct {
+	mu       sync.Mutex
+	valid    bool // a full Apply set it up
+	dev      string
+	underlay string
+	network  netip.Prefix
+	own      netip.Prefix
+	bits     int // the length of peers' subnets
+	addrs    []netip.Prefix
+	peers    map[netip.Prefix]backend.Peer // by subnet
+	macs     map[backend.MAC]netip.Prefix  // overlay peers' VTEP MACs
+	indexes  map[string]int                // interface indexes by name, from the last full Apply
+	nameOf   map[int]string
+	devIndex int
+}
+
+// reset makes the model st, before a full Apply writes it.
+func (m *model) reset(st *backend.State) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.valid = true
+	m.dev, m.underlay, m.network, m.own, m.bits = "", st.Underlay, st.Network(), st.Own, st.Config.SubnetLen
+	if st.Device != nil {
+		m.dev = st.Device.Name
+	}
+	m.addrs = st.DeviceAddresses()
+	m.peers = make(map[netip.Prefix]backend.Peer, len(st.Peers))
+	m.macs = make(map[backend.MAC]netip.Prefix, len(st.Peers))
+	for _, p := range st.Peers {
+		m.learnLocked(p)
+	}
+}
+
+// setIndexes records the interfaces a full Apply found.
+func (m *model) setIndexes(index map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.indexes = index
+	m.nameOf = make(map[int]string, len(index))
+	for n, i := range index {
+		m.nameOf[i] = n
+	}
+	m.devIndex = index[m.dev]
+}
+
+// invalidate makes the next Apply a full one.
+func (m *model) invalidate() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.valid = false
+}
+
+// fits reports whether an incremental Apply of st can start from the model: the device,
+// underlay and subnets are those of the last full Apply.
+func (m *model) fits(st *backend.State) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	dev := ""
+	if st.Device != nil {
+		dev = st.Device.Name
+	}
+	return m.valid && m.indexes != nil && dev == m.dev && st.Underlay == m.underlay && st.Network() == m.network && st.Own == m.own
+}
+
+func (m *model) learn(p backend.Peer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.learnLocked(p)
+}
+
+func (m *model) learnLocked(p backend.Peer) {
+	if !p.IsValid() {
+		return
+	}
+	m.peers[p.Subnet] = p
+	if p.Overlay() {
+		m.macs[p.VTEPMAC] = p.Subnet
+	}
+}
+
+func (m *model) forget(p backend.Peer) {
+	if !p.IsValid() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.peers[p.Subnet] == p {
+		delete(m.peers, p.Subnet)
+	}
+	if s, ok := m.macs[p.VTEPMAC]; ok && s == p.Subnet {
+		delete(m.macs, p.VTEPMAC)
+	}
+}
+
+// index is the interface index of dev as the last full Apply found it.
+func (m *model) index(dev string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.indexes[dev]
+	if !ok {
+		return 0, fmt.Errorf("device %q does not exist", dev)
+	}
+	return i, nil
+}
+
+// names are the interface names by index, for reading notifications; the map is never
+// changed once made.
+func (m *model) names() map[int]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nameOf
+}
+
+// deviceIndex is the overlay device's interface index; 0 for host-gw or before a full Apply.
+func (m *model) deviceIndex() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dev == "" {
+		return 0
+	}
+	return m.devIndex
+}
+
+// routeNote is a main-table route notification: Dev is "" for a route with no single device.
+type routeNote struct {
+	Del         bool
+	Route       Route
+	ProtoKernel bool
+}
+
+// unexpectedRoute reports whether a route notification is drift: one of the model's routes
+// deleted or changed, or a route the plane would delete added. Echoes of the plane's own
+// writes, and routes it does not own, are not.
+func (m *model) unexpectedRoute(n routeNote) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.valid {
+		return true
+	}
+	r := n.Route
+	if n.ProtoKernel || !r.Dst.IsValid() || !within(r.Dst, []netip.Prefix{m.network}) || m.own.IsValid() && within(r.Dst, []netip.Prefix{m.own}) {
+		return false
+	}
+	p, ours := m.peers[r.Dst.Masked()]
+	matches := ours && r.Dev != "" && entriesOf(p, m.dev, m.underlay).route == r
+	if n.Del {
+		return matches
+	}
+	if ours {
+		return !matches
+	}
+	// A route nobody asked for, on a device the plane owns gatewayed routes on.
+	return r.Dev != "" && (r.Dev == m.dev && m.dev != "" || r.Gw.IsValid() && r.Dev == m.underlay)
+}
+
+// neighNote is a neighbour notification on the overlay device.
+type neighNote struct {
+	Del       bool
+	IP        netip.Addr
+	MAC       backend.MAC
+	Permanent bool
+}
+
+// peerAt is the overlay peer whose VTEP address (its subnet's first address) is a.
+func (m *model) peerAt(a netip.Addr) (backend.Peer, bool) {
+	p, ok := m.peers[netip.PrefixFrom(a, m.bits)]
+	return p, ok && p.Overlay() && p.VTEP() == a
+}
+
+func (m *model) unexpectedNeigh(n neighNote) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.valid {
+		return true
+	}
+	p, ours := m.peerAt(n.IP)
+	if n.Del {
+		return ours
+	}
+	if !n.Permanent {
+		// The kernel's own entries (incomplete, reachable, stale) never replace a permanent
+		// one; they are not ours.
+		return false
+	}
+	return !ours || p.VTEPMAC != n.MAC
+}
+
+// fdbNote is an FDB notification on the overlay device; Dst is invalid for entries with no
+// destination (the flooding defaults, learned entries).
+type fdbNote struct {
+	Del       bool
+	MAC       backend.MAC
+	Dst       netip.Addr
+	Permanent bool
+}
+
+func (m *model) unexpectedFDB(n fdbNote) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.valid {
+		return true
+	}
+	sn, ours := m.macs[n.MAC]
+	matches := ours && m.peers[sn].PublicIP == n.Dst
+	if n.Del {
+		return matches
+	}
+	if matches {
+		return false
+	}
+	return ownsFDB(kernelFDB{FDBEntry: FDBEntry{MAC: n.MAC, Dst: n.Dst, Dev: m.dev}, Permanent: n.Permanent}, m.dev)
+}
+
+// linkNote is a link notification.
+type linkNote struct {
+	Del  bool
+	Name string
+	Up   bool
+}
+
+// unexpectedLink: the overlay device or the underlay deleted or down.
+func (m *model) unexpectedLink(n linkNote) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n.Name == "" || n.Name != m.dev && n.Name != m.underlay {
+		return false
+	}
+	return !m.valid || n.Del || !n.Up
+}
+
+// addrNote is an address notification on the overlay device.
+type addrNote struct {
+	Del    bool
+	Prefix netip.Prefix
+}
+
+func (m *model) unexpectedAddr(n addrNote) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.valid {
+		return true
+	}
+	want := slices.Contains(m.addrs, n.Prefix)
+	if n.Del {
+		return want
+	}
+	return !want && within(netip.PrefixFrom(n.Prefix.Addr(), n.Prefix.Addr().BitLen()), []netip.Prefix{m.network})
+}
