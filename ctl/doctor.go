@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/daemon"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
 )
 

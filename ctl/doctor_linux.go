@@ -80,4 +80,3 @@ func neighborText(n linux.Neighbor) string {
 func fdbText(f linux.FDBEntry) string {
 	return fmt.Sprintf("%s dev %s dst %s", f.MAC, f.Dev, f.Dst)
 }
-
