@@ -106,7 +106,7 @@ type Update struct {
 	// Full: dump the system and diff it against the whole State (start-up, the periodic
 	// resync, drift, a failed write, a change of the own lease or the device).
 	Full bool
-	// Peers that changed since the last Apply, when not Full.
+	// Peers that changed since the last Apply, when not Full: one change per key.
 	Peers []PeerChange
 }
 

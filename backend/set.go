@@ -67,12 +67,29 @@ func (s *Set) State() *State { return s.st }
 // Len is the number of peer leases known, usable or not.
 func (s *Set) Len() int { return len(s.entries) }
 
-// Result is what a change of the Set means for the data plane and the operator.
+// Result is what a change of the Set means for the data plane and the operator. One Result
+// may gather several Puts and Removes (a burst of events is one Apply).
 type Result struct {
-	// Changes are the peers whose programmed entries changed.
+	// Changes are the peers whose programmed entries changed, one per key: from what was
+	// programmed before the first of the gathered calls to what the last one left.
 	Changes []PeerChange
 	// Skipped are leases newly skipped, or skipped for a new reason: each is logged once.
 	Skipped []Skipped
+
+	index map[string]int // of Changes, by key
+}
+
+// change records that key's peer went from old to new.
+func (r *Result) change(key string, old, new Peer) {
+	if i, ok := r.index[key]; ok {
+		r.Changes[i].New = new
+		return
+	}
+	if r.index == nil {
+		r.index = map[string]int{}
+	}
+	r.index[key] = len(r.Changes)
+	r.Changes = append(r.Changes, PeerChange{Key: key, Old: old, New: new})
 }
 
 // Put adds or replaces a peer lease (the own lease's key is ignored: see SetOwn).
@@ -106,7 +123,7 @@ func (s *Set) Remove(key string, r *Result) {
 	delete(s.entries, key)
 	if old, ok := s.st.Peers[key]; ok {
 		delete(s.st.Peers, key)
-		r.Changes = append(r.Changes, PeerChange{Key: key, Old: old})
+		r.change(key, old, Peer{})
 	}
 	s.resolve(touched, r)
 }
@@ -244,10 +261,10 @@ func (s *Set) resolve(touched touchList, r *Result) {
 		switch {
 		case now == nil && (!had || old != e.c.peer):
 			s.st.Peers[e.key] = e.c.peer
-			r.Changes = append(r.Changes, PeerChange{Key: e.key, Old: old, New: e.c.peer})
+			r.change(e.key, old, e.c.peer)
 		case now != nil && had:
 			delete(s.st.Peers, e.key)
-			r.Changes = append(r.Changes, PeerChange{Key: e.key, Old: old})
+			r.change(e.key, old, Peer{})
 		}
 	}
 }

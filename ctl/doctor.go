@@ -568,7 +568,7 @@ func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
 		}
 		add(d.Kind, resultFail, what, fix+cmd)
 	}
-	w, _ := linux.WantOf(e.state)
+	w, _ := linux.WantOf(e.state, false) // the counts are the same with nexthop objects
 	want := map[string]int{"route": len(w.Routes)}
 	kinds := []string{"route"}
 	if e.state.Device != nil {
@@ -588,6 +588,12 @@ func fixCommand(kind, op, entry string) string {
 	switch kind {
 	case "route":
 		return "ip route " + op + " " + entry
+	case "nexthop":
+		if op == "del" {
+			id, _, _ := strings.Cut(entry, " via")
+			return "ip nexthop del " + id
+		}
+		return "ip nexthop replace " + entry
 	case "neighbor":
 		if op == "replace" {
 			return "ip neigh replace " + entry + " nud permanent"

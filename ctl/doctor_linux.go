@@ -30,6 +30,7 @@ func inspectKernel(st *backend.State) (*Kernel, error) {
 			k.Device.MAC = d.MAC.String()
 		}
 	}
+	k.Drift = append(k.Drift, drifts("nexthop", r.Nexthops, linux.Nexthop.String)...)
 	k.Drift = append(k.Drift, drifts("route", r.Routes, routeText)...)
 	k.Drift = append(k.Drift, drifts("neighbor", r.Neighbors, neighborText)...)
 	k.Drift = append(k.Drift, drifts("fdb", r.FDB, fdbText)...)
@@ -59,8 +60,13 @@ func drifts[T comparable](kind string, changes []linux.Change[T], text func(T) s
 
 // The entries of a Drift, as ip(8) and bridge(8) write them.
 
+// routeText is a route as ip-route writes it: through its nexthop object, or with its
+// gateway.
 func routeText(r linux.Route) string {
 	s := r.Dst.String()
+	if r.NH != 0 {
+		return s + fmt.Sprintf(" nhid %d", r.NH)
+	}
 	if r.Gw.IsValid() {
 		s += " via " + r.Gw.String()
 	}

@@ -92,10 +92,10 @@ func TestDiagnoseHealthy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := linux.WantOf(e.state); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
+	if w, _ := linux.WantOf(e.state, false); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
 		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", e.state, e.mtu)
 	}
-	if _, owned := linux.WantOf(e.state); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
+	if _, owned := linux.WantOf(e.state, false); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
 		t.Errorf("ownership %+v", owned)
 	}
 }

@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/vishvananda/netlink"
+	"net/netip"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/linux/masq"
@@ -37,8 +36,8 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 		return nil, err
 	}
 	if u.Full || !p.model.fits(st) {
-		p.model.reset(st)
-		w, own := WantOf(st)
+		p.model.reset(st, p.nexthops)
+		w, own := WantOf(st, p.nexthops)
 		c, err := p.reconcile(w, own)
 		ch := c.counts()
 		if err == nil && st.Masquerade {
@@ -72,6 +71,7 @@ func (p *Plane) masquerade(st *backend.State) (bool, error) {
 // counts renders Changes as the backend counts them.
 func (c Changes) counts() backend.Changes {
 	return backend.Changes{
+		"nexthop":  c.NexthopsAdded + c.NexthopsRemoved,
 		"route":    c.RoutesAdded + c.RoutesRemoved,
 		"neighbor": c.NeighborsAdded + c.NeighborsRemoved,
 		"fdb":      c.FDBAdded + c.FDBRemoved,
@@ -80,75 +80,111 @@ func (c Changes) counts() backend.Changes {
 }
 
 // applyPeers writes the entries of changed peers: the new ones first (FDB, neighbour, then
-// the route that relies on them), then the deletion of what the old ones had and the new ones
-// do not, so that a changed peer is never unreachable in between.
+// the nexthop and route that rely on them), then the deletion of what the old ones had and
+// the new ones do not, so that a changed peer is never unreachable in between. Every phase
+// is one batch.
 func (p *Plane) applyPeers(changes []backend.PeerChange) (backend.Changes, error) {
 	m := &p.model
-	var c Changes
-	var errs []error
-	note := func(counter *int, n int, err error, what string) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
-			return
-		}
-		*counter += n
-	}
 	for _, pc := range changes {
 		m.forget(pc.Old)
 		m.learn(pc.New)
 	}
-	for _, pc := range changes {
-		var old, new peerEntries
+	l, dev := m.layout(), m.deviceIndex()
+	var c Changes
+	var errs []error
+	var b batch
+	type pair struct{ old, new peerEntries }
+	pairs := make([]pair, len(changes))
+	// What the new peers use, so that no deletion of an old peer's entry takes away one
+	// that a new peer (of this key or another) has just written in its place.
+	var kept struct {
+		routes map[netip.Prefix]bool
+		nhs    map[uint32]bool
+		neighs map[netip.Addr]bool
+		macs   map[backend.MAC]bool
+	}
+	kept.routes, kept.nhs, kept.neighs, kept.macs = map[netip.Prefix]bool{}, map[uint32]bool{}, map[netip.Addr]bool{}, map[backend.MAC]bool{}
+	for i, pc := range changes {
 		if pc.Old.IsValid() {
-			old = entriesOf(pc.Old, m.dev, m.underlay)
+			pairs[i].old = l.entriesOf(pc.Old)
 		}
 		if pc.New.IsValid() {
-			new = entriesOf(pc.New, m.dev, m.underlay)
-			if f := new.fdb; f != nil && (old.fdb == nil || *old.fdb != *f) {
-				note(&c.FDBAdded, 1, p.h.NeighSet(fdbNeigh(*f, m.devIndex)),
-					fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
+			e := l.entriesOf(pc.New)
+			pairs[i].new = e
+			kept.routes[e.route.Dst] = true
+			if e.nh != nil {
+				kept.nhs[e.nh.ID] = true
 			}
-			if n := new.neigh; n != nil && (old.neigh == nil || *old.neigh != *n) {
-				note(&c.NeighborsAdded, 1, p.h.NeighSet(ipNeigh(*n, m.devIndex)),
-					fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev))
-			}
-			if r := new.route; !pc.Old.IsValid() || old.route != r {
-				note(&c.RoutesAdded, 1, p.replaceRoute(r), "replacing route "+routeString(r))
+			if e.neigh != nil {
+				kept.neighs[e.neigh.IP], kept.macs[e.fdb.MAC] = true, true
 			}
 		}
+	}
+	link := func(name, what string) (int, bool) {
+		i, err := m.index(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
+		return i, err == nil
+	}
+	for i, pc := range changes {
+		old, new := pairs[i].old, pairs[i].new
+		if !pc.New.IsValid() {
+			continue
+		}
+		if f := new.fdb; f != nil && (old.fdb == nil || *old.fdb != *f) {
+			b.add(fdbSet(*f, dev), &c.FDBAdded, false, fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
+		}
+		if n := new.neigh; n != nil && (old.neigh == nil || *old.neigh != *n) {
+			b.add(neighSet(*n, dev), &c.NeighborsAdded, false, fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev))
+		}
+	}
+	p.flush(&b, &errs)
+	for i, pc := range changes {
+		old, new := pairs[i].old, pairs[i].new
+		if n := new.nh; pc.New.IsValid() && n != nil && (old.nh == nil || *old.nh != *n) {
+			what := "replacing nexthop " + n.String()
+			if link, ok := link(n.Dev, what); ok {
+				b.add(nexthopSet(*n, link), &c.NexthopsAdded, false, what)
+			}
+		}
+	}
+	p.flush(&b, &errs)
+	for i, pc := range changes {
+		old, new := pairs[i].old, pairs[i].new
+		if r := new.route; pc.New.IsValid() && (!pc.Old.IsValid() || old.route != r) {
+			what := "replacing route " + routeString(r)
+			if link, ok := link(r.Dev, what); ok || r.NH != 0 {
+				b.add(routeSet(r, link), &c.RoutesAdded, false, what)
+			}
+		}
+	}
+	p.flush(&b, &errs)
+	for i, pc := range changes {
+		old := pairs[i].old
+		if r := old.route; pc.Old.IsValid() && !kept.routes[r.Dst] {
+			what := "deleting route " + routeString(r)
+			if link, ok := link(r.Dev, what); ok || r.NH != 0 {
+				b.add(routeDelOwn(r, link), &c.RoutesRemoved, true, what)
+			}
+		}
+	}
+	p.flush(&b, &errs)
+	for i, pc := range changes {
+		old := pairs[i].old
 		if !pc.Old.IsValid() {
 			continue
 		}
-		if r := old.route; !pc.New.IsValid() || new.route.Dst != r.Dst {
-			gone, err := deleted(p.deleteRoute(r))
-			note(&c.RoutesRemoved, gone, err, "deleting route "+routeString(r))
+		if n := old.nh; n != nil && !kept.nhs[n.ID] {
+			b.add(nexthopDel(n.ID), &c.NexthopsRemoved, true, "deleting nexthop "+n.String())
 		}
-		if n := old.neigh; n != nil && (new.neigh == nil || new.neigh.IP != n.IP) {
-			gone, err := deleted(p.h.NeighDel(&netlink.Neigh{LinkIndex: m.devIndex, Family: familyOf(n.IP), IP: n.IP.AsSlice()}))
-			note(&c.NeighborsRemoved, gone, err, fmt.Sprintf("deleting neighbour %s dev %s", n.IP, n.Dev))
+		if n := old.neigh; n != nil && !kept.neighs[n.IP] {
+			b.add(neighDel(n.IP, dev), &c.NeighborsRemoved, true, fmt.Sprintf("deleting neighbour %s dev %s", n.IP, n.Dev))
 		}
-		if f := old.fdb; f != nil && (new.fdb == nil || new.fdb.MAC != f.MAC) {
-			gone, err := deleted(p.h.NeighDel(fdbNeigh(*f, m.devIndex)))
-			note(&c.FDBRemoved, gone, err, fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
+		if f := old.fdb; f != nil && !kept.macs[f.MAC] {
+			b.add(fdbDel(*f, dev), &c.FDBRemoved, true, fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
 		}
 	}
+	p.flush(&b, &errs)
 	return c.counts(), errors.Join(errs...)
-}
-
-// replaceRoute writes r with replace semantics, so that a changed route never disappears.
-func (p *Plane) replaceRoute(r Route) error {
-	link, err := p.model.index(r.Dev)
-	if err != nil {
-		return err
-	}
-	return p.h.RouteReplace(toRoute(r, link))
-}
-
-// deleteRoute deletes the route weft programmed as r (default metric, main table).
-func (p *Plane) deleteRoute(r Route) error {
-	link, err := p.model.index(r.Dev)
-	if err != nil {
-		return err
-	}
-	return p.h.RouteDel(toRoute(r, link))
 }

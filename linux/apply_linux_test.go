@@ -3,6 +3,7 @@ package linux
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -74,6 +75,7 @@ func TestApplyIncremental(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 150 {
 		var changes []backend.PeerChange
+		before := maps.Clone(st.Peers)
 		for range 1 + rng.IntN(3) {
 			key, p := randomPeer(rng)
 			old, had := st.Peers[key]
@@ -92,6 +94,14 @@ func TestApplyIncremental(t *testing.T) {
 			}
 			st.Peers[key] = p
 			changes = append(changes, backend.PeerChange{Key: key, Old: old, New: p})
+		}
+		// One change per key, from what was programmed to what is wanted, as a Set's
+		// Result gives them.
+		changes = changes[:0]
+		for key := range keysOf(before, st.Peers) {
+			if before[key] != st.Peers[key] {
+				changes = append(changes, backend.PeerChange{Key: key, Old: before[key], New: st.Peers[key]})
+			}
 		}
 		c := f.apply(st, backend.Update{Peers: changes})
 		if len(changes) == 0 && c.Total() != 0 {
@@ -169,7 +179,7 @@ func TestWatchModel(t *testing.T) {
 	vxl := f.link(vx)
 	for what, change := range map[string]func() error{
 		"a route deleted by hand": func() error {
-			return netlink.RouteDel(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.10.0/24"))})
+			return netlink.RouteDel(&netlink.Route{Dst: ipNet(pfx("10.244.10.0/24"))})
 		},
 		"a neighbour deleted by hand": func() error {
 			return netlink.NeighDel(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, IP: net.ParseIP("10.244.11.0")})
@@ -178,7 +188,7 @@ func TestWatchModel(t *testing.T) {
 			return netlink.NeighDel(fdbNeigh(FDBEntry{MAC: backend.MAC{0xaa, 1, 0, 0, 0, 2}, Dst: ip("192.168.50.12")}, vxl.Attrs().Index))
 		},
 		"a stray route on the device": func() error {
-			return netlink.RouteAdd(toRoute(Route{Dst: pfx("10.244.99.0/24"), Gw: ip("10.244.99.0"), Onlink: true}, vxl.Attrs().Index))
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.99.0/24")), Gw: net.ParseIP("10.244.99.0"), Flags: int(netlink.FLAG_ONLINK)})
 		},
 		"a stray permanent neighbour on the device": func() error {
 			return netlink.NeighAdd(ipNeigh(Neighbor{IP: ip("10.244.98.0"), MAC: mac("aa:cc:00:00:00:01")}, vxl.Attrs().Index))
@@ -199,6 +209,18 @@ func TestWatchModel(t *testing.T) {
 	}
 }
 
+// keysOf is the union of the maps' keys.
+func keysOf(a, b map[string]backend.Peer) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
 func waitFor(tb testing.TB, what string, ok func() bool) {
 	tb.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !ok(); {
@@ -207,4 +229,45 @@ func waitFor(tb testing.TB, what string, ok func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestSwitchToNexthops: a node whose peers have plain routes (flanneld's, or an older weftd's)
+// moves them onto nexthop objects in place, each route replaced, never deleted; and back, on
+// a kernel without them.
+func TestSwitchToNexthops(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	if !f.p.nexthops {
+		t.Skip("this kernel has no nexthop objects")
+	}
+	st := testState(t, true)
+	_, err := f.p.Prepare(t.Context(), st)
+	f.must(err)
+	for i := range 5 {
+		p := backend.Peer{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(2 + i), 0}), 24),
+			PublicIP: netip.AddrFrom4([4]byte{192, 168, 50, byte(2 + i)}), VTEPMAC: backend.MAC{0xaa, 0, 0, 0, 0, byte(2 + i)}}
+		st.Peers[fmt.Sprint(i)] = p
+	}
+	f.p.nexthops = false
+	f.apply(st, backend.Update{Full: true})
+	plain := f.routes()
+
+	f.p.nexthops = true
+	if c := f.apply(st, backend.Update{Full: true}); c["nexthop"] != 5 || c["route"] != 5 || c["neighbor"]+c["fdb"] != 0 {
+		t.Errorf("switching to nexthops wrote %v, want 5 nexthops and 5 routes replaced", c)
+	}
+	f.converged(st, "on nexthops")
+	// ip-route shows the same gateway and device for a route through a nexthop object.
+	checkList(t, "routes on nexthops", f.routes(), plain...)
+	nhs, err := f.p.listNexthops(nil)
+	f.must(err)
+	if len(nhs) != 5 {
+		t.Errorf("%d nexthop objects, want 5", len(nhs))
+	}
+
+	f.p.nexthops = false
+	if c := f.apply(st, backend.Update{Full: true}); c["nexthop"] != 5 || c["route"] != 5 {
+		t.Errorf("switching back wrote %v, want 5 routes replaced and 5 nexthops deleted", c)
+	}
+	f.converged(st, "on plain routes again")
+	checkList(t, "plain routes again", f.routes(), plain...)
 }

@@ -14,6 +14,7 @@ import (
 // so an operator's tool (weftctl doctor) can show the drift that weftd would repair.
 type Report struct {
 	Device    *DeviceReport // nil for host-gw
+	Nexthops  []Change[Nexthop]
 	Routes    []Change[Route]
 	Neighbors []Change[Neighbor]
 	FDB       []Change[FDBEntry]
@@ -44,14 +45,14 @@ func (r Report) Converged() bool {
 	if d := r.Device; d != nil && (d.Missing || !d.Up || d.Incompatible != "") {
 		return false
 	}
-	return len(r.Routes)+len(r.Neighbors)+len(r.FDB)+len(r.Addrs) == 0
+	return len(r.Nexthops)+len(r.Routes)+len(r.Neighbors)+len(r.FDB)+len(r.Addrs) == 0
 }
 
 // Diff compares the kernel with st as Reconcile would, through the same dump and diff, and
 // reports what Reconcile would write, touching only what owned allows, without writing it.
 // The MTU is reported, not judged: EnsureVXLAN sets it, and the caller knows what it should be.
 func (p *Plane) Diff(st *backend.State) (Report, error) {
-	want, owned := WantOf(st)
+	want, owned := WantOf(st, p.nexthops)
 	return p.diffWant(want, owned, st.Device)
 }
 
@@ -94,6 +95,18 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	have := snap.state
 	pl := diff(want, have, owned)
 
+	for _, w := range pl.SetNexthops {
+		c := Change[Nexthop]{Want: w}
+		for _, k := range have.Nexthops {
+			if k.ID == w.ID {
+				c.Have = k.Nexthop
+			}
+		}
+		r.Nexthops = append(r.Nexthops, c)
+	}
+	for _, i := range pl.DelNexthops {
+		r.Nexthops = append(r.Nexthops, Change[Nexthop]{Have: have.Nexthops[i].Nexthop})
+	}
 	for _, w := range pl.SetRoutes {
 		c := Change[Route]{Want: w}
 		for _, k := range have.Routes {

@@ -139,5 +139,6 @@ func reportString(r Report) string {
 	if r.Device != nil {
 		s += fmt.Sprintf("%+v", *r.Device)
 	}
+	s += fmt.Sprintf("\n     nexthops %v", r.Nexthops)
 	return s + fmt.Sprintf("\n     routes %+v\n     neighbours %+v\n     fdb %+v\n     addrs %+v", r.Routes, r.Neighbors, r.FDB, r.Addrs)
 }

@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"fmt"
 	"errors"
 	"net"
 	"net/netip"
@@ -72,18 +73,11 @@ func toRoute(r Route, link int) *netlink.Route {
 	return nr
 }
 
-// exactRoute names a dumped route for a delete, with all the kernel matches on: left out, the
-// library would send scope universe and miss a link-scope route, and a priority of 0 matches
-// any route to the same destination.
-func exactRoute(r netlink.Route) *netlink.Route {
-	return &netlink.Route{
-		Dst: r.Dst, Gw: r.Gw, LinkIndex: r.LinkIndex, Priority: r.Priority, Table: r.Table,
-		Tos: r.Tos, Scope: r.Scope, Protocol: r.Protocol, Type: r.Type,
-	}
-}
-
 func routeString(r Route) string {
 	s := r.Dst.String()
+	if r.NH != 0 {
+		s += fmt.Sprintf(" nhid %d", r.NH)
+	}
 	if r.Gw.IsValid() {
 		s += " via " + r.Gw.String()
 	}

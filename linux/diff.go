@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 // Changes counts what Reconcile wrote. A changed entry (same destination, new gateway or
 // MAC) is replaced in place and counts as one addition.
 type Changes struct {
+	NexthopsAdded, NexthopsRemoved   int
 	RoutesAdded, RoutesRemoved       int
 	NeighborsAdded, NeighborsRemoved int
 	FDBAdded, FDBRemoved             int
@@ -18,8 +20,8 @@ type Changes struct {
 }
 
 func (c Changes) String() string {
-	return fmt.Sprintf("routes +%d -%d, neighbours +%d -%d, fdb +%d -%d, addresses +%d -%d",
-		c.RoutesAdded, c.RoutesRemoved, c.NeighborsAdded, c.NeighborsRemoved,
+	return fmt.Sprintf("nexthops +%d -%d, routes +%d -%d, neighbours +%d -%d, fdb +%d -%d, addresses +%d -%d",
+		c.NexthopsAdded, c.NexthopsRemoved, c.RoutesAdded, c.RoutesRemoved, c.NeighborsAdded, c.NeighborsRemoved,
 		c.FDBAdded, c.FDBRemoved, c.AddrsAdded, c.AddrsRemoved)
 }
 
@@ -29,7 +31,56 @@ type Route struct {
 	Gw     netip.Addr
 	Dev    string // outgoing interface by name
 	Onlink bool   // the gateway is reachable on Dev without a route to it (VXLAN)
+	// NH is the nexthop object the route goes through (Gw on Dev, see Nexthop); 0 for a
+	// plain route.
+	NH uint32
 }
+
+// sameHop reports whether two routes send Dst the same way, whether or not through a
+// nexthop object (the kernel's notifications do not say).
+func sameHop(a, b Route) bool {
+	return a.Dst == b.Dst && a.Gw == b.Gw && a.Dev == b.Dev && a.Onlink == b.Onlink
+}
+
+// Nexthop is a nexthop object: the kernel inserts routes that share their gateway through one
+// in constant time, where routes each with a gateway of their own cost more with every one.
+type Nexthop struct {
+	ID     uint32
+	Gw     netip.Addr
+	Dev    string
+	Onlink bool
+}
+
+// String writes n as ip-nexthop does.
+func (n Nexthop) String() string {
+	s := fmt.Sprintf("id %d via %s dev %s", n.ID, n.Gw, n.Dev)
+	if n.Onlink {
+		s += " onlink"
+	}
+	return s
+}
+
+// nexthopTag marks weft's nexthop objects: IDs 0x57000000 (W) plus the index of the peer's
+// subnet in the network, so that an ID names its peer on every restart and weft never
+// touches another program's nexthops.
+const (
+	nexthopTag  = 0x57 << 24
+	nexthopMask = 0xff << 24
+)
+
+// nexthopID is the ID of the nexthop object for routes to sn, or 0 when sn has none (an IPv6
+// subnet, or a network with more than 2^24 subnets).
+func nexthopID(sn, network netip.Prefix) uint32 {
+	if !sn.Addr().Is4() || !network.Addr().Is4() || sn.Bits()-network.Bits() > 24 || sn.Bits() < network.Bits() {
+		return 0
+	}
+	a, n := sn.Masked().Addr().As4(), network.Masked().Addr().As4()
+	idx := (binary.BigEndian.Uint32(a[:]) - binary.BigEndian.Uint32(n[:])) >> (32 - sn.Bits())
+	return nexthopTag | idx
+}
+
+// ownsNexthop reports whether id is one of weft's.
+func ownsNexthop(id uint32) bool { return id&nexthopMask == nexthopTag }
 
 // Neighbor maps an address on Dev to a link-layer address, permanently.
 type Neighbor struct {
@@ -49,6 +100,7 @@ type FDBEntry struct {
 type Want struct {
 	Device    string         // the VXLAN device; "" for host-gw
 	Addrs     []netip.Prefix // the VXLAN device's
+	Nexthops  []Nexthop
 	Routes    []Route
 	Neighbors []Neighbor
 	FDB       []FDBEntry
@@ -69,39 +121,66 @@ type Ownership struct {
 	Devices []string
 }
 
-// peerEntries are the kernel entries of one peer: a route, and for an overlay peer the
-// neighbour and FDB entry its route relies on.
+// peerEntries are the kernel entries of one peer: a route (through a nexthop object where
+// the kernel has them), and for an overlay peer the neighbour and FDB entry its route relies
+// on.
 type peerEntries struct {
 	route Route
+	nh    *Nexthop
 	neigh *Neighbor
 	fdb   *FDBEntry
 }
 
-// entriesOf is what flannel programs for p on a node whose overlay device is dev (empty for
-// host-gw) and whose external interface is underlay.
-func entriesOf(p backend.Peer, dev, underlay string) peerEntries {
-	if !p.Overlay() {
-		return peerEntries{route: Route{Dst: p.Subnet, Gw: p.PublicIP, Dev: underlay}}
-	}
-	vtep := p.VTEP()
-	return peerEntries{
-		route: Route{Dst: p.Subnet, Gw: vtep, Dev: dev, Onlink: true},
-		neigh: &Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: dev},
-		fdb:   &FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: dev},
-	}
+// layout is how a node programs its peers: its overlay device ("" for host-gw), its external
+// interface, and whether routes go through nexthop objects (network is where their IDs come
+// from).
+type layout struct {
+	dev, underlay string
+	network       netip.Prefix
+	nexthops      bool
 }
 
-// WantOf translates st into the kernel's terms, and says which entries are ours.
-func WantOf(st *backend.State) (Want, Ownership) {
-	var w Want
+// entriesOf is what flannel programs for p (with weft's nexthop objects where l has them).
+func (l layout) entriesOf(p backend.Peer) peerEntries {
+	var e peerEntries
+	if !p.Overlay() {
+		e.route = Route{Dst: p.Subnet, Gw: p.PublicIP, Dev: l.underlay}
+	} else {
+		vtep := p.VTEP()
+		e.route = Route{Dst: p.Subnet, Gw: vtep, Dev: l.dev, Onlink: true}
+		e.neigh = &Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: l.dev}
+		e.fdb = &FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: l.dev}
+	}
+	if id := nexthopID(p.Subnet, l.network); l.nexthops && id != 0 {
+		e.route.NH = id
+		e.nh = &Nexthop{ID: id, Gw: e.route.Gw, Dev: e.route.Dev, Onlink: e.route.Onlink}
+	}
+	return e
+}
+
+func layoutOf(st *backend.State, nexthops bool) layout {
+	l := layout{underlay: st.Underlay, network: st.Network(), nexthops: nexthops}
 	if st.Device != nil {
-		w.Device = st.Device.Name
+		l.dev = st.Device.Name
+	}
+	return l
+}
+
+// WantOf translates st into the kernel's terms, routes through nexthop objects or not, and
+// says which entries are ours.
+func WantOf(st *backend.State, nexthops bool) (Want, Ownership) {
+	l := layoutOf(st, nexthops)
+	w := Want{Device: l.dev}
+	if st.Device != nil {
 		w.Addrs = st.DeviceAddresses()
 	}
 	w.Routes = make([]Route, 0, len(st.Peers))
 	for _, p := range st.Peers {
-		e := entriesOf(p, w.Device, st.Underlay)
+		e := l.entriesOf(p)
 		w.Routes = append(w.Routes, e.route)
+		if e.nh != nil {
+			w.Nexthops = append(w.Nexthops, *e.nh)
+		}
 		if e.neigh != nil {
 			w.Neighbors = append(w.Neighbors, *e.neigh)
 			w.FDB = append(w.FDB, *e.fdb)
@@ -114,12 +193,30 @@ func WantOf(st *backend.State) (Want, Ownership) {
 	return w, own
 }
 
+// kernelNexthop is a nexthop object as dumped; Other marks one no route of weft's can use
+// (a group, a blackhole).
+type kernelNexthop struct {
+	Nexthop
+	Other bool
+}
+
 // kernelRoute is a main-table route as dumped. Dev is "" when the route has no single
 // outgoing device (multipath, blackhole); such routes are never ours.
 type kernelRoute struct {
 	Route
 	Metric      int
 	ProtoKernel bool
+	raw         rawRoute // what a delete must name
+}
+
+// rawRoute is what a delete must name of a dumped route so that the kernel deletes exactly
+// it: left out, the kernel matches loosely (a priority of 0 matches any route to the same
+// destination).
+type rawRoute struct {
+	Family, Tos, Table, Protocol, Scope, Type uint8
+	LinkIndex                                 int
+	Gw                                        netip.Addr
+	NH                                        uint32
 }
 
 // kernelNeighbor is a neighbour of the VXLAN device as dumped.
@@ -137,6 +234,7 @@ type kernelFDB struct {
 
 // kernelState is what Reconcile dumped, in portable form, so the diff can be tested anywhere.
 type kernelState struct {
+	Nexthops  []kernelNexthop
 	Routes    []kernelRoute
 	Neighbors []kernelNeighbor
 	FDB       []kernelFDB
@@ -147,6 +245,8 @@ type kernelState struct {
 // kernelState slices) of entries to delete. Indexes rather than values, so the delete can
 // name the exact kernel entry (metric, protocol, scope) that was dumped.
 type plan struct {
+	SetNexthops  []Nexthop
+	DelNexthops  []int
 	SetRoutes    []Route
 	DelRoutes    []int
 	SetNeighbors []Neighbor
@@ -158,7 +258,7 @@ type plan struct {
 }
 
 func (p plan) empty() bool {
-	return len(p.SetRoutes)+len(p.DelRoutes)+len(p.SetNeighbors)+len(p.DelNeighbors)+
+	return len(p.SetNexthops)+len(p.DelNexthops)+len(p.SetRoutes)+len(p.DelRoutes)+len(p.SetNeighbors)+len(p.DelNeighbors)+
 		len(p.SetFDB)+len(p.DelFDB)+len(p.AddAddrs)+len(p.DelAddrs) == 0
 }
 
@@ -166,6 +266,7 @@ func (p plan) empty() bool {
 func diff(want Want, have kernelState, own Ownership) plan {
 	vx, addrs := want.Device, want.Addrs
 	var p plan
+	p.SetNexthops, p.DelNexthops = diffNexthops(want.Nexthops, have.Nexthops)
 	p.SetRoutes, p.DelRoutes = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
 	p.SetNeighbors, p.DelNeighbors = diffNeighbors(want.Neighbors, have.Neighbors, vx)
 	p.SetFDB, p.DelFDB = diffFDB(want.FDB, have.FDB, vx)
@@ -185,7 +286,13 @@ func routeOwner(want []Route, vx string, own Ownership) func(kernelRoute) bool {
 		gwDevs[r.Dev] = true
 	}
 	return func(r kernelRoute) bool {
-		if r.ProtoKernel || r.Dev == "" || !within(r.Dst, own.Networks) || within(r.Dst, own.Own) {
+		if r.ProtoKernel || !within(r.Dst, own.Networks) || within(r.Dst, own.Own) {
+			return false
+		}
+		if ownsNexthop(r.NH) {
+			return true
+		}
+		if r.Dev == "" {
 			return false
 		}
 		return r.Dev == vx || r.Gw.IsValid() && gwDevs[r.Dev]
@@ -214,8 +321,39 @@ func defaultMetric(dst netip.Prefix) int {
 	return 0
 }
 
+// sameRoute: a route through a nexthop object is right when it uses the right one (the
+// nexthop's own diff sees to its gateway); a plain one when it has the gateway itself.
 func sameRoute(k kernelRoute, w Route) bool {
-	return k.Dev == w.Dev && k.Gw == w.Gw && k.Onlink == w.Onlink && k.Metric == defaultMetric(w.Dst)
+	if k.NH != w.NH || k.Metric != defaultMetric(w.Dst) {
+		return false
+	}
+	return w.NH != 0 || k.Dev == w.Dev && k.Gw == w.Gw && k.Onlink == w.Onlink
+}
+
+// diffNexthops: weft's nexthop objects (by ID) that are missing or differ are set, those no
+// peer needs deleted (after the routes that used them moved or went).
+func diffNexthops(want []Nexthop, have []kernelNexthop) (set []Nexthop, del []int) {
+	byID := make(map[uint32]int, len(have))
+	for i, h := range have {
+		if ownsNexthop(h.ID) {
+			byID[h.ID] = i
+		}
+	}
+	wanted := make(map[uint32]bool, len(want))
+	for _, w := range want {
+		wanted[w.ID] = true
+		if i, ok := byID[w.ID]; ok && !have[i].Other && have[i].Nexthop == w {
+			continue
+		}
+		set = append(set, w)
+	}
+	for id, i := range byID {
+		if !wanted[id] {
+			del = append(del, i)
+		}
+	}
+	slices.Sort(del)
+	return set, del
 }
 
 func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {

@@ -381,7 +381,7 @@ func TestDiffConverged(t *testing.T) {
 
 func TestChangesString(t *testing.T) {
 	c := Changes{RoutesAdded: 3, NeighborsRemoved: 1, FDBAdded: 2, AddrsAdded: 1}
-	const want = "routes +3 -0, neighbours +0 -1, fdb +2 -0, addresses +1 -0"
+	const want = "nexthops +0 -0, routes +3 -0, neighbours +0 -1, fdb +2 -0, addresses +1 -0"
 	if got := c.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}

@@ -16,6 +16,7 @@ import (
 type model struct {
 	mu       sync.Mutex
 	valid    bool // a full Apply set it up
+	nexthops bool // routes go through nexthop objects
 	dev      string
 	underlay string
 	network  netip.Prefix
@@ -30,10 +31,10 @@ type model struct {
 }
 
 // reset makes the model st, before a full Apply writes it.
-func (m *model) reset(st *backend.State) {
+func (m *model) reset(st *backend.State, nexthops bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.valid = true
+	m.valid, m.nexthops = true, nexthops
 	m.dev, m.underlay, m.network, m.own, m.bits = "", st.Underlay, st.Network(), st.Own, st.Config.SubnetLen
 	if st.Device != nil {
 		m.dev = st.Device.Name
@@ -56,6 +57,13 @@ func (m *model) setIndexes(index map[string]int) {
 		m.nameOf[i] = n
 	}
 	m.devIndex = index[m.dev]
+}
+
+// layout is how the model's peers are programmed.
+func (m *model) layout() layout {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
 }
 
 // invalidate makes the next Apply a full one.
@@ -157,7 +165,8 @@ func (m *model) unexpectedRoute(n routeNote) bool {
 		return false
 	}
 	p, ours := m.peers[r.Dst.Masked()]
-	matches := ours && r.Dev != "" && entriesOf(p, m.dev, m.underlay).route == r
+	l := layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
+	matches := ours && r.Dev != "" && sameHop(l.entriesOf(p).route, r)
 	if n.Del {
 		return matches
 	}

@@ -16,11 +16,16 @@ import (
 )
 
 // Plane programs one network namespace, the one the calling thread was in when New ran,
-// over a single reused netlink handle.
+// over a reused netlink handle (links, addresses, dumps of neighbours) and a raw rtnetlink
+// socket (routes, nexthop objects, and every write, in batches).
 type Plane struct {
 	log *slog.Logger
 	ns  netns.NsHandle // kept so Watch can subscribe in the same namespace from any thread
 	h   *netlink.Handle
+	nl  *rtnl
+	// kernelNexthops: the kernel has nexthop objects (Linux 5.3 and later); nexthops: the
+	// routes to peers go through them (always where the kernel has them; tests switch it).
+	kernelNexthops, nexthops bool
 
 	// mu serialises writers: a reconcile diffing against a dump taken before an EnsureVXLAN
 	// replaced the device would write to a stale ifindex.
@@ -42,12 +47,27 @@ func New(log *slog.Logger) (*Plane, error) {
 		ns.Close()
 		return nil, fmt.Errorf("opening a netlink socket in network namespace %s: %w", ns, err)
 	}
-	return &Plane{log: log, ns: ns, h: h}, nil
+	r, err := openRtnl(ns)
+	if err != nil {
+		h.Close()
+		ns.Close()
+		return nil, err
+	}
+	p := &Plane{log: log, ns: ns, h: h, nl: r}
+	// A kernel without nexthop objects refuses to list them.
+	_, err = p.listNexthops(nil)
+	p.kernelNexthops = err == nil
+	p.nexthops = p.kernelNexthops
+	if err != nil {
+		log.Info("the kernel has no nexthop objects: routing peers through plain routes", "err", err)
+	}
+	return p, nil
 }
 
-// Close releases the netlink socket and the namespace handle. The kernel state stays.
+// Close releases the netlink sockets and the namespace handle. The kernel state stays.
 func (p *Plane) Close() error {
 	p.h.Close()
+	p.nl.close()
 	return p.ns.Close()
 }
 
@@ -74,17 +94,16 @@ func dump[T any](what string, list func() ([]T, error)) ([]T, error) {
 type snapshot struct {
 	state  kernelState
 	vx     netlink.Link // nil for host-gw
-	routes []netlink.Route
 	neighs []netlink.Neigh
-	fdb    []netlink.Neigh
 	addrs  []netlink.Addr
 }
 
-// reconcile makes the kernel match st: the VXLAN device's addresses, the routes, neighbours
-// and FDB entries. It dumps the kernel state, diffs it against st and writes only the
-// differences, with replace semantics so that a changed entry never disappears in between.
-// Entries outside owned are never touched. It goes on past a failing entry, so one bad peer
-// cannot hold back the others, and returns what it changed with the errors joined.
+// reconcile makes the kernel match st: the VXLAN device's addresses, the nexthop objects,
+// routes, neighbours and FDB entries. It dumps the kernel state, diffs it against st and
+// writes only the differences, with replace semantics so that a changed entry never
+// disappears in between. Entries outside owned are never touched. It goes on past a failing
+// entry, so one bad peer cannot hold back the others, and returns what it changed with the
+// errors joined.
 func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 	links, err := dump("links", p.h.LinkList)
 	if err != nil {
@@ -125,19 +144,38 @@ func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 	return p.apply(pl, snap, index)
 }
 
-// read dumps the main routing table, and the neighbours, FDB entries and addresses of vx
-// (nil for host-gw).
+func (p *Plane) listNexthops(names map[int]string) ([]kernelNexthop, error) {
+	return dump("nexthops", func() ([]kernelNexthop, error) {
+		var out []kernelNexthop
+		err := p.nl.dump(message{typ: unix.RTM_GETNEXTHOP, body: nhmsg(unix.AF_UNSPEC, 0, 0)}, unix.RTM_NEWNEXTHOP, func(b []byte) {
+			if n, ok := parseNexthop(b, names); ok {
+				out = append(out, n)
+			}
+		})
+		return out, err
+	})
+}
+
+// read dumps the main routing table and weft's nexthop objects, and the neighbours, FDB
+// entries and addresses of vx (nil for host-gw).
 func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
 	s := snapshot{vx: vx}
 	var err error
-	if s.routes, err = dump("routes", func() ([]netlink.Route, error) {
-		return p.h.RouteList(nil, netlink.FAMILY_ALL) // main table only
+	if s.state.Routes, err = dump("routes", func() ([]kernelRoute, error) {
+		var out []kernelRoute
+		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(unix.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
+			if r, ok := parseRoute(b, names); ok {
+				out = append(out, r)
+			}
+		})
+		return out, err
 	}); err != nil {
 		return s, err
 	}
-	s.state.Routes = make([]kernelRoute, 0, len(s.routes))
-	for _, r := range s.routes {
-		s.state.Routes = append(s.state.Routes, fromRoute(r, names))
+	if p.kernelNexthops {
+		if s.state.Nexthops, err = p.listNexthops(names); err != nil {
+			return s, err
+		}
 	}
 	if vx == nil {
 		return s, nil
@@ -156,13 +194,14 @@ func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
 		})
 	}
-	if s.fdb, err = dump("FDB of "+name, func() ([]netlink.Neigh, error) {
+	fdb, err := dump("FDB of "+name, func() ([]netlink.Neigh, error) {
 		return p.h.NeighList(idx, unix.AF_BRIDGE)
-	}); err != nil {
+	})
+	if err != nil {
 		return s, err
 	}
-	s.state.FDB = make([]kernelFDB, 0, len(s.fdb))
-	for _, n := range s.fdb {
+	s.state.FDB = make([]kernelFDB, 0, len(fdb))
+	for _, n := range fdb {
 		s.state.FDB = append(s.state.FDB, kernelFDB{
 			FDBEntry:  FDBEntry{MAC: macOf(n.HardwareAddr), Dst: addrOf(n.IP), Dev: name},
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
@@ -179,66 +218,114 @@ func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
 	return s, nil
 }
 
-// apply writes pl: additions first (addresses, then FDB and neighbours, then the routes that
-// rely on them), deletions after, so that a changed peer is never unreachable in between.
+// batch is writes to send together: each with the counter its success adds to, and what it
+// is for the log and errors.
+type batch struct {
+	msgs []message
+	what []string
+	cnt  []*int
+	del  []bool
+}
+
+func (b *batch) add(m message, counter *int, del bool, what string) {
+	b.msgs, b.cnt, b.del, b.what = append(b.msgs, m), append(b.cnt, counter), append(b.del, del), append(b.what, what)
+}
+
+// flush sends the batch and counts what it wrote: a delete of something already gone (by
+// hand, or rewritten in place by a replace just before) counts nothing and is no error.
+func (p *Plane) flush(b *batch, errs *[]error) {
+	for i, err := range p.nl.exec(b.msgs) {
+		n := 1
+		if b.del[i] {
+			n, err = deleted(err)
+		}
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s: %w", b.what[i], err))
+			continue
+		}
+		*b.cnt[i] += n
+		p.log.Debug(b.what[i])
+	}
+	*b = batch{}
+}
+
+// apply writes pl: additions first (addresses, then FDB and neighbours, then the nexthop
+// objects and routes that rely on them), deletions after, so that a changed peer is never
+// unreachable in between.
 func (p *Plane) apply(pl plan, s snapshot, index map[string]int) (Changes, error) {
 	var c Changes
 	var errs []error
-	// done counts one write, or keeps its error: one bad entry must not stop the others.
-	done := func(counter *int, n int, err error, what string) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
-			return
-		}
-		*counter += n
-		p.log.Debug(what)
-	}
-	on := func(dev string, write func(link int) error) error {
+	var b batch
+	// on resolves the device of an entry, or keeps the error: one bad entry must not stop
+	// the others.
+	on := func(dev, what string) (int, bool) {
 		i, ok := index[dev]
 		if !ok {
-			return fmt.Errorf("device %q does not exist", dev)
+			errs = append(errs, fmt.Errorf("%s: device %q does not exist", what, dev))
 		}
-		return write(i)
+		return i, ok
 	}
 
 	for _, a := range pl.AddAddrs {
-		done(&c.AddrsAdded, 1, p.h.AddrReplace(s.vx, &netlink.Addr{IPNet: ipNet(a)}),
-			fmt.Sprintf("adding address %s to %s", a, s.vx.Attrs().Name))
+		if err := p.h.AddrReplace(s.vx, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
+			errs = append(errs, fmt.Errorf("adding address %s to %s: %w", a, s.vx.Attrs().Name, err))
+			continue
+		}
+		c.AddrsAdded++
 	}
 	for _, f := range pl.SetFDB {
-		done(&c.FDBAdded, 1, on(f.Dev, func(i int) error { return p.h.NeighSet(fdbNeigh(f, i)) }),
-			fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
+		what := fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
+		if i, ok := on(f.Dev, what); ok {
+			b.add(fdbSet(f, i), &c.FDBAdded, false, what)
+		}
 	}
 	for _, n := range pl.SetNeighbors {
-		done(&c.NeighborsAdded, 1, on(n.Dev, func(i int) error { return p.h.NeighSet(ipNeigh(n, i)) }),
-			fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev))
+		what := fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
+		if i, ok := on(n.Dev, what); ok {
+			b.add(neighSet(n, i), &c.NeighborsAdded, false, what)
+		}
 	}
+	p.flush(&b, &errs)
+	for _, n := range pl.SetNexthops {
+		what := "replacing nexthop " + n.String()
+		if i, ok := on(n.Dev, what); ok {
+			b.add(nexthopSet(n, i), &c.NexthopsAdded, false, what)
+		}
+	}
+	p.flush(&b, &errs)
 	for _, r := range pl.SetRoutes {
-		done(&c.RoutesAdded, 1, on(r.Dev, func(i int) error { return p.h.RouteReplace(toRoute(r, i)) }),
-			"replacing route "+routeString(r))
+		what := "replacing route " + routeString(r)
+		if i, ok := on(r.Dev, what); ok || r.NH != 0 {
+			b.add(routeSet(r, i), &c.RoutesAdded, false, what)
+		}
 	}
+	p.flush(&b, &errs)
 
 	for _, i := range pl.DelRoutes {
-		gone, err := deleted(p.h.RouteDel(exactRoute(s.routes[i])))
-		done(&c.RoutesRemoved, gone, err, "deleting route "+routeString(s.state.Routes[i].Route))
+		b.add(routeDel(s.state.Routes[i]), &c.RoutesRemoved, true, "deleting route "+routeString(s.state.Routes[i].Route))
+	}
+	p.flush(&b, &errs)
+	for _, i := range pl.DelNexthops {
+		n := s.state.Nexthops[i]
+		b.add(nexthopDel(n.ID), &c.NexthopsRemoved, true, "deleting nexthop "+n.Nexthop.String())
 	}
 	for _, i := range pl.DelNeighbors {
 		n := s.neighs[i]
-		gone, err := deleted(p.h.NeighDel(&netlink.Neigh{LinkIndex: n.LinkIndex, Family: n.Family, IP: n.IP}))
-		done(&c.NeighborsRemoved, gone, err, fmt.Sprintf("deleting neighbour %s dev %s", n.IP, s.vx.Attrs().Name))
+		b.add(neighDel(addrOf(n.IP), n.LinkIndex), &c.NeighborsRemoved, true, fmt.Sprintf("deleting neighbour %s dev %s", n.IP, s.vx.Attrs().Name))
 	}
 	for _, i := range pl.DelFDB {
-		n := s.fdb[i]
-		gone, err := deleted(p.h.NeighDel(&netlink.Neigh{
-			LinkIndex: n.LinkIndex, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
-			IP: n.IP, HardwareAddr: n.HardwareAddr, VNI: n.VNI,
-		}))
-		done(&c.FDBRemoved, gone, err, fmt.Sprintf("deleting FDB entry %s dst %s dev %s", n.HardwareAddr, n.IP, s.vx.Attrs().Name))
+		f := s.state.FDB[i].FDBEntry
+		b.add(fdbDel(f, s.vx.Attrs().Index), &c.FDBRemoved, true, fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
 	}
+	p.flush(&b, &errs)
 	for _, i := range pl.DelAddrs {
 		a := s.addrs[i]
 		gone, err := deleted(p.h.AddrDel(s.vx, &a))
-		done(&c.AddrsRemoved, gone, err, fmt.Sprintf("deleting address %s from %s", a.IPNet, s.vx.Attrs().Name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting address %s from %s: %w", a.IPNet, s.vx.Attrs().Name, err))
+			continue
+		}
+		c.AddrsRemoved += gone
 	}
 	return c, errors.Join(errs...)
 }

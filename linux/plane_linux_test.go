@@ -563,7 +563,7 @@ func TestWatch(t *testing.T) {
 	drain()
 
 	vxl := f.link(vx)
-	f.must(netlink.RouteDel(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.2.0/24"))}))
+	f.must(netlink.RouteDel(&netlink.Route{Dst: ipNet(pfx("10.244.2.0/24"))}))
 	waitCall("a route deleted by hand")
 	if c := f.apply(st, backend.Update{Full: true}); c["route"] != 1 {
 		t.Errorf("repair wrote %v, want the route", c)

@@ -1,0 +1,198 @@
+package linux
+
+import (
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// The requests the plane writes, in the kernel's own layout (rtnetlink(7), and
+// include/uapi/linux/nexthop.h for nexthop objects, which the netlink library lacks).
+
+const createReplace = unix.NLM_F_CREATE | unix.NLM_F_REPLACE
+
+// rtmsg is struct rtmsg.
+func rtmsg(family, dstLen, tos, table, protocol, scope, typ uint8, flags uint32) []byte {
+	return native.AppendUint32([]byte{family, dstLen, 0, tos, table, protocol, scope, typ}, flags)
+}
+
+// routeSet replaces the route to r.Dst (default metric, main table) with r, through its
+// nexthop object when it has one.
+func routeSet(r Route, link int) message {
+	scope, flags := uint8(unix.RT_SCOPE_UNIVERSE), uint32(0)
+	if !r.Gw.IsValid() && r.NH == 0 {
+		scope = unix.RT_SCOPE_LINK // as ip-route gives a device route
+	}
+	if r.Onlink && r.NH == 0 {
+		flags |= unix.RTNH_F_ONLINK
+	}
+	dst := r.Dst.Masked()
+	b := rtmsg(uint8(familyOf(dst.Addr())), uint8(dst.Bits()), 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, scope, unix.RTN_UNICAST, flags)
+	b = attr(b, unix.RTA_DST, dst.Addr().AsSlice())
+	if r.NH != 0 {
+		b = attr(b, rtaNHID, u32(r.NH))
+	} else {
+		b = attr(b, unix.RTA_OIF, u32(uint32(link)))
+		if r.Gw.IsValid() {
+			b = attr(b, unix.RTA_GATEWAY, r.Gw.AsSlice())
+		}
+	}
+	return message{typ: unix.RTM_NEWROUTE, flags: createReplace, body: b}
+}
+
+// routeDel deletes exactly the dumped route k.
+func routeDel(k kernelRoute) message {
+	r := k.raw
+	dst := k.Dst.Masked()
+	b := rtmsg(r.Family, uint8(dst.Bits()), r.Tos, r.Table, r.Protocol, r.Scope, r.Type, 0)
+	b = attr(b, unix.RTA_DST, dst.Addr().AsSlice())
+	b = attr(b, unix.RTA_TABLE, u32(uint32(r.Table)))
+	b = attr(b, unix.RTA_PRIORITY, u32(uint32(k.Metric)))
+	if r.NH != 0 {
+		b = attr(b, rtaNHID, u32(r.NH))
+	} else {
+		if r.LinkIndex != 0 {
+			b = attr(b, unix.RTA_OIF, u32(uint32(r.LinkIndex)))
+		}
+		if r.Gw.IsValid() {
+			b = attr(b, unix.RTA_GATEWAY, r.Gw.AsSlice())
+		}
+	}
+	return message{typ: unix.RTM_DELROUTE, body: b}
+}
+
+// routeDelOwn deletes the route weft programmed as r (main table, default metric, boot).
+func routeDelOwn(r Route, link int) message {
+	k := kernelRoute{Route: r, Metric: defaultMetric(r.Dst), raw: rawRoute{
+		Family: uint8(familyOf(r.Dst.Addr())), Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BOOT,
+		Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST, LinkIndex: link, Gw: r.Gw, NH: r.NH,
+	}}
+	if !r.Gw.IsValid() && r.NH == 0 {
+		k.raw.Scope = unix.RT_SCOPE_LINK
+	}
+	return routeDel(k)
+}
+
+// nhmsg is struct nhmsg; protocol is 0 in a delete or a dump, which the kernel refuses
+// otherwise.
+func nhmsg(family, protocol uint8, flags uint32) []byte {
+	return native.AppendUint32([]byte{family, 0, protocol, 0}, flags)
+}
+
+func nexthopSet(n Nexthop, link int) message {
+	var flags uint32
+	if n.Onlink {
+		flags = unix.RTNH_F_ONLINK
+	}
+	b := nhmsg(uint8(familyOf(n.Gw)), unix.RTPROT_BOOT, flags)
+	b = attr(b, unix.NHA_ID, u32(n.ID))
+	b = attr(b, unix.NHA_OIF, u32(uint32(link)))
+	b = attr(b, unix.NHA_GATEWAY, n.Gw.AsSlice())
+	return message{typ: unix.RTM_NEWNEXTHOP, flags: createReplace, body: b}
+}
+
+func nexthopDel(id uint32) message {
+	return message{typ: unix.RTM_DELNEXTHOP, body: attr(nhmsg(unix.AF_UNSPEC, 0, 0), unix.NHA_ID, u32(id))}
+}
+
+// ndmsg is struct ndmsg.
+func ndmsg(family uint8, link int, state uint16, flags, typ uint8) []byte {
+	b := []byte{family, 0, 0, 0}
+	b = native.AppendUint32(b, uint32(link))
+	b = native.AppendUint16(b, state)
+	return append(b, flags, typ)
+}
+
+func neighSet(n Neighbor, link int) message {
+	b := ndmsg(uint8(familyOf(n.IP)), link, unix.NUD_PERMANENT, 0, unix.RTN_UNICAST)
+	b = attr(b, unix.NDA_DST, n.IP.AsSlice())
+	b = attr(b, unix.NDA_LLADDR, n.MAC[:])
+	return message{typ: unix.RTM_NEWNEIGH, flags: createReplace, body: b}
+}
+
+func neighDel(ip netip.Addr, link int) message {
+	b := attr(ndmsg(uint8(familyOf(ip)), link, 0, 0, 0), unix.NDA_DST, ip.AsSlice())
+	return message{typ: unix.RTM_DELNEIGH, body: b}
+}
+
+// fdbSet replaces the destination of f.MAC on the device (bridge fdb replace ... self
+// permanent).
+func fdbSet(f FDBEntry, link int) message {
+	b := ndmsg(unix.AF_BRIDGE, link, unix.NUD_PERMANENT, unix.NTF_SELF, 0)
+	b = attr(b, unix.NDA_LLADDR, f.MAC[:])
+	b = attr(b, unix.NDA_DST, f.Dst.AsSlice())
+	return message{typ: unix.RTM_NEWNEIGH, flags: createReplace, body: b}
+}
+
+func fdbDel(f FDBEntry, link int) message {
+	b := ndmsg(unix.AF_BRIDGE, link, 0, unix.NTF_SELF, 0)
+	b = attr(b, unix.NDA_LLADDR, f.MAC[:])
+	if f.Dst.IsValid() {
+		b = attr(b, unix.NDA_DST, f.Dst.AsSlice())
+	}
+	return message{typ: unix.RTM_DELNEIGH, body: b}
+}
+
+// parseRoute reads an RTM_NEWROUTE of a dump; ok is false for other tables than main.
+func parseRoute(body []byte, names map[int]string) (kernelRoute, bool) {
+	if len(body) < unix.SizeofRtMsg {
+		return kernelRoute{}, false
+	}
+	family, dstLen, tos, table, proto, scope, typ := body[0], body[1], body[3], body[4], body[5], body[6], body[7]
+	flags := native.Uint32(body[8:12])
+	a := attrs(body, unix.SizeofRtMsg)
+	if t, ok := a[unix.RTA_TABLE]; ok && len(t) == 4 {
+		if native.Uint32(t) != unix.RT_TABLE_MAIN {
+			return kernelRoute{}, false
+		}
+	} else if table != unix.RT_TABLE_MAIN {
+		return kernelRoute{}, false
+	}
+	dst := netip.IPv4Unspecified()
+	if family == unix.AF_INET6 {
+		dst = netip.IPv6Unspecified()
+	}
+	if d, ok := a[unix.RTA_DST]; ok {
+		dst = addrFrom(d)
+	}
+	k := kernelRoute{
+		Route:       Route{Dst: netip.PrefixFrom(dst, int(dstLen)), Gw: addrFrom(a[unix.RTA_GATEWAY]), Onlink: flags&unix.RTNH_F_ONLINK != 0},
+		ProtoKernel: proto == unix.RTPROT_KERNEL,
+		raw:         rawRoute{Family: family, Tos: tos, Table: unix.RT_TABLE_MAIN, Protocol: proto, Scope: scope, Type: typ},
+	}
+	if v, ok := a[unix.RTA_PRIORITY]; ok && len(v) == 4 {
+		k.Metric = int(native.Uint32(v))
+	}
+	if v, ok := a[rtaNHID]; ok && len(v) == 4 {
+		k.NH = native.Uint32(v)
+	}
+	if v, ok := a[unix.RTA_OIF]; ok && len(v) == 4 {
+		k.raw.LinkIndex = int(native.Uint32(v))
+	}
+	if _, multipath := a[unix.RTA_MULTIPATH]; typ == unix.RTN_UNICAST && !multipath {
+		k.Dev = names[k.raw.LinkIndex]
+	}
+	k.raw.Gw, k.raw.NH = k.Gw, k.NH
+	return k, true
+}
+
+// parseNexthop reads an RTM_NEWNEXTHOP of a dump.
+func parseNexthop(body []byte, names map[int]string) (kernelNexthop, bool) {
+	if len(body) < 8 {
+		return kernelNexthop{}, false
+	}
+	a := attrs(body, 8)
+	id, ok := a[unix.NHA_ID]
+	if !ok || len(id) != 4 {
+		return kernelNexthop{}, false
+	}
+	n := kernelNexthop{Nexthop: Nexthop{ID: native.Uint32(id), Gw: addrFrom(a[unix.NHA_GATEWAY]),
+		Onlink: native.Uint32(body[4:8])&unix.RTNH_F_ONLINK != 0}}
+	if v, ok := a[unix.NHA_OIF]; ok && len(v) == 4 {
+		n.Dev = names[int(native.Uint32(v))]
+	}
+	_, group := a[unix.NHA_GROUP]
+	_, blackhole := a[unix.NHA_BLACKHOLE]
+	n.Other = group || blackhole
+	return n, true
+}

@@ -1,0 +1,223 @@
+package linux
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// rtnl is a raw rtnetlink socket for what the netlink library lacks: nexthop objects and the
+// routes that use them, and writes in batches. The kernel handles every message of one send
+// in turn and acknowledges each, so a batch of a few hundred writes costs one system call
+// rather than one round trip each.
+type rtnl struct {
+	s   *nl.NetlinkSocket
+	fd  int
+	seq uint32
+}
+
+// Constants the kernel's uapi has and golang.org/x/sys does not name.
+const (
+	rtaNHID = 30 // RTA_NH_ID: the nexthop object a route uses
+
+	nlaTypeMask = ^uint16(unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
+
+	// batchSize bounds the messages of one send, so that their acknowledgements fit the
+	// socket's receive buffer.
+	batchSize = 256
+	rcvBuf    = 4 << 20
+)
+
+var native = binary.NativeEndian
+
+func openRtnl(ns netns.NsHandle) (*rtnl, error) {
+	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("opening a netlink socket in network namespace %s: %w", ns, err)
+	}
+	fd := s.GetFd()
+	// Plain blocking calls, with a timeout so that a kernel that never answers cannot hang
+	// the daemon.
+	tv := unix.NsecToTimeval((10 * 1e9))
+	if err := errors.Join(unix.SetNonblock(fd, false), unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv),
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf), unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("setting up a netlink socket: %w", err)
+	}
+	return &rtnl{s: s, fd: fd}, nil
+}
+
+func (r *rtnl) close() { r.s.Close() }
+
+// message is one request: its type, flags beyond NLM_F_REQUEST, and body (the family header
+// and the attributes).
+type message struct {
+	typ   uint16
+	flags uint16
+	body  []byte
+}
+
+func (r *rtnl) frame(m message, flags uint16, seq uint32) []byte {
+	b := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(m.body))
+	native.PutUint32(b[0:4], uint32(unix.NLMSG_HDRLEN+len(m.body)))
+	native.PutUint16(b[4:6], m.typ)
+	native.PutUint16(b[6:8], unix.NLM_F_REQUEST|m.flags|flags)
+	native.PutUint32(b[8:12], seq)
+	return append(b, m.body...)
+}
+
+// exec sends the messages, batchSize at a time, and returns each one's error (nil when the
+// kernel acknowledged it).
+func (r *rtnl) exec(msgs []message) []error {
+	errs := make([]error, len(msgs))
+	for start := 0; start < len(msgs); start += batchSize {
+		end := min(start+batchSize, len(msgs))
+		first := r.seq + 1
+		var buf []byte
+		for _, m := range msgs[start:end] {
+			r.seq++
+			buf = append(buf, r.frame(m, unix.NLM_F_ACK, r.seq)...)
+		}
+		if err := unix.Sendto(r.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			for i := start; i < end; i++ {
+				errs[i] = fmt.Errorf("netlink send: %w", err)
+			}
+			continue
+		}
+		pending := end - start
+		for pending > 0 {
+			msgs, err := r.receive()
+			if err != nil {
+				for i := start; i < end; i++ {
+					if errs[i] == nil {
+						errs[i] = fmt.Errorf("netlink receive: %w", err)
+					}
+				}
+				break
+			}
+			for _, m := range msgs {
+				i := int(m.Header.Seq - first)
+				if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || i >= end-start {
+					continue // not ours: a late answer to an earlier batch that timed out
+				}
+				errs[start+i] = ackError(m.Data)
+				pending--
+			}
+		}
+	}
+	return errs
+}
+
+// ackError reads an NLMSG_ERROR: nil for an acknowledgement, else the errno.
+func ackError(data []byte) error {
+	if len(data) < 4 {
+		return errors.New("short netlink acknowledgement")
+	}
+	if code := int32(native.Uint32(data[:4])); code != 0 {
+		return syscall.Errno(-code)
+	}
+	return nil
+}
+
+func (r *rtnl) receive() ([]syscall.NetlinkMessage, error) {
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(r.fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return syscall.ParseNetlinkMessage(buf[:nlmAlign(n)])
+	}
+}
+
+func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+
+// dump runs a dump request and calls f with the body of every answer of type typ. A dump
+// the kernel interrupted (the table changed meanwhile) returns netlink.ErrDumpInterrupted,
+// for the caller to run again.
+func (r *rtnl) dump(m message, typ uint16, f func(body []byte)) error {
+	r.seq++
+	seq := r.seq
+	if err := unix.Sendto(r.fd, r.frame(m, unix.NLM_F_DUMP, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("netlink send: %w", err)
+	}
+	interrupted := false
+	for {
+		msgs, err := r.receive()
+		if err != nil {
+			return fmt.Errorf("netlink receive: %w", err)
+		}
+		for _, msg := range msgs {
+			if msg.Header.Seq != seq {
+				continue
+			}
+			if msg.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
+				interrupted = true
+			}
+			switch msg.Header.Type {
+			case unix.NLMSG_DONE:
+				if interrupted {
+					return netlink.ErrDumpInterrupted
+				}
+				return nil
+			case unix.NLMSG_ERROR:
+				if err := ackError(msg.Data); err != nil {
+					return err
+				}
+			case typ:
+				f(msg.Data)
+			}
+		}
+	}
+}
+
+// attr encodes one netlink attribute, padded.
+func attr(b []byte, typ uint16, data []byte) []byte {
+	l := unix.SizeofRtAttr + len(data)
+	var h [unix.SizeofRtAttr]byte
+	native.PutUint16(h[0:2], uint16(l))
+	native.PutUint16(h[2:4], typ)
+	b = append(b, h[:]...)
+	b = append(b, data...)
+	for range nlaAlign(l) - l {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func nlaAlign(n int) int { return (n + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNTO - 1) }
+
+func u32(v uint32) []byte { return native.AppendUint32(nil, v) }
+
+// attrs parses the attributes of a body after its fixed header of n bytes.
+func attrs(body []byte, n int) map[uint16][]byte {
+	out := map[uint16][]byte{}
+	if len(body) < n {
+		return out
+	}
+	b := body[n:]
+	for len(b) >= unix.SizeofRtAttr {
+		l := int(native.Uint16(b[0:2]))
+		if l < unix.SizeofRtAttr || l > len(b) {
+			break
+		}
+		out[native.Uint16(b[2:4])&nlaTypeMask] = b[unix.SizeofRtAttr:l]
+		b = b[min(nlaAlign(l), len(b)):]
+	}
+	return out
+}
+
+func addrFrom(b []byte) netip.Addr {
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
