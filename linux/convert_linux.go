@@ -1,8 +1,8 @@
 package linux
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 
