@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +38,7 @@ type fakePlane struct {
 	fail     error
 	mac      backend.MAC
 	mismatch error // the first incremental Update that did not lead to the State
+	watching atomic.Int32
 }
 
 // applied is one Apply: what the plane held after it.
@@ -84,7 +87,15 @@ func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update
 	return backend.Changes{"route": n}, p.fail
 }
 
-func (p *fakePlane) Watch(ctx context.Context, _ func()) error { <-ctx.Done(); return nil }
+// Watch takes a moment to stop, as a real one closing its subscriptions does: RunWith must
+// wait for it.
+func (p *fakePlane) Watch(ctx context.Context, _ func()) error {
+	p.watching.Add(1)
+	defer p.watching.Add(-1)
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond)
+	return nil
+}
 
 func (p *fakePlane) Close() error { return nil }
 
@@ -424,4 +435,43 @@ func TestDaemonEndpoints(t *testing.T) {
 	srv.Restart(t)
 	eventually(t, "/readyz recovering", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
 	_ = n
+}
+
+// TestRunWithLeavesNoGoroutines: RunWith returns only once every goroutine it started (the
+// lease watch, the data plane's watch, the datastore checker, the HTTP server) has ended.
+func TestRunWithLeavesNoGoroutines(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	// Let the client's own goroutines (connections, keepalives) start before counting.
+	if _, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/config"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	port := freePort(t)
+	n := startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
+	eventually(t, "convergence", func() bool { st, _ := plane.last(); return len(st.peers) == 1 })
+	if code, _ := get(fmt.Sprintf("http://127.0.0.1:%d/status", port)); code != 200 {
+		t.Errorf("/status answered %d", code)
+	}
+	n.stop()
+	if w := plane.watching.Load(); w != 0 {
+		t.Errorf("RunWith returned with the data plane's watch still running")
+	}
+	// The etcd client closes a watch stream it no longer needs a moment later.
+	var after int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if after = runtime.NumGoroutine(); after <= before || time.Now().After(deadline) {
+			break
+		}
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines before RunWith, %d after it returned:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
 }
