@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -352,5 +353,27 @@ func BenchmarkPut20k(b *testing.B) {
 		moved.Attrs.BackendData = VXLANData{VNI: 1, VtepMAC: MAC{0x0e, 1, 0, 0, byte(i >> 8), byte(i)}}.Encode()
 		r = Result{}
 		s.Put(moved, &r)
+	}
+}
+
+// BenchmarkSetHeap20k reports the live heap a Set holds per peer at 20k peers.
+func BenchmarkSetHeap20k(b *testing.B) {
+	be := newBackend(b, benchConf)
+	for b.Loop() {
+		leases := peerLeases(20001)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := NewSet(be, leases[0], false)
+		var r Result
+		for _, l := range leases {
+			s.Put(l, &r)
+		}
+		r = Result{}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(s.Len()), "heapB/peer")
+		runtime.KeepAlive(s)
+		runtime.KeepAlive(leases)
 	}
 }

@@ -26,9 +26,73 @@ type Set struct {
 	claim ownClaims
 
 	entries  map[string]*entry // every lease but the own, by key
-	bySubnet map[netip.Prefix][]*entry
-	byIP     map[netip.Addr][]*entry
-	byMAC    map[MAC][]*entry
+	// The claims of usable leases. Their subnets all have the config's length, so the first
+	// address names one.
+	bySubnet claims[netip.Addr]
+	byIP     claims[netip.Addr]
+	byMAC    claims[MAC]
+}
+
+// Kinds of claims, each an index into entry.next.
+const (
+	claimSubnet = iota
+	claimIP
+	claimMAC
+	claimKinds
+)
+
+// claims indexes one kind of claim: the entries claiming each value, chained through the
+// entries themselves (almost always just one), so that the index costs one map slot per
+// lease and no allocation of its own.
+type claims[K comparable] struct {
+	kind int
+	m    map[K]*entry
+}
+
+func newClaims[K comparable](kind int) claims[K] { return claims[K]{kind: kind, m: map[K]*entry{}} }
+
+// add makes e a claimant of k; every claimant of k is touched.
+func (c claims[K]) add(k K, e *entry, touched *touchList) {
+	e.next[c.kind] = c.m[k]
+	c.m[k] = e
+	for o := e; o != nil; o = o.next[c.kind] {
+		touched.add(o)
+	}
+}
+
+// drop takes e out of the claimants of k; the others are touched.
+func (c claims[K]) drop(k K, e *entry, touched *touchList) {
+	head := c.m[k]
+	if head == e {
+		head = e.next[c.kind]
+	} else {
+		for o := head; o != nil; o = o.next[c.kind] {
+			if o.next[c.kind] == e {
+				o.next[c.kind] = e.next[c.kind]
+				break
+			}
+		}
+	}
+	e.next[c.kind] = nil
+	if head == nil {
+		delete(c.m, k)
+		return
+	}
+	c.m[k] = head
+	for o := head; o != nil; o = o.next[c.kind] {
+		touched.add(o)
+	}
+}
+
+// first is the claimant of k that wins it.
+func (c claims[K]) first(k K) *entry {
+	w := c.m[k]
+	for o := w; o != nil; o = o.next[c.kind] {
+		if before(o, w) < 0 {
+			w = o
+		}
+	}
+	return w
 }
 
 // entry is one lease as the Set keeps it: no raw datastore value, only what the decisions
@@ -41,6 +105,7 @@ type entry struct {
 	lost    *Skipped // why it lost a claim to another peer; nil if it did not
 	said    *Skipped // the skip last reported in a Result, so that each is reported once
 	claimed bool     // registered in the claim indexes
+	next    [claimKinds]*entry
 }
 
 // skipped is why the entry is not programmed, or nil.
@@ -53,8 +118,8 @@ func (e *entry) skipped() *Skipped {
 
 // NewSet returns an empty Set for a node holding own.
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
-	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: map[netip.Prefix][]*entry{},
-		byIP: map[netip.Addr][]*entry{}, byMAC: map[MAC][]*entry{}}
+	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
+		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC)}
 	s.st = b.State(own.Subnet, masquerade)
 	s.own, s.claim = own, b.ownClaims(own)
 	return s
@@ -173,19 +238,10 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	}
 	e.claimed = true
 	p := e.c.peer
-	s.bySubnet[p.Subnet] = append(s.bySubnet[p.Subnet], e)
-	s.byIP[p.PublicIP] = append(s.byIP[p.PublicIP], e)
-	for _, o := range s.bySubnet[p.Subnet] {
-		touched.add(o)
-	}
-	for _, o := range s.byIP[p.PublicIP] {
-		touched.add(o)
-	}
+	s.bySubnet.add(p.Subnet.Addr(), e, touched)
+	s.byIP.add(p.PublicIP, e, touched)
 	if e.c.mac != (MAC{}) {
-		s.byMAC[e.c.mac] = append(s.byMAC[e.c.mac], e)
-		for _, o := range s.byMAC[e.c.mac] {
-			touched.add(o)
-		}
+		s.byMAC.add(e.c.mac, e, touched)
 	}
 }
 
@@ -197,22 +253,10 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	}
 	e.claimed = false
 	p := e.c.peer
-	drop(s.bySubnet, p.Subnet, e, touched)
-	drop(s.byIP, p.PublicIP, e, touched)
+	s.bySubnet.drop(p.Subnet.Addr(), e, touched)
+	s.byIP.drop(p.PublicIP, e, touched)
 	if e.c.mac != (MAC{}) {
-		drop(s.byMAC, e.c.mac, e, touched)
-	}
-}
-
-func drop[K comparable](m map[K][]*entry, k K, e *entry, touched *touchList) {
-	rest := slices.DeleteFunc(m[k], func(o *entry) bool { return o == e })
-	if len(rest) == 0 {
-		delete(m, k)
-		return
-	}
-	m[k] = rest
-	for _, o := range rest {
-		touched.add(o)
+		s.byMAC.drop(e.c.mac, e, touched)
 	}
 }
 
@@ -223,16 +267,15 @@ func before(a, b *entry) int {
 
 // rival says why e loses one of its claims to another entry, or nil when it wins them all.
 func (s *Set) rival(e *entry) *Skipped {
-	first := func(group []*entry) *entry { return slices.MinFunc(group, before) }
 	p := e.c.peer
-	if w := first(s.bySubnet[p.Subnet]); w != e {
+	if w := s.bySubnet.first(p.Subnet.Addr()); w != e {
 		return &Skipped{Key: e.key, Code: SkipOverlapsPeer, Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
 	}
-	if w := first(s.byIP[p.PublicIP]); w != e {
+	if w := s.byIP.first(p.PublicIP); w != e {
 		return &Skipped{Key: e.key, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
 	}
 	if e.c.mac != (MAC{}) {
-		if w := first(s.byMAC[e.c.mac]); w != e {
+		if w := s.byMAC.first(e.c.mac); w != e {
 			return &Skipped{Key: e.key, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
 		}
 	}

@@ -23,8 +23,11 @@ type model struct {
 	own      netip.Prefix
 	bits     int // the length of peers' subnets
 	addrs    []netip.Prefix
-	peers    map[netip.Prefix]backend.Peer // by subnet
-	macs     map[backend.MAC]netip.Prefix  // overlay peers' VTEP MACs
+	// The peers, compact: IPv4 peers of the network's subnet length (all that the backend
+	// programs today) in 16 bytes each, by subnet address; others whole.
+	peers    map[[4]byte]hop
+	other    map[netip.Prefix]backend.Peer
+	macs     map[backend.MAC]netip.Prefix // overlay peers' VTEP MACs
 	indexes  map[string]int                // interface indexes by name, from the last full Apply
 	nameOf   map[int]string
 	devIndex int
@@ -40,11 +43,45 @@ func (m *model) reset(st *backend.State, nexthops bool) {
 		m.dev = st.Device.Name
 	}
 	m.addrs = st.DeviceAddresses()
-	m.peers = make(map[netip.Prefix]backend.Peer, len(st.Peers))
+	m.peers = make(map[[4]byte]hop, len(st.Peers))
+	m.other = map[netip.Prefix]backend.Peer{}
 	m.macs = make(map[backend.MAC]netip.Prefix, len(st.Peers))
 	for _, p := range st.Peers {
 		m.learnLocked(p)
 	}
+}
+
+// hop is an IPv4 peer as the model keeps it.
+type hop struct {
+	ip  [4]byte
+	mac backend.MAC
+}
+
+func (m *model) compact(sn netip.Prefix) bool { return sn.Addr().Is4() && sn.Bits() == m.bits }
+
+func (m *model) put(p backend.Peer) {
+	if m.compact(p.Subnet) && p.PublicIP.Is4() {
+		m.peers[p.Subnet.Addr().As4()] = hop{ip: p.PublicIP.As4(), mac: p.VTEPMAC}
+		return
+	}
+	m.other[p.Subnet] = p
+}
+
+func (m *model) get(sn netip.Prefix) (backend.Peer, bool) {
+	if m.compact(sn) {
+		if h, ok := m.peers[sn.Addr().As4()]; ok {
+			return backend.Peer{Subnet: sn, PublicIP: netip.AddrFrom4(h.ip), VTEPMAC: h.mac}, true
+		}
+	}
+	p, ok := m.other[sn]
+	return p, ok
+}
+
+func (m *model) del(sn netip.Prefix) {
+	if m.compact(sn) {
+		delete(m.peers, sn.Addr().As4())
+	}
+	delete(m.other, sn)
 }
 
 // setIndexes records the interfaces a full Apply found.
@@ -95,7 +132,7 @@ func (m *model) learnLocked(p backend.Peer) {
 	if !p.IsValid() {
 		return
 	}
-	m.peers[p.Subnet] = p
+	m.put(p)
 	if p.Overlay() {
 		m.macs[p.VTEPMAC] = p.Subnet
 	}
@@ -107,8 +144,8 @@ func (m *model) forget(p backend.Peer) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.peers[p.Subnet] == p {
-		delete(m.peers, p.Subnet)
+	if have, ok := m.get(p.Subnet); ok && have == p {
+		m.del(p.Subnet)
 	}
 	if s, ok := m.macs[p.VTEPMAC]; ok && s == p.Subnet {
 		delete(m.macs, p.VTEPMAC)
@@ -164,7 +201,7 @@ func (m *model) unexpectedRoute(n routeNote) bool {
 	if n.ProtoKernel || !r.Dst.IsValid() || !within(r.Dst, []netip.Prefix{m.network}) || m.own.IsValid() && within(r.Dst, []netip.Prefix{m.own}) {
 		return false
 	}
-	p, ours := m.peers[r.Dst.Masked()]
+	p, ours := m.get(r.Dst.Masked())
 	l := layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
 	matches := ours && r.Dev != "" && sameHop(l.entriesOf(p).route, r)
 	if n.Del {
@@ -187,7 +224,7 @@ type neighNote struct {
 
 // peerAt is the overlay peer whose VTEP address (its subnet's first address) is a.
 func (m *model) peerAt(a netip.Addr) (backend.Peer, bool) {
-	p, ok := m.peers[netip.PrefixFrom(a, m.bits)]
+	p, ok := m.get(netip.PrefixFrom(a, m.bits))
 	return p, ok && p.Overlay() && p.VTEP() == a
 }
 
@@ -225,7 +262,8 @@ func (m *model) unexpectedFDB(n fdbNote) bool {
 		return true
 	}
 	sn, ours := m.macs[n.MAC]
-	matches := ours && m.peers[sn].PublicIP == n.Dst
+	p, _ := m.get(sn)
+	matches := ours && p.PublicIP == n.Dst
 	if n.Del {
 		return matches
 	}
