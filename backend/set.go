@@ -25,7 +25,7 @@ type Set struct {
 	own   subnet.Lease
 	claim ownClaims
 
-	entries  map[string]*entry // every lease but the own, by key
+	entries map[string]*entry // every lease but the own, by key
 	// The claims of usable leases. Their subnets all have the config's length, so the first
 	// address names one.
 	bySubnet claims[netip.Addr]

@@ -28,7 +28,7 @@ type model struct {
 	peers    map[[4]byte]hop
 	other    map[netip.Prefix]backend.Peer
 	macs     map[backend.MAC]netip.Prefix // overlay peers' VTEP MACs
-	indexes  map[string]int                // interface indexes by name, from the last full Apply
+	indexes  map[string]int               // interface indexes by name, from the last full Apply
 	nameOf   map[int]string
 	devIndex int
 }
