@@ -450,13 +450,15 @@ func (d *daemon) renew(ctx context.Context) {
 
 // setOwn makes l the own lease: every peer is weighed against it again.
 func (d *daemon) setOwn(l subnet.Lease) {
-	skippedBefore := len(d.result.Skipped)
-	d.mu.Lock()
-	if d.set.SetOwn(l, &d.result) {
-		d.full = true
+	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) { // not just a new expiry
+		skippedBefore := len(d.result.Skipped)
+		d.mu.Lock()
+		if d.set.SetOwn(l, &d.result) {
+			d.full = true
+		}
+		d.mu.Unlock()
+		d.noteSkipped(d.result.Skipped[skippedBefore:])
 	}
-	d.mu.Unlock()
-	d.noteSkipped(d.result.Skipped[skippedBefore:])
 	d.own = l
 	d.leaseChanged()
 }
