@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -516,9 +517,17 @@ func (d *daemon) converge(ctx context.Context) error {
 		d.m.programDelay.Observe(now.Sub(seen).Seconds())
 	}
 	d.m.eventsApplied.Add(float64(len(d.pending)))
-	clear(d.pending)
+	if len(d.pending) > 64 {
+		d.pending = map[string]time.Time{} // clear would keep the room of a start-up's thousands
+	} else {
+		clear(d.pending)
+	}
 	if !d.notified {
 		d.notified = true
+		// Start-up is a burst (every lease listed and parsed, the kernel dumped, thousands of
+		// entries written) that steady state never repeats: give its garbage back to the OS
+		// now rather than over the next minutes.
+		debug.FreeOSMemory()
 		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(st.Peers))
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)

@@ -21,6 +21,7 @@ type rtnl struct {
 	s   *nl.NetlinkSocket
 	fd  int
 	seq uint32
+	buf []byte // for receiving; what a receive returns points into it
 }
 
 // Constants the kernel's uapi has and golang.org/x/sys does not name.
@@ -51,7 +52,7 @@ func openRtnl(ns netns.NsHandle) (*rtnl, error) {
 		s.Close()
 		return nil, fmt.Errorf("setting up a netlink socket: %w", err)
 	}
-	return &rtnl{s: s, fd: fd}, nil
+	return &rtnl{s: s, fd: fd, buf: make([]byte, 1<<16)}, nil
 }
 
 func (r *rtnl) close() { r.s.Close() }
@@ -74,41 +75,47 @@ func (r *rtnl) frame(m message, flags uint16, seq uint32) []byte {
 }
 
 // exec sends the messages, batchSize at a time, and returns each one's error (nil when the
-// kernel acknowledged it).
+// kernel took it). Only the last message of a batch asks for an acknowledgement: the kernel
+// handles a batch in order and answers the others only when they fail, so a batch costs one
+// send and, when all goes well, one receive.
 func (r *rtnl) exec(msgs []message) []error {
 	errs := make([]error, len(msgs))
 	for start := 0; start < len(msgs); start += batchSize {
 		end := min(start+batchSize, len(msgs))
 		first := r.seq + 1
 		var buf []byte
-		for _, m := range msgs[start:end] {
+		for i, m := range msgs[start:end] {
 			r.seq++
-			buf = append(buf, r.frame(m, unix.NLM_F_ACK, r.seq)...)
+			var ack uint16
+			if start+i == end-1 {
+				ack = unix.NLM_F_ACK
+			}
+			buf = append(buf, r.frame(m, ack, r.seq)...)
+		}
+		last := r.seq
+		fail := func(err error) {
+			for i := start; i < end; i++ {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
 		}
 		if err := unix.Sendto(r.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-			for i := start; i < end; i++ {
-				errs[i] = fmt.Errorf("netlink send: %w", err)
-			}
+			fail(fmt.Errorf("netlink send: %w", err))
 			continue
 		}
-		pending := end - start
-		for pending > 0 {
-			msgs, err := r.receive()
+		for done := false; !done; {
+			answers, err := r.receive()
 			if err != nil {
-				for i := start; i < end; i++ {
-					if errs[i] == nil {
-						errs[i] = fmt.Errorf("netlink receive: %w", err)
-					}
-				}
+				fail(fmt.Errorf("netlink receive: %w", err))
 				break
 			}
-			for _, m := range msgs {
-				i := int(m.Header.Seq - first)
-				if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || i >= end-start {
+			for _, m := range answers {
+				if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq < first || m.Header.Seq > last {
 					continue // not ours: a late answer to an earlier batch that timed out
 				}
-				errs[start+i] = ackError(m.Data)
-				pending--
+				errs[start+int(m.Header.Seq-first)] = ackError(m.Data)
+				done = done || m.Header.Seq == last
 			}
 		}
 	}
@@ -126,17 +133,17 @@ func ackError(data []byte) error {
 	return nil
 }
 
+// receive reads one answer; the messages point into r.buf, until the next receive.
 func (r *rtnl) receive() ([]syscall.NetlinkMessage, error) {
-	buf := make([]byte, 1<<16)
 	for {
-		n, _, err := unix.Recvfrom(r.fd, buf, 0)
+		n, _, err := unix.Recvfrom(r.fd, r.buf, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		return syscall.ParseNetlinkMessage(buf[:nlmAlign(n)])
+		return syscall.ParseNetlinkMessage(r.buf[:nlmAlign(n)])
 	}
 }
 

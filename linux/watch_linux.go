@@ -11,6 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// subscriptionBuffer is the receive buffer of the route and neighbour subscriptions: a full
+// Apply at start-up writes tens of thousands of entries in a second, and each comes back as a
+// notification; a smaller buffer overflows (ENOBUFS), and the lost updates cost another full
+// Apply. The kernel uses the room only while notifications wait.
+const subscriptionBuffer = 32 << 20
+
 // resubscribeDelay spaces out new subscriptions after the kernel dropped one, so a namespace
 // that floods us is not answered with a busy loop.
 const resubscribeDelay = time.Second
@@ -53,7 +59,8 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 		return follow(ctx, p.log, "route", subscribed.Done, notify,
 			func(ch chan netlink.RouteUpdate, onErr func(error)) error {
 				return netlink.RouteSubscribeWithOptions(ch, ctx.Done(),
-					netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+					netlink.RouteSubscribeOptions{Namespace: &ns, ErrorCallback: onErr,
+						ReceiveBufferSize: subscriptionBuffer, ReceiveBufferForceSize: true})
 			},
 			func(u netlink.RouteUpdate) bool {
 				if u.Table != unix.RT_TABLE_MAIN {
@@ -67,7 +74,8 @@ func (p *Plane) Watch(ctx context.Context, changed func()) error {
 		return follow(ctx, p.log, "neighbour", subscribed.Done, notify,
 			func(ch chan netlink.NeighUpdate, onErr func(error)) error {
 				return netlink.NeighSubscribeWithOptions(ch, ctx.Done(),
-					netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr})
+					netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr,
+						ReceiveBufferSize: subscriptionBuffer, ReceiveBufferForceSize: true})
 			},
 			p.unexpectedNeigh)
 	})
