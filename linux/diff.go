@@ -356,22 +356,53 @@ func diffNexthops(want []Nexthop, have []kernelNexthop) (set []Nexthop, del []in
 	return set, del
 }
 
-func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {
-	byDst := map[netip.Prefix][]int{}
-	for i, r := range have {
-		if owned(r) {
-			dst := r.Dst.Masked()
-			byDst[dst] = append(byDst[dst], i)
+// groups are the indexes of dumped entries by key, in dump order, chained through one slice
+// rather than a slice per key: there is almost always one entry per key.
+type groups[K comparable] struct {
+	first map[K]int
+	next  []int
+}
+
+// groupBy groups the indexes of have by key; entries key refuses are left out.
+func groupBy[T any, K comparable](have []T, key func(T) (K, bool)) groups[K] {
+	g := groups[K]{first: make(map[K]int, len(have)), next: make([]int, len(have))}
+	for i := len(have) - 1; i >= 0; i-- {
+		k, ok := key(have[i])
+		if !ok {
+			continue
 		}
+		g.next[i] = -1
+		if j, ok := g.first[k]; ok {
+			g.next[i] = j
+		}
+		g.first[k] = i
 	}
-	wanted := map[netip.Prefix]bool{}
+	return g
+}
+
+// of lists the indexes grouped under k.
+func (g groups[K]) of(k K) []int {
+	i, ok := g.first[k]
+	if !ok {
+		return nil
+	}
+	var out []int
+	for ; i >= 0; i = g.next[i] {
+		out = append(out, i)
+	}
+	return out
+}
+
+func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {
+	byDst := groupBy(have, func(r kernelRoute) (netip.Prefix, bool) { return r.Dst.Masked(), owned(r) })
+	wanted := make(map[netip.Prefix]bool, len(want))
 	for _, w := range want {
 		dst := w.Dst.Masked()
 		if wanted[dst] {
 			continue // one route per destination; the backend never asks for two
 		}
 		wanted[dst] = true
-		cands := byDst[dst]
+		cands := byDst.of(dst)
 		keep := slices.IndexFunc(cands, func(i int) bool { return sameRoute(have[i], w) })
 		if keep < 0 {
 			set = append(set, w)
@@ -385,9 +416,9 @@ func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) 
 			del = append(del, i)
 		}
 	}
-	for dst, cands := range byDst {
+	for dst := range byDst.first {
 		if !wanted[dst] {
-			del = append(del, cands...)
+			del = append(del, byDst.of(dst)...)
 		}
 	}
 	slices.Sort(del)
@@ -400,13 +431,13 @@ type neighKey struct {
 }
 
 func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Neighbor, del []int) {
-	owned := map[neighKey]int{} // the kernel holds one neighbour per device and address
+	owned := make(map[neighKey]int, len(have)) // the kernel holds one neighbour per device and address
 	for i, n := range have {
 		if n.Dev == vx && n.Permanent {
 			owned[neighKey{n.Dev, n.IP}] = i
 		}
 	}
-	wanted := map[neighKey]bool{}
+	wanted := make(map[neighKey]bool, len(want))
 	for _, w := range want {
 		k := neighKey{w.Dev, w.IP}
 		wanted[k] = true
@@ -437,21 +468,15 @@ func ownsFDB(f kernelFDB, vx string) bool {
 }
 
 func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del []int) {
-	owned := map[fdbKey][]int{}
-	for i, f := range have {
-		if ownsFDB(f, vx) {
-			k := fdbKey{f.Dev, f.MAC}
-			owned[k] = append(owned[k], i)
-		}
-	}
-	wanted := map[fdbKey]bool{}
+	owned := groupBy(have, func(f kernelFDB) (fdbKey, bool) { return fdbKey{f.Dev, f.MAC}, ownsFDB(f, vx) })
+	wanted := make(map[fdbKey]bool, len(want))
 	for _, w := range want {
 		k := fdbKey{w.Dev, w.MAC}
 		if wanted[k] {
 			continue // a unicast MAC has one destination; the kernel refuses to append a second
 		}
 		wanted[k] = true
-		cands := owned[k]
+		cands := owned.of(k)
 		keep := slices.IndexFunc(cands, func(i int) bool { return have[i].Dst == w.Dst })
 		if keep < 0 {
 			set = append(set, w)
@@ -463,9 +488,9 @@ func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del 
 			}
 		}
 	}
-	for k, cands := range owned {
+	for k := range owned.first {
 		if !wanted[k] {
-			del = append(del, cands...)
+			del = append(del, owned.of(k)...)
 		}
 	}
 	slices.Sort(del)

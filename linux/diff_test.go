@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/subnet"
 )
 
 const vx = "flannel.1"
@@ -384,5 +385,43 @@ func TestChangesString(t *testing.T) {
 	const want = "nexthops +0 -0, routes +3 -0, neighbours +0 -1, fdb +2 -0, addresses +1 -0"
 	if got := c.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+// BenchmarkDiff20k: the full diff of 20k peers (start-up, resync, drift): the kernel holds
+// every entry but one route, which has another gateway.
+func BenchmarkDiff20k(b *testing.B) {
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.0.0.0/8","Backend":{"Type":"vxlan"}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := &backend.State{Config: cfg, Own: pfx("10.0.0.0/24"), Underlay: "eth0",
+		Device: &backend.VXLANDevice{Name: vx, VNI: 1}, Peers: map[string]backend.Peer{}}
+	for i := 1; i <= 20000; i++ {
+		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+		st.Peers[sn.String()] = backend.Peer{Subnet: sn, PublicIP: netip.AddrFrom4([4]byte{172, 16, byte(i >> 8), byte(i)}),
+			VTEPMAC: backend.MAC{0x0e, 0, 0, 0, byte(i >> 8), byte(i)}}
+	}
+	want, own := WantOf(st, true)
+	var have kernelState
+	for _, n := range want.Nexthops {
+		have.Nexthops = append(have.Nexthops, kernelNexthop{Nexthop: n})
+	}
+	for _, r := range want.Routes {
+		have.Routes = append(have.Routes, kernelRoute{Route: r})
+	}
+	have.Routes[100].NH = 0
+	for _, n := range want.Neighbors {
+		have.Neighbors = append(have.Neighbors, kernelNeighbor{Neighbor: n, Permanent: true})
+	}
+	for _, f := range want.FDB {
+		have.FDB = append(have.FDB, kernelFDB{FDBEntry: f, Permanent: true})
+	}
+	have.Addrs = want.Addrs
+	b.ReportAllocs()
+	for b.Loop() {
+		if p := diff(want, have, own); len(p.SetRoutes) != 1 {
+			b.Fatalf("plan sets %d routes, want 1", len(p.SetRoutes))
+		}
 	}
 }
