@@ -20,10 +20,9 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// batchWindow is how long the first change of a batch waits for more. A burst of node
-// updates (a relist, nodes joining together) then reaches the daemon as one batch and one
-// convergence, at the price of this much delay for a lone change.
-const batchWindow = 50 * time.Millisecond
+// busyPoll is how often a batch that waits for the receiver looks whether it took the
+// previous one.
+const busyPoll = time.Millisecond
 
 // Watch implements subnet.Manager with one shared informer on nodes. Its cache holds trimmed
 // Nodes (see annotations.trim); its event handler only notes which nodes changed in what weft
@@ -173,23 +172,23 @@ func (w *watcher) note(obj any) {
 	}
 }
 
-// settle lets a batch gather: for batchWindow, and then for as long as the receiver has not
-// taken the previous batch from its channel. Changes meanwhile join this batch instead of
-// queueing up behind it.
+// settle lets a batch gather for as long as the receiver has not taken the previous batch
+// from its channel: changes meanwhile join this batch instead of queueing up behind it. A
+// lone change waits for nothing.
 func (w *watcher) settle(ctx context.Context) error {
-	t := time.NewTimer(batchWindow)
+	if len(w.out) == 0 {
+		return nil
+	}
+	t := time.NewTicker(busyPoll)
 	defer t.Stop()
-	for {
+	for len(w.out) > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		}
-		if len(w.out) == 0 {
-			return nil
-		}
-		t.Reset(batchWindow)
 	}
+	return nil
 }
 
 // flush sends the events that bring the receiver up to date with the noted nodes: removals
