@@ -23,8 +23,10 @@ type Manager interface {
 	// it is acquired again, on the same subnet if still free: callers compare the
 	// returned lease with the one they had to see whether anything changed.
 	Renew(ctx context.Context, own Lease) (Lease, error)
-	// Watch sends batches of lease events until ctx is done: first every current lease as
-	// EventAdded (always one batch, maybe empty), then changes. A gap in the datastore's
+	// Watch sends batches of lease events until ctx is done: first every lease as EventAdded
+	// (always one batch, maybe empty) as of one moment at or after the last Acquire (a
+	// manager may start from the listing its Acquire made, with the acquired lease in it),
+	// then every change since that moment. A gap in the datastore's
 	// history is bridged by sending the difference. It returns ctx's error, or an error
 	// that makes going on pointless.
 	Watch(ctx context.Context, out chan<- []Event) error

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -49,6 +51,19 @@ type Manager struct {
 	ttl    time.Duration
 	log    *slog.Logger
 	opts   Options
+
+	// handoff is the listing of the leases that the first Acquire made, for the first Watch
+	// to start from: at start-up one listing of thousands of leases, parsed once, serves
+	// both. Once a Watch started, listings are no longer kept.
+	mu       sync.Mutex
+	handoff  *listing
+	watching bool
+}
+
+// listing is every lease key as of a revision, parsed (bad ones too, with their error).
+type listing struct {
+	entries []entry
+	rev     int64
 }
 
 var (
@@ -143,7 +158,47 @@ func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
 	}
-	return m.parseAll(resp.Get().Kvs), resp.Get().Header.Revision, nil
+	kvs, rev := resp.Get().Kvs, resp.Get().Header.Revision
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.watching {
+		return m.parseAll(kvs), rev, nil
+	}
+	all := make([]entry, 0, len(kvs))
+	usable := make([]entry, 0, len(kvs))
+	for _, kv := range kvs {
+		e, ok := m.parse(kv)
+		all = append(all, e)
+		if ok {
+			usable = append(usable, e)
+		}
+	}
+	m.handoff = &listing{entries: all, rev: rev}
+	return usable, rev, nil
+}
+
+// handOwn puts the lease Acquire published into the listing it hands off, so that the first
+// batch of the Watch holds it; the Watch replays its creation from the listing's revision on,
+// and finds nothing new in it.
+func (m *Manager) handOwn(l subnet.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.handoff == nil {
+		return
+	}
+	key := []byte(m.subnetsDir() + l.Key())
+	m.handoff.entries = slices.DeleteFunc(m.handoff.entries, func(e entry) bool { return string(e.kv.Key) == string(key) })
+	m.handoff.entries = append(m.handoff.entries, entry{kv: &mvccpb.KeyValue{Key: key}, lease: l})
+}
+
+// takeListing returns the listing the last Acquire made, once, and keeps none from now on.
+func (m *Manager) takeListing() *listing {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.watching = true
+	l := m.handoff
+	m.handoff = nil
+	return l
 }
 
 // Acquire implements subnet.Manager.
@@ -160,6 +215,9 @@ func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subne
 	}
 	a := &acquisition{m: m, cfg: cfg, req: req}
 	l, err := a.run(ctx)
+	if err == nil {
+		m.handOwn(l)
+	}
 	if err != nil && a.grant != 0 {
 		// The grant was never bound to a key: give it back instead of leaving it for 24 h.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

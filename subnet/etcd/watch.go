@@ -72,16 +72,25 @@ func (w *watcher) sync(ctx context.Context) error {
 	if w.rev != 0 {
 		return nil
 	}
-	resp, err := w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
-	if err != nil {
-		return fmt.Errorf("list leases: %w", err)
+	ls := w.m.takeListing() // at start-up, the Acquire's: the watch goes on from its revision
+	if ls == nil {
+		resp, err := w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("list leases: %w", err)
+		}
+		ls = &listing{rev: resp.Header.Revision, entries: make([]entry, 0, len(resp.Kvs))}
+		for _, kv := range resp.Kvs {
+			e, _ := w.m.parse(kv)
+			ls.entries = append(ls.entries, e)
+		}
 	}
-	next := make(map[string]subnet.Lease, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		if l, ok := w.valid(kv); ok {
-			next[string(kv.Key)] = l
-		} else if old, had := w.known[string(kv.Key)]; had {
-			next[string(kv.Key)] = old // a bad new value does not undo the last good one
+	next := make(map[string]subnet.Lease, len(ls.entries))
+	for _, e := range ls.entries {
+		k := string(e.kv.Key)
+		if l, ok := w.check(e); ok {
+			next[k] = l
+		} else if old, had := w.known[k]; had {
+			next[k] = old // a bad new value does not undo the last good one
 		}
 	}
 	keys := make(map[string]bool, len(next)+len(w.known))
@@ -94,7 +103,7 @@ func (w *watcher) sync(ctx context.Context) error {
 	if err := w.send(ctx, w.apply(keys, next)); err != nil {
 		return err
 	}
-	w.rev = resp.Header.Revision
+	w.rev = ls.rev
 	return nil
 }
 
@@ -154,6 +163,12 @@ func (w *watcher) follow(ctx context.Context) error {
 // valid parses a key-value; a bad one is logged and reported once per version.
 func (w *watcher) valid(kv *mvccpb.KeyValue) (subnet.Lease, bool) {
 	e, _ := w.m.parse(kv)
+	return w.check(e)
+}
+
+// check is valid on a parsed key-value.
+func (w *watcher) check(e entry) (subnet.Lease, bool) {
+	kv := e.kv
 	if e.valErr == nil {
 		delete(w.skipped, string(kv.Key))
 		return e.lease, true
