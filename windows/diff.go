@@ -20,48 +20,47 @@ type Peer struct {
 	PublicIP netip.Addr
 }
 
-// overlayPeers reads the overlay peers out of a vxlan State: each route through the VXLAN
-// device, the neighbour entry of its gateway (the VTEP MAC) and that MAC's FDB entry (the
-// public IP). Routes not through the device (DirectRouting) cannot be had on Windows and are
-// reported. Once backend.State carries its peers itself this becomes a copy of them.
-func overlayPeers(st backend.State) ([]Peer, error) {
-	if st.VXLAN == nil {
+// overlayPeer is a State's peer as HNS programs it; a peer routed around the overlay
+// (DirectRouting) cannot be had on Windows.
+func overlayPeer(p backend.Peer) (Peer, error) {
+	if !p.Overlay() {
+		return Peer{}, fmt.Errorf("peer %s via %s: DirectRouting is not supported on Windows", p.Subnet, p.PublicIP)
+	}
+	return Peer{Subnet: p.Subnet, VTEP: p.VTEP(), VtepMAC: p.VTEPMAC, PublicIP: p.PublicIP}, nil
+}
+
+// overlayPeers are the overlay peers of a vxlan State, in subnet order.
+func overlayPeers(st *backend.State) ([]Peer, error) {
+	if st.Device == nil {
 		return nil, nil
-	}
-	dev := st.VXLAN.Name
-	macOf := map[netip.Addr]backend.MAC{}
-	for _, n := range st.Neighbors {
-		if n.Dev == dev {
-			macOf[n.IP] = n.MAC
-		}
-	}
-	dstOf := map[backend.MAC]netip.Addr{}
-	for _, f := range st.FDB {
-		if f.Dev == dev {
-			dstOf[f.MAC] = f.Dst
-		}
 	}
 	var peers []Peer
 	var errs []error
-	for _, r := range st.Routes {
-		if r.Dev != dev {
-			errs = append(errs, fmt.Errorf("route to %s via %s on %s: DirectRouting is not supported on Windows", r.Dst, r.Gw, r.Dev))
+	for _, bp := range st.Peers {
+		p, err := overlayPeer(bp)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		mac, ok := macOf[r.Gw]
-		if !ok {
-			errs = append(errs, fmt.Errorf("route to %s: no neighbour entry for its VTEP %s", r.Dst, r.Gw))
-			continue
-		}
-		pub, ok := dstOf[mac]
-		if !ok {
-			errs = append(errs, fmt.Errorf("route to %s: no FDB entry for VTEP MAC %s", r.Dst, mac))
-			continue
-		}
-		peers = append(peers, Peer{Subnet: r.Dst, VTEP: r.Gw, VtepMAC: mac, PublicIP: pub})
+		peers = append(peers, p)
 	}
 	slices.SortFunc(peers, func(a, b Peer) int { return a.Subnet.Addr().Compare(b.Subnet.Addr()) })
 	return peers, errors.Join(errs...)
+}
+
+// ownership says which HNS policies, endpoints and host routes are the daemon's: those for
+// destinations inside the cluster network, not the node's own subnet (the CNI's and HNS's).
+type ownership struct {
+	Networks []netip.Prefix
+	Own      []netip.Prefix
+}
+
+func ownershipOf(st *backend.State) ownership {
+	o := ownership{Networks: []netip.Prefix{st.Network()}}
+	if st.Own.IsValid() {
+		o.Own = []netip.Prefix{st.Own}
+	}
+	return o
 }
 
 // within reports whether p equals or lies inside one of nets.
@@ -76,7 +75,7 @@ func within(p netip.Prefix, nets []netip.Prefix) bool {
 
 // ours reports whether a destination is one the daemon programs: inside the cluster
 // networks, not the node's own subnet (the CNI's and HNS's).
-func ours(dst netip.Prefix, owned backend.Ownership) bool {
+func ours(dst netip.Prefix, owned ownership) bool {
 	return within(dst, owned.Networks) && !within(dst, owned.Own)
 }
 
@@ -116,7 +115,7 @@ func sameRSR(have, want RemoteSubnetRouteSettings) bool {
 // diffRemoteSubnetRoutes plans the RemoteSubnetRoute policies of the overlay network: one
 // per peer; ours that match a peer stay untouched, ours that do not are removed; policies
 // for destinations outside the cluster network are someone else's and stay.
-func diffRemoteSubnetRoutes(peers []Peer, vni uint32, have []Policy, owned backend.Ownership) rsrPlan {
+func diffRemoteSubnetRoutes(peers []Peer, vni uint32, have []Policy, owned ownership) rsrPlan {
 	want := map[netip.Prefix]RemoteSubnetRouteSettings{}
 	for _, p := range peers {
 		want[p.Subnet] = rsrSettings(p, vni)
@@ -199,7 +198,7 @@ type epPlan struct {
 // diffRemoteEndpoints plans the remote endpoints of the overlay network: one per pod
 // address of every peer. Only remote endpoints named by weft, for addresses in the cluster
 // network, are ours; local endpoints and kube-proxy's remote ones are never touched.
-func diffRemoteEndpoints(peers []Peer, networkID, macPrefix string, have []HostComputeEndpoint, owned backend.Ownership) epPlan {
+func diffRemoteEndpoints(peers []Peer, networkID, macPrefix string, have []HostComputeEndpoint, owned ownership) epPlan {
 	want := map[netip.Addr]HostComputeEndpoint{}
 	var order []netip.Addr
 	for _, p := range peers {
@@ -246,7 +245,7 @@ type routePlan struct {
 
 // diffRoutes plans host-gw's routes. Ours are static routes through a gateway to a
 // destination in the cluster network, not the node's own subnet.
-func diffRoutes(want, have []HostRoute, owned backend.Ownership) routePlan {
+func diffRoutes(want, have []HostRoute, owned ownership) routePlan {
 	var plan routePlan
 	for _, w := range want {
 		if !slices.ContainsFunc(have, w.same) {

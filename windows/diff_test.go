@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -24,7 +23,7 @@ func peer(sn, pub, mac string) Peer {
 	return Peer{Subnet: p, VTEP: p.Addr(), VtepMAC: mustMAC(mac), PublicIP: netip.MustParseAddr(pub)}
 }
 
-var owned = backend.Ownership{
+var owned = ownership{
 	Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 	Own:      []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")},
 }
@@ -134,15 +133,18 @@ func TestOverlayPeersFromState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := vxlan.Node{Config: cfg, VNI: 4096, Local: netip.MustParseAddr("192.168.1.10"), Underlay: "Ethernet", UnderlayMTU: 1500,
-		Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}
+	b, err := backend.New(cfg, backend.Node{Underlay: "Ethernet", Addr: netip.MustParseAddr("192.168.1.10"), MTU: 1500,
+		Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}, PublicIP: netip.MustParseAddr("192.168.1.10")}, "windows")
+	if err != nil {
+		t.Fatal(err)
+	}
 	own := vxlanLease(t, "10.244.1.0/24", "192.168.1.10", "00:15:5d:c0:00:01")
 	peers := []subnet.Lease{
 		vxlanLease(t, "10.244.3.0/24", "10.0.0.12", "00:15:5d:c0:00:09"),
 		vxlanLease(t, "10.244.2.0/24", "10.0.0.11", "c6:d2:32:6f:8f:44"),
 		vxlanLease(t, "10.244.4.0/24", "192.168.1.13", "6e:11:22:33:44:55"), // on-link: DirectRouting
 	}
-	st, _ := vxlan.Desired(node, own, peers)
+	st, _ := backend.Desired(b, own, peers, false)
 	got, err := overlayPeers(st)
 	if err == nil || !strings.Contains(err.Error(), "DirectRouting") {
 		t.Errorf("DirectRouting route gave %v", err)

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/hostgw"
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -108,27 +106,27 @@ func (n *winNode) restart() {
 	n.plane = New(n.hns, n.host, c, testLogger(n.t))
 }
 
-func (n *winNode) vxlanNode() vxlan.Node {
-	return vxlan.Node{Config: n.cfg, VNI: n.cfg.Backend.VNIFor("windows"), Local: n.pub, Underlay: n.underlay, UnderlayMTU: 1500,
-		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}}
+// backend is the node's backend, built as weftd builds it on Windows.
+func (n *winNode) backend() *backend.Backend {
+	n.t.Helper()
+	b, err := backend.New(n.cfg, backend.Node{Underlay: n.underlay, Addr: n.pub, MTU: 1500,
+		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}, PublicIP: n.pub}, "windows")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return b
 }
 
 // acquire runs the plane's Prepare as a datastore would for subnet sn, and returns the
 // lease it would publish.
 func (n *winNode) acquire(sn string) (subnet.Lease, error) {
-	attrs := subnet.LeaseAttrs{PublicIP: n.pub, BackendType: n.cfg.Backend.Type}
-	var prep func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
-	if n.cfg.Backend.Type == subnet.BackendVXLAN {
-		prep = n.plane.PrepareVXLAN(n.vxlanNode().Device(), attrs)
-	} else {
-		prep = n.plane.PrepareHostGW(n.underlay, attrs)
-	}
+	b := n.backend()
 	p := netip.MustParsePrefix(sn)
-	a, err := prep(context.Background(), p, netip.Prefix{})
+	mac, err := n.plane.Prepare(context.Background(), b.State(p, false))
 	if err != nil {
 		return subnet.Lease{}, err
 	}
-	n.own = subnet.Lease{Subnet: p, Attrs: a}
+	n.own = subnet.Lease{Subnet: p, Attrs: b.Attrs(mac)}
 	return n.own, nil
 }
 
@@ -141,24 +139,17 @@ func (n *winNode) mustAcquire(sn string) subnet.Lease {
 	return l
 }
 
-func (n *winNode) desired(peers []subnet.Lease) backend.State {
-	if n.cfg.Backend.Type == subnet.BackendVXLAN {
-		st, skipped := vxlan.Desired(n.vxlanNode(), n.own, peers)
-		for _, s := range skipped {
-			n.t.Logf("skipped %s: %s", s.Key, s.Reason)
-		}
-		return st
+func (n *winNode) desired(peers []subnet.Lease) *backend.State {
+	st, skipped := backend.Desired(n.backend(), n.own, peers, false)
+	for _, s := range skipped {
+		n.t.Logf("skipped %s: %s", s.Key, s.Reason)
 	}
-	st, _ := hostgw.Desired(hostgw.Node{Config: n.cfg, Underlay: n.underlay, Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}}, n.own, peers)
 	return st
 }
 
-func (n *winNode) ownership() backend.Ownership {
-	return backend.Ownership{Networks: []netip.Prefix{n.cfg.Network}, Own: []netip.Prefix{n.own.Subnet}, Devices: []string{n.underlay}}
-}
-
+// converge applies the whole State, as weftd does at start and at every resync.
 func (n *winNode) converge(peers []subnet.Lease) (backend.Changes, error) {
-	return n.plane.Reconcile(n.desired(peers), n.ownership())
+	return n.plane.Apply(context.Background(), n.desired(peers), backend.Update{Full: true})
 }
 
 // mustConverge converges and says what changed ("" for nothing).
@@ -173,7 +164,7 @@ func (n *winNode) mustConverge(peers []subnet.Lease) string {
 
 func (n *winNode) vtepMAC() backend.MAC {
 	n.t.Helper()
-	d, err := vxlan.DecodeData(n.own.Attrs.BackendData)
+	d, err := backend.DecodeVXLANData(n.own.Attrs.BackendData)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -189,7 +180,7 @@ func vxlanLease(t *testing.T, sn, pub, mac string) subnet.Lease {
 	}
 	return subnet.Lease{Subnet: netip.MustParsePrefix(sn), Attrs: subnet.LeaseAttrs{
 		PublicIP: netip.MustParseAddr(pub), BackendType: subnet.BackendVXLAN,
-		BackendData: vxlan.Data{VNI: 4096, VtepMAC: m}.Encode(),
+		BackendData: backend.VXLANData{VNI: 4096, VtepMAC: m}.Encode(),
 	}}
 }
 

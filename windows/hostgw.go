@@ -175,9 +175,9 @@ func onLinkIndex(ifs []Interface, gw netip.Addr) (uint32, bool) {
 	return 0, false
 }
 
-func (p *Plane) reconcileHostGW(st backend.State, owned backend.Ownership) (backend.Changes, error) {
+func (p *Plane) reconcileHostGW(ctx context.Context, st *backend.State, owned ownership) (backend.Changes, error) {
 	ch := backend.Changes{}
-	if err := p.ensureBridge(context.Background(), p.own, ch); err != nil {
+	if err := p.ensureBridge(ctx, p.own, ch); err != nil {
 		return ch, err
 	}
 	ifs, err := p.host.Interfaces()
@@ -186,14 +186,15 @@ func (p *Plane) reconcileHostGW(st backend.State, owned backend.Ownership) (back
 	}
 	var errs []error
 	var want []HostRoute
-	for _, r := range st.Routes {
-		idx, ok := onLinkIndex(ifs, r.Gw)
+	for _, peer := range st.Peers {
+		idx, ok := onLinkIndex(ifs, peer.PublicIP)
 		if !ok {
-			errs = append(errs, fmt.Errorf("route to %s: no interface is on the network of %s", r.Dst, r.Gw))
+			errs = append(errs, fmt.Errorf("route to %s: no interface is on the network of %s", peer.Subnet, peer.PublicIP))
 			continue
 		}
-		want = append(want, HostRoute{Dst: r.Dst, NextHop: r.Gw, IfIndex: idx, Protocol: ProtoNetMgmt})
+		want = append(want, HostRoute{Dst: peer.Subnet, NextHop: peer.PublicIP, IfIndex: idx, Protocol: ProtoNetMgmt})
 	}
+	slices.SortFunc(want, func(a, b HostRoute) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
 	have, err := p.host.Routes()
 	if err != nil {
 		return ch, errors.Join(append(errs, fmt.Errorf("listing routes: %w", err))...)

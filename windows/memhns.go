@@ -28,6 +28,7 @@ type MemHNS struct {
 	namespaces []*HostComputeNamespace
 	seq        int // IDs and DR MACs
 	requests   []Request
+	reads      int // lookups and listings, which requests do not record
 }
 
 // MemOptions configure a MemHNS.
@@ -97,11 +98,20 @@ func (h *MemHNS) Requests() []Request {
 	return slices.Clone(h.requests)
 }
 
-// ResetRequests forgets the recorded requests, so a test can look at what one step did.
+// ResetRequests forgets the recorded requests and reads, so a test can look at what one step
+// did.
 func (h *MemHNS) ResetRequests() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.requests = nil
+	h.requests, h.reads = nil, 0
+}
+
+// Reads counts the lookups and listings (NetworkByName, NetworkEndpoints) since the last
+// ResetRequests.
+func (h *MemHNS) Reads() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.reads
 }
 
 // SetVersion changes the version HNS reports (an upgrade between two runs).
@@ -151,6 +161,7 @@ func deepCopy[T any](v *T) *T {
 func (h *MemHNS) NetworkByName(name string) (*HostComputeNetwork, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.reads++
 	for _, m := range h.networks {
 		if m.n.Name == name {
 			return h.view(m), nil
@@ -389,6 +400,7 @@ func canonicalJSON(raw []byte) string {
 func (h *MemHNS) NetworkEndpoints(networkID string) ([]HostComputeEndpoint, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.reads++
 	if _, err := h.network(networkID); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/vxlan"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -18,17 +18,21 @@ import (
 func TestMixedClusterAgrees(t *testing.T) {
 	cfg := mustConfig(t, vxlanConf)
 	type linuxNode struct {
-		node  vxlan.Node
+		b     *backend.Backend
+		pub   netip.Addr
 		lease subnet.Lease
 	}
-	var linux []linuxNode
+	var linuxNodes []linuxNode
 	var leases []subnet.Lease
 	for i, mac := range []string{"c6:d2:32:6f:8f:44", "6e:11:22:33:44:55"} {
 		pub := fmt.Sprintf("192.168.1.%d", 21+i)
 		l := vxlanLease(t, fmt.Sprintf("10.244.%d.0/24", 11+i), pub, mac)
-		n := vxlan.Node{Config: cfg, VNI: cfg.Backend.VNIFor("linux"), Local: netip.MustParseAddr(pub), Underlay: "eth0", UnderlayMTU: 1500,
-			Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}
-		linux = append(linux, linuxNode{n, l})
+		b, err := backend.New(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr(pub), MTU: 1500,
+			Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}, PublicIP: netip.MustParseAddr(pub)}, "linux")
+		if err != nil {
+			t.Fatal(err)
+		}
+		linuxNodes = append(linuxNodes, linuxNode{b, netip.MustParseAddr(pub), l})
 		leases = append(leases, l)
 	}
 	var wins []*winNode
@@ -42,7 +46,7 @@ func TestMixedClusterAgrees(t *testing.T) {
 	// truth is what every lease says of its node.
 	truth := map[netip.Prefix]Peer{}
 	for _, l := range leases {
-		d, err := vxlan.DecodeData(l.Attrs.BackendData)
+		d, err := backend.DecodeVXLANData(l.Attrs.BackendData)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,30 +78,32 @@ func TestMixedClusterAgrees(t *testing.T) {
 		}
 	}
 
-	for _, ln := range linux {
-		st, skipped := vxlan.Desired(ln.node, ln.lease, leases)
+	for _, ln := range linuxNodes {
+		st, skipped := backend.Desired(ln.b, ln.lease, leases, false)
 		if len(skipped) > 0 {
-			t.Errorf("linux %s skipped %v", ln.node.Local, skipped)
+			t.Errorf("linux %s skipped %v", ln.pub, skipped)
 		}
-		if st.VXLAN.VNI != 4096 || st.VXLAN.Port != 4789 {
-			t.Errorf("linux device VNI %d port %d", st.VXLAN.VNI, st.VXLAN.Port)
+		if st.Device.VNI != 4096 || st.Device.Port != 4789 {
+			t.Errorf("linux device VNI %d port %d", st.Device.VNI, st.Device.Port)
 		}
+		// What the Linux plane writes for that State.
+		want, _ := linux.WantOf(st, true)
 		seen := map[netip.Prefix]Peer{}
 		neigh := map[netip.Addr]backend.MAC{}
-		for _, n := range st.Neighbors {
+		for _, n := range want.Neighbors {
 			neigh[n.IP] = n.MAC
 		}
 		fdb := map[backend.MAC]netip.Addr{}
-		for _, f := range st.FDB {
+		for _, f := range want.FDB {
 			fdb[f.MAC] = f.Dst
 		}
-		for _, r := range st.Routes {
+		for _, r := range want.Routes {
 			if !r.Onlink || r.Gw != r.Dst.Addr() {
-				t.Errorf("linux %s: route %+v is not via the peer's VTEP address", ln.node.Local, r)
+				t.Errorf("linux %s: route %+v is not via the peer's VTEP address", ln.pub, r)
 			}
 			seen[r.Dst] = Peer{Subnet: r.Dst, VtepMAC: neigh[r.Gw], PublicIP: fdb[neigh[r.Gw]]}
 		}
-		check("linux "+ln.node.Local.String(), ln.lease.Subnet, seen)
+		check("linux "+ln.pub.String(), ln.lease.Subnet, seen)
 	}
 
 	for _, w := range wins {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -99,13 +98,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// ErrNoSubnet is EnsureVXLAN's answer before the node's subnet is known: an HNS Overlay
-// network cannot be made without it. Use PrepareVXLAN with the lease acquisition.
-var ErrNoSubnet = errors.New("the HNS overlay network needs the node's subnet: make it in the lease's Prepare")
+// ErrNoSubnet is Apply's answer before the node's subnet is known: an HNS network cannot be
+// made without it.
+var ErrNoSubnet = errors.New("the HNS network needs the node's subnet: Prepare makes it in the lease acquisition")
 
-// Plane is the HNS data plane. It serves the daemon's Plane interface, and adds
-// PrepareVXLAN and PrepareHostGW, which make the network for the subnet the lease
-// acquisition chose, before the lease is published.
+var _ backend.Plane = (*Plane)(nil)
+
+// Plane is the HNS data plane. Prepare makes the network for the subnet the lease acquisition
+// chose, before the lease is published; Apply converges peers.
 type Plane struct {
 	hns  Client
 	host Host
@@ -113,77 +113,56 @@ type Plane struct {
 	cfg  Config
 
 	mu      sync.Mutex
-	own     netip.Prefix         // the node's subnet, once known
-	dev     *backend.VXLANDevice // the overlay device, once made (vxlan)
-	adapter string               // the external interface (host-gw)
-	mode    PeerMode             // resolved: never PeersAuto once the overlay is made
+	own     netip.Prefix // the node's subnet, once known
+	adapter string       // the external interface
+	mode    PeerMode     // resolved: never PeersAuto once the overlay is made
+	// network is the overlay network's ID as the last full Apply found it, for incremental
+	// Applies of RemoteSubnetRoute policies; "" forces a full one.
+	network string
 }
 
-// New returns a plane on hns. host may be nil when the backend is vxlan.
+// New returns a plane on hns, with the OS options of cfg (peer mode, source VIP file, the
+// host's readiness); the network config's keys (Backend.Name, DNSServerList, MacPrefix) come
+// with each State. host may be nil when the backend is vxlan.
 func New(hns Client, host Host, cfg Config, log *slog.Logger) *Plane {
 	cfg.setDefaults()
 	return &Plane{hns: hns, host: host, log: log, cfg: cfg}
 }
 
-// Configure replaces the plane's Config: weftd makes the plane before it has read the
-// network config (Backend.Name, DNSServerList, MacPrefix). Call it before the Prepare
-// functions.
-func (p *Plane) Configure(cfg Config) {
-	cfg.setDefaults()
+// follow takes the network config's keys and the node's adapter from st. Callers hold p.mu.
+func (p *Plane) follow(st *backend.State) {
+	nc := ConfigFrom(st.Config.Backend)
+	p.cfg.NetworkName, p.cfg.DNSServers = nc.NetworkName, nc.DNSServers
+	if nc.MacPrefix != "" {
+		p.cfg.MacPrefix = nc.MacPrefix
+	}
+	p.adapter = st.Underlay
+}
+
+// Prepare makes (or adopts) the network for st's subnet: for vxlan the Overlay network, whose
+// DR MAC it returns as the node's VTEP MAC, waiting out the blip of the host network; for
+// host-gw the L2Bridge network, its host endpoint and forwarding. The lease is thus published
+// once, with the right MAC, and only once the node can carry traffic.
+func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cfg = cfg
-}
-
-// PrepareVXLAN returns the function for subnet.AcquireRequest.Prepare on a vxlan node: for
-// the chosen subnet it makes (or adopts) the Overlay network, waits out the blip of the
-// host network, and returns attrs with the network's DR MAC as VtepMAC. The lease is thus
-// published once, with the right MAC, and only once the node can carry traffic.
-func (p *Plane) PrepareVXLAN(dev backend.VXLANDevice, attrs subnet.LeaseAttrs) func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
-	return func(ctx context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
-		mac, err := p.ensureOverlay(ctx, dev, sn)
-		if err != nil {
-			return subnet.LeaseAttrs{}, err
-		}
-		out := attrs
-		out.BackendData = vxlan.Data{VNI: dev.VNI, VtepMAC: mac}.Encode()
-		return out, nil
+	p.follow(st)
+	p.network = ""
+	if st.Device != nil {
+		return p.ensureOverlay(ctx, *st.Device, st.Own)
 	}
-}
-
-// PrepareHostGW is PrepareVXLAN for host-gw: the L2Bridge network on adapter, its host
-// endpoint and forwarding; attrs are published unchanged.
-func (p *Plane) PrepareHostGW(adapter string, attrs subnet.LeaseAttrs) func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
-	return func(ctx context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.adapter = adapter
-		if err := p.ensureBridge(ctx, sn, backend.Changes{}); err != nil {
-			return subnet.LeaseAttrs{}, err
-		}
-		p.own = sn
-		return attrs, nil
+	if err := p.ensureBridge(ctx, st.Own, backend.Changes{}); err != nil {
+		return backend.MAC{}, err
 	}
-}
-
-// EnsureVXLAN makes the Overlay network again for the subnet the node holds and returns its
-// new DR MAC; the daemon calls it after Reconcile reported the network missing. Before the
-// subnet is known it returns ErrNoSubnet.
-func (p *Plane) EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error) {
-	p.mu.Lock()
-	own := p.own
-	p.mu.Unlock()
-	if !own.IsValid() {
-		return backend.MAC{}, ErrNoSubnet
-	}
-	return p.ensureOverlay(context.Background(), dev, own)
+	p.own = st.Own
+	return backend.MAC{}, nil
 }
 
 func (p *Plane) overlayName(dev backend.VXLANDevice) string {
 	if p.cfg.NetworkName != "" {
 		return p.cfg.NetworkName
 	}
-	return vxlan.DeviceName(dev.VNI)
+	return backend.VXLANDeviceName(dev.VNI)
 }
 
 func (p *Plane) bridgeName() string {
@@ -295,8 +274,6 @@ func (p *Plane) ensureOverlay(ctx context.Context, dev backend.VXLANDevice, sn n
 	if dev.Port != 0 && dev.Port != subnet.WindowsVXLANPort {
 		return backend.MAC{}, fmt.Errorf("VXLAN port %d: HNS only uses %d", dev.Port, subnet.WindowsVXLANPort)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	v, err := p.hns.Version()
 	if err != nil {
 		return backend.MAC{}, fmt.Errorf("HNS version: %w", err)
@@ -323,7 +300,7 @@ func (p *Plane) ensureOverlay(ctx context.Context, dev backend.VXLANDevice, sn n
 			return backend.MAC{}, err
 		}
 	}
-	p.own, p.dev, p.mode = sn, &dev, mode
+	p.own, p.mode = sn, mode
 	p.log.Info("HNS overlay network ready", "network", name, "id", n.ID, "subnet", sn, "vtep_mac", mac,
 		"hns", v, "peers_as", mode, "source_vip", SourceVIP(sn))
 	return mac, nil
@@ -394,24 +371,71 @@ func (p *Plane) waitManagementIP(ctx context.Context, n *HostComputeNetwork) (*H
 	return n, nil
 }
 
-// Reconcile converges HNS (and for host-gw the host's routes) to st. For vxlan, a network
-// that is gone or no longer fits the node's subnet is reported as a
-// backend.MissingDeviceError: the daemon then calls EnsureVXLAN and publishes the new MAC.
-func (p *Plane) Reconcile(st backend.State, owned backend.Ownership) (backend.Changes, error) {
+// Apply converges HNS (and for host-gw the host's routes) to st. For vxlan, a network that is
+// gone or no longer fits the node's subnet is reported as a backend.MissingDeviceError: the
+// daemon then Prepares again and publishes the new MAC. An incremental update of
+// RemoteSubnetRoute peers is one policy request per changed peer, with no listing; everything
+// else (a full update, remote endpoints, host-gw) lists HNS and diffs.
+func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, o := range owned.Own {
-		if o.Addr().Is4() {
-			p.own = o
-		}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.follow(st)
+	if st.Own.IsValid() {
+		p.own = st.Own
 	}
 	if !p.own.IsValid() {
-		return nil, fmt.Errorf("reconcile: %w", ErrNoSubnet)
+		return nil, fmt.Errorf("apply: %w", ErrNoSubnet)
 	}
-	if st.VXLAN != nil {
-		return p.reconcileOverlay(st, owned)
+	own := ownershipOf(st)
+	if st.Device == nil {
+		return p.reconcileHostGW(ctx, st, own)
 	}
-	return p.reconcileHostGW(st, owned)
+	if !u.Full && p.network != "" && p.mode == PeersRemoteSubnetRoute {
+		return p.applyRemoteSubnetRoutes(st.Device.VNI, u.Peers)
+	}
+	return p.reconcileOverlay(st, own)
+}
+
+// applyRemoteSubnetRoutes writes the RemoteSubnetRoute policies of changed peers: the new one
+// added, the old one removed (HNS takes one policy per destination, so a peer whose policy
+// changes loses it for the moment between the two requests).
+func (p *Plane) applyRemoteSubnetRoutes(vni uint32, changes []backend.PeerChange) (backend.Changes, error) {
+	ch := backend.Changes{}
+	var errs []error
+	for _, c := range changes {
+		old, oldErr := overlayPeer(c.Old)
+		new, newErr := overlayPeer(c.New)
+		if c.New.IsValid() && newErr != nil {
+			errs = append(errs, newErr)
+		}
+		oldOK, newOK := c.Old.IsValid() && oldErr == nil, c.New.IsValid() && newErr == nil
+		if oldOK && newOK && old == new {
+			continue
+		}
+		if oldOK {
+			pol := RemoteSubnetRoutePolicy(rsrSettings(old, vni))
+			if err := p.hns.ModifyNetworkSettings(p.network, PolicyRequest(RequestRemove, pol)); err != nil && !errors.Is(err, ErrNotFound) {
+				errs = append(errs, fmt.Errorf("removing %s policy %s: %w", pol.Type, pol.Settings, err))
+			} else {
+				ch[changePolicy]++
+			}
+		}
+		if newOK {
+			pol := RemoteSubnetRoutePolicy(rsrSettings(new, vni))
+			if err := p.hns.ModifyNetworkSettings(p.network, PolicyRequest(RequestAdd, pol)); err != nil {
+				errs = append(errs, fmt.Errorf("adding %s policy %s: %w", pol.Type, pol.Settings, err))
+			} else {
+				ch[changePolicy]++
+			}
+		}
+	}
+	if len(errs) > 0 {
+		p.network = "" // the next Apply lists HNS again
+	}
+	return ch, errors.Join(errs...)
 }
 
 // Kinds of backend.Changes the plane counts, besides "route".
@@ -424,8 +448,9 @@ const (
 	changeRoute     = "route"
 )
 
-func (p *Plane) reconcileOverlay(st backend.State, owned backend.Ownership) (backend.Changes, error) {
-	dev := *st.VXLAN
+func (p *Plane) reconcileOverlay(st *backend.State, owned ownership) (backend.Changes, error) {
+	p.network = ""
+	dev := *st.Device
 	name := p.overlayName(dev)
 	n, err := p.hns.NetworkByName(name)
 	if errors.Is(err, ErrNotFound) {
@@ -499,6 +524,9 @@ func (p *Plane) reconcileOverlay(st backend.State, owned backend.Ownership) (bac
 		}
 		ch[changeEndpoint]++
 	}
+	if len(errs) == 0 && p.mode == PeersRemoteSubnetRoute {
+		p.network = n.ID // the policies are as wanted: incremental updates may follow
+	}
 	return ch, errors.Join(errs...)
 }
 
@@ -518,17 +546,13 @@ func (p *Plane) ensureHostRoute(n *HostComputeNetwork) (bool, error) {
 	return true, nil
 }
 
-// Masquerade does nothing on Windows: outbound NAT of pod traffic is an endpoint policy
-// the CNI plugin (win-overlay, win-bridge) sets from its ipMasq.
-func (p *Plane) Masquerade(network, own netip.Prefix) (bool, error) { return false, nil }
-
 // Watch waits for ctx: HNS tells nobody of changes, so drift is found by the periodic
 // resync.
-func (p *Plane) Watch(ctx context.Context, changed func()) error {
+func (p *Plane) Watch(ctx context.Context, drift func()) error {
 	<-ctx.Done()
 	return nil
 }
 
-// Close releases nothing: HNS and the host keep their state, so traffic flows on while
-// weftd restarts.
-func (p *Plane) Close() {}
+// Close releases nothing: HNS and the host keep their state, so traffic flows on while weftd
+// restarts.
+func (p *Plane) Close() error { return nil }

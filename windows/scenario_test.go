@@ -236,7 +236,7 @@ func TestOverlayOldHNS(t *testing.T) {
 
 // TestOverlayReboot: a reboot takes the non-persistent network with it; weftd makes it
 // again, and publishes the new DR MAC. While weftd runs, a network deleted under it is
-// reported as a missing device and made again by EnsureVXLAN.
+// reported as a missing device and made again by Prepare.
 func TestOverlayReboot(t *testing.T) {
 	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
 	tr := newTranscript(t, n)
@@ -264,12 +264,12 @@ func TestOverlayReboot(t *testing.T) {
 	if !errors.As(err, &missing) || missing.Name != "flannel.4096" {
 		t.Fatalf("converging without the network gave %v, want a MissingDeviceError", err)
 	}
-	newMAC, err := n.plane.EnsureVXLAN(n.vxlanNode().Device())
+	newMAC, err := n.plane.Prepare(t.Context(), n.desired([]subnet.Lease{a}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if newMAC == n.vtepMAC() {
-		t.Errorf("EnsureVXLAN kept MAC %s for a new network", newMAC)
+		t.Errorf("Prepare kept MAC %s for a new network", newMAC)
 	}
 	tr.step("deleted by hand, made again by EnsureVXLAN", n.mustConverge([]subnet.Lease{a}))
 	tr.check("overlay-reboot")
@@ -298,10 +298,10 @@ func TestOverlaySubnetChange(t *testing.T) {
 		t.Errorf("requests %q", got)
 	}
 
-	// EnsureVXLAN before any subnet is known cannot make an overlay.
+	// Apply before any subnet is known cannot make an overlay.
 	fresh := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.30", hns10, Config{})
-	if _, err := fresh.plane.EnsureVXLAN(fresh.vxlanNode().Device()); !errors.Is(err, ErrNoSubnet) {
-		t.Errorf("EnsureVXLAN before Prepare gave %v", err)
+	if _, err := fresh.plane.Apply(t.Context(), fresh.backend().State(netip.Prefix{}, false), backend.Update{Full: true}); !errors.Is(err, ErrNoSubnet) {
+		t.Errorf("Apply before Prepare gave %v", err)
 	}
 }
 
