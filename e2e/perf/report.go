@@ -138,6 +138,14 @@ type Row struct {
 	Note string `json:"note,omitempty"`
 }
 
+// value is the row's value for a daemon, missing if it has none.
+func (r Row) value(daemon string) Value {
+	if v, ok := r.Values[daemon]; ok {
+		return v
+	}
+	return missing("not measured")
+}
+
 // Report is the outcome of a run.
 type Report struct {
 	Command string        `json:"command"`
@@ -185,14 +193,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString(" |")
 		for _, d := range r.Daemons {
-			v, ok := row.Values[d]
-			if !ok {
-				v = missing("not measured")
-			}
-			b.WriteString(" " + v.Format(row.Kind) + " |")
+			b.WriteString(" " + row.value(d).Format(row.Kind) + " |")
 		}
 		if both {
-			b.WriteString(" " + Ratio(row.Values[Flanneld], row.Values[Weftd]) + " |")
+			b.WriteString(" " + Ratio(row.value(Flanneld), row.value(Weftd)) + " |")
 		}
 		b.WriteString("\n")
 	}
