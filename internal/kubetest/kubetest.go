@@ -145,7 +145,55 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Skipf("kubetest: %v", err)
 	}
-	s := &Server{bin: bin, dir: t.TempDir(), admin: token(), limited: token(), addr: opts.Addr, extra: opts.Args,
+	var etcd *etcdtest.Server
+	if len(opts.EtcdServers) == 0 {
+		etcd = etcdtest.Start(t, etcdtest.Options{})
+	}
+	s, err := newServer(bin, t.TempDir(), etcd, opts)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("kubetest: end of the kube-apiserver log (%s):\n%s", s.logPath, s.logTail(4000))
+		}
+	})
+	if err := s.launch(opts.Port); err != nil {
+		t.Fatalf("kubetest: %v\n%s", err, s.logTail(4000))
+	}
+	return s
+}
+
+// Launch starts a kube-apiserver for a program that is not a test (the
+// benchmark harness): as Start does, but on the caller's etcd
+// (Options.EtcdServers is required: etcdtest's server lives only as long as a
+// test), with its files in dir, and errors returned instead of reported. The
+// caller stops it with Close.
+func Launch(dir string, opts Options) (*Server, error) {
+	if len(opts.EtcdServers) == 0 {
+		return nil, fmt.Errorf("kubetest: Launch needs Options.EtcdServers")
+	}
+	bin, err := Binary()
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	s, err := newServer(bin, dir, nil, opts)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	if err := s.launch(opts.Port); err != nil {
+		return nil, fmt.Errorf("kubetest: %w (log %s)", err, s.logPath)
+	}
+	return s, nil
+}
+
+// Close kills the API server as Stop does; for servers made by Launch.
+func (s *Server) Close() { s.stop() }
+
+// newServer prepares a server's files in dir: its PKI and its token file.
+func newServer(bin, dir string, etcd *etcdtest.Server, opts Options) (*Server, error) {
+	s := &Server{bin: bin, dir: dir, etcd: etcd, admin: token(), limited: token(), addr: opts.Addr, extra: opts.Args,
 		etcdServers: append([]string(nil), opts.EtcdServers...), etcdPrefix: opts.EtcdPrefix,
 		wrapper: append([]string(nil), opts.Command...), dial: opts.Dial}
 	if !s.addr.IsValid() {
@@ -155,40 +203,35 @@ func Start(t testing.TB, opts Options) *Server {
 		s.etcdPrefix = etcdPrefix
 	}
 	s.logPath = filepath.Join(s.dir, "kube-apiserver.log")
-	if len(s.etcdServers) == 0 {
-		s.etcd = etcdtest.Start(t, etcdtest.Options{})
-	}
+	var err error
 	if s.caPEM, err = writePKI(s.dir, s.addr); err != nil {
-		t.Fatalf("kubetest: %v", err)
+		return nil, err
 	}
 	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s\n", s.admin, AdminUser, AdminUser, s.limited, RestrictedUser, RestrictedUser)
 	if err := os.WriteFile(filepath.Join(s.dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
-		t.Fatalf("kubetest: %v", err)
+		return nil, fmt.Errorf("writing the token file: %w", err)
 	}
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("kubetest: end of the kube-apiserver log (%s):\n%s", s.logPath, s.logTail(4000))
-		}
-	})
+	return s, nil
+}
+
+// launch starts the server on port (0: a free one, with a few attempts when
+// the port picked is taken meanwhile).
+func (s *Server) launch(port int) error {
+	var err error
 	for attempt := 1; ; attempt++ {
-		s.port = opts.Port
+		s.port = port
 		if s.port == 0 {
 			if s.port, err = freePort(s.addr); err != nil {
-				t.Fatalf("kubetest: %v", err)
+				return err
 			}
 		}
 		err = s.start()
 		// Another attempt only helps a port that was picked here: a fixed one
 		// that is taken stays taken.
-		if err == nil || opts.Port != 0 || attempt == startAttempts || !strings.Contains(s.logTail(2000), "address already in use") {
-			break
+		if err == nil || port != 0 || attempt == startAttempts || !strings.Contains(s.logTail(2000), "address already in use") {
+			return err
 		}
 	}
-	if err != nil {
-		t.Fatalf("kubetest: %v\n%s", err, s.logTail(4000))
-	}
-	return s
 }
 
 // URL is the server's address, https://127.0.0.1:<port> by default.

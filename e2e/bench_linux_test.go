@@ -1,0 +1,51 @@
+package e2e
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/e2e/perf"
+)
+
+// TestBenchSmoke runs the benchmark harness of `make bench` (package perf) at a tiny size,
+// weftd only, in etcd mode, and checks that it measures every figure: all routes seen, an RSS,
+// no failure. It asserts no timing.
+func TestBenchSmoke(t *testing.T) {
+	bins := needBinaries(t)
+	cfg := perf.Config{
+		Weftd:         bins.weftd,
+		Sizes:         []int{50},
+		EventSizes:    []int{50},
+		Events:        5,
+		EventInterval: 20 * time.Millisecond,
+		EventTimeout:  10 * time.Second,
+		Bulk:          20,
+		BulkBase:      50,
+		Reps:          1,
+		Settle:        100 * time.Millisecond,
+		StartTimeout:  30 * time.Second,
+	}
+	rep, err := perf.Run(t.Context(), cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Errors) > 0 {
+		t.Fatalf("the run had errors: %q", rep.Errors)
+	}
+	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99, bulk join.
+	if len(rep.Rows) != 7 {
+		t.Errorf("%d figures, want 7: %+v", len(rep.Rows), rep.Rows)
+	}
+	for _, row := range rep.Rows {
+		v, ok := row.Values[perf.Weftd]
+		switch {
+		case !ok || v.Missing != "":
+			t.Errorf("%s: no value (%s)", row.Figure, v.Missing)
+		case v.AtLeast:
+			t.Errorf("%s: timed out after %s", row.Figure, v.Format(row.Kind))
+		case row.Kind == perf.Memory && v.N <= 0, v.N < 0:
+			t.Errorf("%s: %s", row.Figure, v.Format(row.Kind))
+		}
+	}
+}

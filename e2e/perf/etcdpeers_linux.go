@@ -1,0 +1,90 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+const (
+	// txnOps is how many leases go in one etcd transaction: under etcd's default limit of
+	// 128 operations.
+	txnOps = 100
+	// leaseTTL is the TTL flannel gives a lease's etcd lease (24 h).
+	leaseTTL = 24 * 60 * 60
+)
+
+// etcdPeers writes fake peer leases in flannel's etcd layout, all attached to one etcd lease
+// with flannel's TTL.
+type etcdPeers struct {
+	cli   *clientv3.Client
+	dir   string // <prefix>/subnets/
+	lease clientv3.LeaseID
+}
+
+func newEtcdPeers(ctx context.Context, cli *clientv3.Client, prefix string) (*etcdPeers, error) {
+	l, err := cli.Grant(ctx, leaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("granting an etcd lease of %d s for the fake peers: %w", leaseTTL, err)
+	}
+	return &etcdPeers{cli: cli, dir: prefix + "/subnets/", lease: l.ID}, nil
+}
+
+func (e *etcdPeers) key(sn netip.Prefix) string { return e.dir + subnet.Key(sn, netip.Prefix{}) }
+
+// putOp is the put of peer i's lease.
+func (e *etcdPeers) putOp(i int) (clientv3.Op, error) {
+	sn, attrs := peer(i)
+	val, err := attrs.MarshalJSON()
+	if err != nil {
+		return clientv3.Op{}, fmt.Errorf("encoding the lease of peer %d: %w", i, err)
+	}
+	return clientv3.OpPut(e.key(sn), string(val), clientv3.WithLease(e.lease)), nil
+}
+
+// put writes the leases of peers from..to (inclusive), txnOps to a transaction.
+func (e *etcdPeers) put(ctx context.Context, from, to int) error {
+	return e.batches(ctx, from, to, e.putOp)
+}
+
+// putOne writes peer i's lease alone, as a joining node would.
+func (e *etcdPeers) putOne(ctx context.Context, i int) error {
+	op, err := e.putOp(i)
+	if err != nil {
+		return err
+	}
+	if _, err := e.cli.Do(ctx, op); err != nil {
+		return fmt.Errorf("putting the lease of peer %d: %w", i, err)
+	}
+	return nil
+}
+
+// delete removes the leases of peers from..to (inclusive).
+func (e *etcdPeers) delete(ctx context.Context, from, to int) error {
+	return e.batches(ctx, from, to, func(i int) (clientv3.Op, error) {
+		sn, _ := peer(i)
+		return clientv3.OpDelete(e.key(sn)), nil
+	})
+}
+
+func (e *etcdPeers) batches(ctx context.Context, from, to int, op func(i int) (clientv3.Op, error)) error {
+	for lo := from; lo <= to; lo += txnOps {
+		hi := min(lo+txnOps-1, to)
+		ops := make([]clientv3.Op, 0, hi-lo+1)
+		for i := lo; i <= hi; i++ {
+			o, err := op(i)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, o)
+		}
+		if _, err := e.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("etcd transaction on the leases of peers %d to %d: %w", lo, hi, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package perf
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+)
+
+// Groups of figures, in the order of the table.
+const (
+	groupCold = iota
+	groupRSS
+	groupEvent
+	groupBulk
+	groupKube
+)
+
+// figure names a row of the table and places it.
+type figure struct {
+	group, peers, sub int
+	name              string
+	kind              Kind
+}
+
+// figures collects samples per figure and daemon.
+type figures struct {
+	order   []figure
+	samples map[string]map[string][]Value // figure name -> daemon -> samples
+	notes   map[string]string
+}
+
+func newFigures() *figures {
+	return &figures{samples: make(map[string]map[string][]Value), notes: make(map[string]string)}
+}
+
+// add records a sample of a figure for a daemon.
+func (f *figures) add(fig figure, daemon string, v Value) {
+	m, ok := f.samples[fig.name]
+	if !ok {
+		m = make(map[string][]Value)
+		f.samples[fig.name] = m
+		f.order = append(f.order, fig)
+	}
+	m[daemon] = append(m[daemon], v)
+}
+
+// note adds a remark to a figure's row.
+func (f *figures) note(fig figure, daemon, text string) {
+	if prev := f.notes[fig.name]; prev != "" {
+		text = prev + "; " + daemon + ": " + text
+	} else {
+		text = daemon + ": " + text
+	}
+	f.notes[fig.name] = text
+}
+
+// into adds the rows to a report, grouped and by number of peers.
+func (f *figures) into(r *Report) {
+	order := slices.Clone(f.order)
+	slices.SortStableFunc(order, func(a, b figure) int {
+		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.peers, b.peers), cmp.Compare(a.sub, b.sub))
+	})
+	for _, fig := range order {
+		r.add(fig.name, fig.kind, f.samples[fig.name], f.notes[fig.name])
+	}
+}
+
+// count writes a number of peers as the table does: 1k, 20k, 50.
+func count(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// The figures of the table.
+func figEnv(n int) figure {
+	return figure{groupCold, n, 0, "cold start, " + count(n) + " peers: subnet.env", Duration}
+}
+func figFirst(n int) figure {
+	return figure{groupCold, n, 1, "cold start, " + count(n) + " peers: first route", Duration}
+}
+func figAll(n int) figure {
+	return figure{groupCold, n, 2, "cold start, " + count(n) + " peers: all routes", Duration}
+}
+func figRSS(n int) figure {
+	return figure{groupRSS, n, 0, "RSS after settling, " + count(n) + " peers", Memory}
+}
+func figP50(n int) figure {
+	return figure{groupEvent, n, 0, "lease put -> route, " + count(n) + " peers: p50", Duration}
+}
+func figP99(n int) figure {
+	return figure{groupEvent, n, 1, "lease put -> route, " + count(n) + " peers: p99", Duration}
+}
+func figBulk(base, n int) figure {
+	return figure{groupBulk, base, 0, "bulk join of " + count(n) + " at " + count(base) + " peers: all routes", Duration}
+}
+func figKubeAll(n int) figure {
+	return figure{groupKube, n, 0, "Kubernetes mode, " + count(n) + " Nodes: all routes", Duration}
+}
+func figKubeRSS(n int) figure {
+	return figure{groupKube, n, 1, "Kubernetes mode, " + count(n) + " Nodes: RSS", Memory}
+}

@@ -1,0 +1,238 @@
+package perf
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/weftnet/weft/backend/vxlan"
+	"github.com/weftnet/weft/e2e/cluster"
+)
+
+const (
+	// envPoll is how often a starting daemon's subnet.env is looked for: the precision of
+	// the subnet.env figure.
+	envPoll = 2 * time.Millisecond
+	// statusPoll is how often a run checks on its daemon when no route changes.
+	statusPoll = 50 * time.Millisecond
+	// logLines is how much of a failed daemon's log is logged.
+	logLines = 20
+)
+
+// daemonRun is one run of a daemon on the node under test.
+type daemonRun struct {
+	b       *bench
+	daemon  string
+	node    *cluster.Node
+	watch   *routeWatch
+	started time.Time
+}
+
+// startDaemon resets the node, starts watching its routes, expecting want, and starts the
+// daemon.
+func (b *bench) startDaemon(daemon string, want map[netip.Prefix]struct{}) (*daemonRun, error) {
+	if err := resetNode(b.node); err != nil {
+		return nil, err
+	}
+	w, err := watchRoutes(b.node.NS, network(), b.log)
+	if err != nil {
+		return nil, err
+	}
+	w.Expect(want)
+	var argv []string
+	switch daemon {
+	case Flanneld:
+		argv = append([]string{b.cfg.Flanneld}, b.node.FlanneldArgs()...)
+	default:
+		argv = append([]string{b.cfg.Weftd}, b.node.WeftdArgs()...)
+	}
+	r := &daemonRun{b: b, daemon: daemon, node: b.node, watch: w, started: time.Now()}
+	if err := b.node.StartDaemon(argv...); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("starting %s: %w", daemon, err)
+	}
+	b.log.Debug("daemon started", "daemon", daemon, "peers", len(want), "pid", b.node.Pid())
+	return r, nil
+}
+
+// resetNode brings the node back to the state of a node that never ran a daemon: no
+// subnet.env, no overlay device (its routes, neighbours and FDB entries go with it), no
+// nexthop objects, no firewall rules, no route inside the cluster network.
+func resetNode(n *cluster.Node) error {
+	if err := os.Remove(n.SubnetFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("resetting node %s: %w", n.Name, err)
+	}
+	if _, err := n.Exec("ip", "link", "show", vxlan.DeviceName(vni)); err == nil {
+		if _, err := n.Exec("ip", "link", "del", vxlan.DeviceName(vni)); err != nil {
+			return fmt.Errorf("resetting node %s: %w", n.Name, err)
+		}
+	}
+	// Either may be missing (an old kernel, no nft): then there is nothing of theirs either.
+	_, _ = n.Exec("ip", "nexthop", "flush")
+	_, _ = n.Exec("nft", "flush", "ruleset")
+	if _, err := n.Exec("ip", "route", "flush", "root", network().String()); err != nil {
+		return fmt.Errorf("resetting node %s: %w", n.Name, err)
+	}
+	left, err := countRoutes(n.NS)
+	if err != nil {
+		return fmt.Errorf("resetting node %s: %w", n.Name, err)
+	}
+	if left > 0 {
+		return fmt.Errorf("resetting node %s: %d routes inside %s are left", n.Name, left, network())
+	}
+	return nil
+}
+
+// countRoutes counts the routes of a namespace that a routeWatch would count.
+func countRoutes(nsName string) (int, error) {
+	h, err := netns.GetFromName(nsName)
+	if err != nil {
+		return 0, fmt.Errorf("opening network namespace %s: %w", nsName, err)
+	}
+	defer h.Close()
+	routes, err := listRoutes(h)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range routes {
+		if _, ok := clusterRoute(network(), r); ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// coldStart is what a cold start measures.
+type coldStart struct {
+	env, first, all, rss Value
+	ok                   bool // every route was seen
+}
+
+// coldStart waits until the daemon has written subnet.env and programmed every expected
+// route, then for the settling time, and reads its RSS.
+func (r *daemonRun) coldStart(ctx context.Context) coldStart {
+	var res coldStart
+	deadline := r.started.Add(r.b.cfg.StartTimeout)
+	var envAt time.Time
+	timer := time.NewTimer(envPoll)
+	defer timer.Stop()
+	for {
+		if envAt.IsZero() {
+			if _, err := os.Stat(r.node.SubnetFile); err == nil {
+				envAt = time.Now()
+			}
+		}
+		st := r.watch.Status()
+		now := time.Now()
+		switch {
+		case st.err != nil:
+			return r.failed(res, "route watch: %v", st.err)
+		case !r.node.Running():
+			return r.failed(res, "%s exited: %v", r.daemon, r.node.ExitState())
+		case !envAt.IsZero() && !st.all.IsZero():
+			res.env, res.first, res.all = seconds(envAt.Sub(r.started)), seconds(st.first.Sub(r.started)), seconds(st.all.Sub(r.started))
+			res.ok = true
+		case now.After(deadline) || ctx.Err() != nil:
+			r.b.log.Warn("cold start incomplete", "daemon", r.daemon, "routes", st.have, "of", st.want,
+				"subnet.env", !envAt.IsZero(), "after", r.b.cfg.StartTimeout)
+			res.env, res.first, res.all = r.since(envAt), r.since(st.first), timedOut(now.Sub(r.started))
+			r.b.fail("%s: cold start with %d peers: %d routes of %d after %v", r.daemon, st.want, st.have, st.want,
+				now.Sub(r.started).Round(time.Millisecond))
+		}
+		if res.ok || res.all.AtLeast {
+			break
+		}
+		poll := statusPoll
+		if envAt.IsZero() {
+			poll = envPoll
+		}
+		timer.Reset(poll)
+		select {
+		case <-r.watch.Changed():
+		case <-timer.C:
+		}
+	}
+	if st := r.watch.Status(); st.resyncs > 0 {
+		r.b.log.Warn("route subscription overflowed; routes seen by a dump are dated late", "daemon", r.daemon, "times", st.resyncs)
+	}
+	select {
+	case <-time.After(r.b.cfg.Settle):
+	case <-ctx.Done():
+	}
+	rss, err := readRSS(r.node.Pid())
+	if err != nil {
+		res.rss = missing("%v", err)
+	} else {
+		res.rss = Value{N: float64(rss)}
+	}
+	r.b.log.Info("cold start", "daemon", r.daemon, "peers", r.watch.Status().want, "subnet.env", res.env.Format(Duration),
+		"first", res.first.Format(Duration), "all", res.all.Format(Duration), "rss", res.rss.Format(Memory))
+	return res
+}
+
+// since is the time from the start to t, missing when t is zero.
+func (r *daemonRun) since(t time.Time) Value {
+	if t.IsZero() {
+		return missing("not seen")
+	}
+	return seconds(t.Sub(r.started))
+}
+
+// failed records a run that cannot be measured and logs the end of the daemon's log.
+func (r *daemonRun) failed(res coldStart, format string, args ...any) coldStart {
+	msg := fmt.Sprintf(format, args...)
+	r.b.fail("%s: %s", r.daemon, msg)
+	r.b.log.Error("daemon run failed", "daemon", r.daemon, "error", msg, "log", r.node.LogPath,
+		"tail", r.node.LogTail(logLines))
+	v := missing("failed")
+	res.env, res.first, res.all, res.rss = v, v, v, v
+	return res
+}
+
+// stop ends the run: SIGTERM to the daemon, and the route watch.
+func (r *daemonRun) stop() {
+	if r.node.Running() {
+		if _, err := r.node.Stop(syscall.SIGTERM); err != nil {
+			r.b.log.Warn("stopping the daemon", "daemon", r.daemon, "error", err)
+		}
+	}
+	r.watch.Close()
+}
+
+// readRSS reads a process's resident set size from /proc.
+func readRSS(pid int) (int64, error) {
+	if pid == 0 {
+		return 0, errors.New("the daemon is not running")
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the RSS of pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing VmRSS %q of pid %d: %w", v, pid, err)
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading the RSS of pid %d: %w", pid, err)
+	}
+	return 0, fmt.Errorf("pid %d has no VmRSS", pid)
+}

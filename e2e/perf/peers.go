@@ -1,0 +1,52 @@
+package perf
+
+import (
+	"net/netip"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/backend/vxlan"
+	"github.com/weftnet/weft/subnet"
+)
+
+// The cluster network: peers live in its lower half, the node under test leases from its
+// upper half (SubnetMin), so that a fake peer never takes the node's own subnet.
+const (
+	// NetConf is the network config of every run: flannel's vxlan backend, VNI 1.
+	NetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.128.0.0","SubnetMax":"10.255.255.0",` +
+		`"Backend":{"Type":"vxlan","VNI":1}}`
+	// MaxPeers is how many peers fit the lower half of the network.
+	MaxPeers = 1<<15 - 1
+	// vni is the VNI of NetConf, which peers publish.
+	vni = 1
+)
+
+// network is NetConf's Network.
+func network() netip.Prefix { return netip.MustParsePrefix("10.0.0.0/8") }
+
+// ownKubeSubnet is the podCIDR of the node under test in Kubernetes mode.
+func ownKubeSubnet() netip.Prefix { return netip.MustParsePrefix("10.200.0.0/24") }
+
+// peer is the i-th fake peer (1 <= i <= MaxPeers): subnet 10.<i/256>.<i%256>.0/24, public IP
+// 198.18.0.0 + i (the benchmarking range; it need not exist, vxlan routes are onlink via the
+// peer's VTEP address) and a VTEP MAC of its own.
+func peer(i int) (netip.Prefix, subnet.LeaseAttrs) {
+	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+	ip := netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)})
+	// Locally administered unicast.
+	mac := backend.MAC{0x02, 0x57, 0x46, byte(i >> 16), byte(i >> 8), byte(i)}
+	return sn, subnet.LeaseAttrs{
+		PublicIP:    ip,
+		BackendType: vxlan.Type,
+		BackendData: vxlan.Data{VNI: vni, VtepMAC: mac}.Encode(),
+	}
+}
+
+// peerSet is the set of the subnets of peers from..to (inclusive).
+func peerSet(from, to int) map[netip.Prefix]struct{} {
+	s := make(map[netip.Prefix]struct{}, max(0, to-from+1))
+	for i := from; i <= to; i++ {
+		sn, _ := peer(i)
+		s[sn] = struct{}{}
+	}
+	return s
+}

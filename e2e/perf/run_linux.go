@@ -1,0 +1,342 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/kubetest"
+)
+
+const (
+	// nodeName is the node under test.
+	nodeName = "bench"
+	// kubeEtcdPrefix keeps the API server's objects apart from flannel's keys.
+	kubeEtcdPrefix = "/weft-bench-kube/registry"
+	// opTimeout bounds the harness's own datastore work between runs (writing 20k leases).
+	opTimeout = 2 * time.Minute
+)
+
+// bench is one run of the benchmark.
+type bench struct {
+	cfg    Config
+	log    *slog.Logger
+	node   *cluster.Node
+	figs   *figures
+	failed atomic.Bool
+
+	mu     sync.Mutex
+	errors []string
+}
+
+// fail records an error of the run; the figure it concerns is missing or a bound.
+func (b *bench) fail(format string, args ...any) {
+	b.failed.Store(true)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.errors = append(b.errors, fmt.Sprintf(format, args...))
+}
+
+// clusterLog hands the cluster's progress messages to the logger (at debug level) and tells
+// it to keep its files (the daemons' logs) when the run failed.
+type clusterLog struct{ b *bench }
+
+func (l clusterLog) Logf(format string, args ...any) { l.b.log.Debug(fmt.Sprintf(format, args...)) }
+func (l clusterLog) Failed() bool                    { return l.b.failed.Load() }
+
+// Run measures the daemons that cfg names, one after the other on one node, and returns the
+// report. It needs root. An error means the harness itself could not run; a daemon that
+// fails leaves its figures missing and its error in the report.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, log: log, figs: newFigures()}
+	rep := &Report{Started: time.Now(), Daemons: cfg.Daemons()}
+	var errs []error
+	if len(cfg.Sizes) > 0 || len(cfg.EventSizes) > 0 || cfg.Bulk > 0 {
+		if err := b.runEtcd(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("etcd mode: %w", err))
+		}
+	}
+	if len(cfg.KubeSizes) > 0 && ctx.Err() == nil {
+		if err := b.runKube(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("Kubernetes mode: %w", err))
+		}
+	}
+	b.figs.into(rep)
+	rep.Errors = b.errors
+	rep.Took = time.Since(rep.Started)
+	if err := errors.Join(errs...); err != nil {
+		return rep, err
+	}
+	return rep, ctx.Err()
+}
+
+// clusterDir is where a mode's cluster keeps its files: under Config.Dir if set.
+func (b *bench) clusterDir(mode string) string {
+	if b.cfg.Dir == "" {
+		return ""
+	}
+	return filepath.Join(b.cfg.Dir, mode)
+}
+
+// daemonOrder is the order of the daemons in a repetition: turn about, so that neither
+// always runs on a machine the other has just warmed up.
+func (b *bench) daemonOrder(rep int) []string {
+	d := b.cfg.Daemons()
+	if rep%2 == 1 {
+		slices.Reverse(d)
+	}
+	return d
+}
+
+// runEtcd measures the etcd-mode figures: for each number of peers, ascending, the cold
+// starts, then the event latency on the last run of each daemon, then the bulk join.
+func (b *bench) runEtcd(ctx context.Context) error {
+	cfg := b.cfg
+	c, err := cluster.New(clusterLog{b}, cluster.Options{NetConf: NetConf, Dir: b.clusterDir("etcd")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			b.log.Warn("closing the cluster", "error", err)
+		}
+	}()
+	if b.node, err = c.AddNode(nodeName); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	peers, err := newEtcdPeers(octx, c.Etcd(), c.EtcdPrefix())
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	sizes := slices.Concat(cfg.Sizes, cfg.EventSizes)
+	if cfg.Bulk > 0 {
+		sizes = append(sizes, cfg.BulkBase)
+	}
+	slices.Sort(sizes)
+	sizes = slices.Compact(sizes)
+	have := 0
+	for _, n := range sizes {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := b.datastore(ctx, "putting the peers' leases", func(ctx context.Context) error {
+			if n > have {
+				return peers.put(ctx, have+1, n)
+			}
+			return peers.delete(ctx, n+1, have)
+		}); err != nil {
+			return err
+		}
+		have = n
+		b.log.Info("etcd holds the peers' leases", "peers", n)
+
+		cold, events := slices.Contains(cfg.Sizes, n), slices.Contains(cfg.EventSizes, n)
+		reps := 1
+		if cold {
+			reps = cfg.Reps
+		}
+		for rep := range reps {
+			for _, d := range b.daemonOrder(rep) {
+				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1); err != nil {
+					return err
+				}
+			}
+		}
+		if cfg.Bulk > 0 && n == cfg.BulkBase {
+			for _, d := range b.daemonOrder(0) {
+				if err := b.etcdBulk(ctx, c, peers, d, n); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// datastore runs a step of the harness's own datastore work under opTimeout.
+func (b *bench) datastore(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := fn(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	b.log.Debug(what, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// etcdRun is one cold start of a daemon with n peers, recorded if cold, followed by the event
+// latency if withEvents.
+func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int, cold, withEvents bool) error {
+	r, err := b.startDaemon(daemon, peerSet(1, n))
+	if err != nil {
+		return err
+	}
+	res := r.coldStart(ctx)
+	if cold {
+		b.figs.add(figEnv(n), daemon, res.env)
+		b.figs.add(figFirst(n), daemon, res.first)
+		b.figs.add(figAll(n), daemon, res.all)
+		b.figs.add(figRSS(n), daemon, res.rss)
+	}
+	var evErr error
+	if withEvents {
+		ev := events{p50: missing("no cold start"), p99: missing("no cold start")}
+		if res.ok {
+			ev, evErr = r.eventLatency(ctx, peers.putOne, n+1)
+			if evErr != nil {
+				b.fail("%s: event latency with %d peers: %v", daemon, n, evErr)
+				ev = events{p50: missing("failed"), p99: missing("failed")}
+			}
+		}
+		b.figs.add(figP50(n), daemon, ev.p50)
+		b.figs.add(figP99(n), daemon, ev.p99)
+		if ev.timeouts > 0 {
+			b.figs.note(figP50(n), daemon, fmt.Sprintf("%d of %d events timed out after %v", ev.timeouts, b.cfg.Events, b.cfg.EventTimeout))
+		}
+	}
+	r.stop()
+	return b.datastore(ctx, "removing the node's own lease and the events' leases", func(ctx context.Context) error {
+		if withEvents {
+			if err := peers.delete(ctx, n+1, n+b.cfg.Events); err != nil {
+				return err
+			}
+		}
+		return deleteOwnLease(c, b.node)
+	})
+}
+
+// etcdBulk starts a daemon with n peers and measures a bulk join.
+func (b *bench) etcdBulk(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int) error {
+	r, err := b.startDaemon(daemon, peerSet(1, n))
+	if err != nil {
+		return err
+	}
+	res := r.coldStart(ctx)
+	v := missing("no cold start")
+	if res.ok {
+		v = r.bulkJoin(ctx, peers.put, n+1, n+b.cfg.Bulk)
+	}
+	b.figs.add(figBulk(n, b.cfg.Bulk), daemon, v)
+	r.stop()
+	return b.datastore(ctx, "removing the node's own lease and the bulk's leases", func(ctx context.Context) error {
+		if err := peers.delete(ctx, n+1, n+b.cfg.Bulk); err != nil {
+			return err
+		}
+		return deleteOwnLease(c, b.node)
+	})
+}
+
+// deleteOwnLease removes the leases the node under test holds (those with its address), so
+// that the next run allocates a subnet as this one did.
+func deleteOwnLease(c *cluster.Cluster, n *cluster.Node) error {
+	leases, err := c.Leases()
+	if err != nil {
+		return err
+	}
+	for _, l := range leases {
+		if l.Attrs.PublicIP == n.IP {
+			if err := c.DeleteLease(l.Subnet); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runKube measures the Kubernetes-mode figures on a real kube-apiserver.
+func (b *bench) runKube(ctx context.Context) error {
+	var srv *kubetest.Server
+	c, err := cluster.New(clusterLog{b}, cluster.Options{
+		NetConf: NetConf, Dir: b.clusterDir("kube"),
+		Kube: &cluster.KubeOptions{Kubeconfig: func(*cluster.Node) ([]byte, error) {
+			rc := srv.Admin()
+			return cluster.Kubeconfig(rc.Host, rc.CAData, rc.BearerToken)
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			b.log.Warn("closing the cluster", "error", err)
+		}
+	}()
+	dir := filepath.Join(c.Dir(), "kube-apiserver")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	srv, err = kubetest.Launch(dir, kubetest.Options{
+		Addr:        netip.MustParseAddr(cluster.APIServerHost),
+		Port:        cluster.APIServerPort,
+		EtcdServers: []string{cluster.EtcdURL},
+		EtcdPrefix:  kubeEtcdPrefix,
+		Command:     c.UnderlayCommand(),
+		Dial:        c.DialUnderlay,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close() // before the cluster: it runs in the underlay
+	cs, err := kubernetes.NewForConfig(srv.Admin())
+	if err != nil {
+		return fmt.Errorf("client of %s: %w", srv.URL(), err)
+	}
+	peers, err := newKubePeers(cs)
+	if err != nil {
+		return err
+	}
+	if b.node, err = c.AddNode(nodeName); err != nil {
+		return err
+	}
+
+	sizes := slices.Sorted(slices.Values(b.cfg.KubeSizes))
+	have := 0
+	for _, n := range slices.Compact(sizes) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := b.datastore(ctx, "creating the peers' Nodes", func(ctx context.Context) error {
+			return peers.create(ctx, have+1, n)
+		}); err != nil {
+			return err
+		}
+		have = n
+		b.log.Info("the API server holds the peers' Nodes", "peers", n)
+		for rep := range b.cfg.Reps {
+			for _, d := range b.daemonOrder(rep) {
+				if err := b.datastore(ctx, "resetting the node's own Node", func(ctx context.Context) error {
+					return peers.resetOwn(ctx, nodeName)
+				}); err != nil {
+					return err
+				}
+				r, err := b.startDaemon(d, peerSet(1, n))
+				if err != nil {
+					return err
+				}
+				res := r.coldStart(ctx)
+				b.figs.add(figKubeAll(n), d, res.all)
+				b.figs.add(figKubeRSS(n), d, res.rss)
+				r.stop()
+			}
+		}
+	}
+	return nil
+}
