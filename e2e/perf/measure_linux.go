@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/backend"
 	"net/netip"
 	"os"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/e2e/cluster"
 )
 
@@ -71,8 +71,8 @@ func resetNode(n *cluster.Node) error {
 	if err := os.Remove(n.SubnetFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("resetting node %s: %w", n.Name, err)
 	}
-	if _, err := n.Exec("ip", "link", "show", vxlan.DeviceName(vni)); err == nil {
-		if _, err := n.Exec("ip", "link", "del", vxlan.DeviceName(vni)); err != nil {
+	if _, err := n.Exec("ip", "link", "show", backend.VXLANDeviceName(vni)); err == nil {
+		if _, err := n.Exec("ip", "link", "del", backend.VXLANDeviceName(vni)); err != nil {
 			return fmt.Errorf("resetting node %s: %w", n.Name, err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/backend/vxlan"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -36,8 +35,8 @@ func peer(i int) (netip.Prefix, subnet.LeaseAttrs) {
 	mac := backend.MAC{0x02, 0x57, 0x46, byte(i >> 16), byte(i >> 8), byte(i)}
 	return sn, subnet.LeaseAttrs{
 		PublicIP:    ip,
-		BackendType: vxlan.Type,
-		BackendData: vxlan.Data{VNI: vni, VtepMAC: mac}.Encode(),
+		BackendType: subnet.BackendVXLAN,
+		BackendData: backend.VXLANData{VNI: vni, VtepMAC: mac}.Encode(),
 	}
 }
 
