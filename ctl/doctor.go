@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
@@ -131,7 +132,7 @@ type node struct {
 	readyCode int
 	readyBody string
 	readyErr  error
-	status    *daemon.Status // nil when weftd did not answer
+	status    *status.Node // nil when weftd did not answer
 
 	cfg      *subnet.Config
 	entries  []Entry
@@ -222,7 +223,7 @@ func localInterfaces() ([]daemon.Interface, error) {
 // findExternal finds weftd's external interface: --iface, else the one weftd reports, else
 // the one holding the public IP of a lease (weftd may be down: that is when a doctor is
 // needed most).
-func findExternal(ifs []daemon.Interface, iface, publicIP string, st *daemon.Status, leases []subnet.Lease) (external, error) {
+func findExternal(ifs []daemon.Interface, iface, publicIP string, st *status.Node, leases []subnet.Lease) (external, error) {
 	var pub netip.Addr
 	if publicIP != "" {
 		a, err := netip.ParseAddr(publicIP)

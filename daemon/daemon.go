@@ -17,6 +17,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/backend/hostgw"
 	"github.com/weftnet/weft/backend/vxlan"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
@@ -336,7 +337,7 @@ func (d *daemon) leaseChanged() {
 	d.m.leaseExpiry.Set(exp)
 	d.health.update(func(h *health) {
 		h.expiration = d.own.Expiration
-		ls := &LeaseStatus{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
+		ls := &status.Lease{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
 		if !d.own.Expiration.IsZero() {
 			exp := d.own.Expiration
 			ls.Expiration = &exp
@@ -527,7 +528,7 @@ func (d *daemon) converge(ctx context.Context) error {
 		if err == nil {
 			h.everConverged = true
 		}
-		last := &ConvergeStatus{Time: start, Duration: took.String(), Changes: changes.String()}
+		last := &status.Converge{Time: start, Duration: took.String(), Changes: changes.String()}
 		if err != nil {
 			last.Error = err.Error()
 		}
@@ -561,18 +562,18 @@ func (d *daemon) converge(ctx context.Context) error {
 }
 
 // peerStatus describes every peer for /status and the peer gauges.
-func (d *daemon) peerStatus(peers []subnet.Lease, skipped []backend.Skipped) []PeerStatus {
+func (d *daemon) peerStatus(peers []subnet.Lease, skipped []backend.Skipped) []status.Peer {
 	why := map[string]string{}
 	for _, s := range skipped {
 		why[s.Key] = s.Reason
 	}
-	var out []PeerStatus
+	var out []status.Peer
 	n := map[[2]string]int{}
 	for _, l := range peers {
 		if l.Key() == d.own.Key() {
 			continue
 		}
-		ps := PeerStatus{Key: l.Key(), Subnet: l.Subnet.String(), PublicIP: l.Attrs.PublicIP.String(),
+		ps := status.Peer{Key: l.Key(), Subnet: l.Subnet.String(), PublicIP: l.Attrs.PublicIP.String(),
 			BackendType: l.Attrs.BackendType, BackendData: l.Attrs.BackendData, State: "programmed"}
 		if r, ok := why[l.Key()]; ok {
 			ps.State, ps.Reason = "skipped", r
@@ -580,7 +581,7 @@ func (d *daemon) peerStatus(peers []subnet.Lease, skipped []backend.Skipped) []P
 		n[[2]string{l.Attrs.BackendType, ps.State}]++
 		out = append(out, ps)
 	}
-	slices.SortFunc(out, func(a, b PeerStatus) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b status.Peer) int { return compareKeys(a.Key, b.Key) })
 	d.m.peers.Reset()
 	for k, v := range n {
 		d.m.peers.WithLabelValues(k[0], k[1]).Set(float64(v))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"io"
 	"log/slog"
 	"net"
@@ -368,7 +369,7 @@ func TestDaemonEndpoints(t *testing.T) {
 	}
 
 	_, body := get(base + "/status")
-	var st Status
+	var st status.Node
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("/status: %v\n%s", err, body)
 	}
