@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/daemon"
+	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -45,7 +45,7 @@ func entriesOf(leases ...subnet.Lease) []Entry {
 
 // healthyVXLAN is node 192.0.2.11 holding 10.244.1.0/24, with one peer, everything in order.
 func healthyVXLAN(t *testing.T) node {
-	ext := external{Name: "eth0", MTU: 1500, Addr: netip.MustParseAddr("192.0.2.11"), PublicIP: netip.MustParseAddr("192.0.2.11"),
+	ext := netif.External{Name: "eth0", MTU: 1500, Addr: netip.MustParseAddr("192.0.2.11"), PublicIP: netip.MustParseAddr("192.0.2.11"),
 		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
 	return node{
 		addr: defaultAddr, readyCode: 200, readyBody: "ok",
@@ -260,7 +260,7 @@ func TestDiagnoseHostGW(t *testing.T) {
 }
 
 func TestFindExternal(t *testing.T) {
-	ifs := []daemon.Interface{
+	ifs := []netif.Interface{
 		{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
 		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("fe80::1/64")}},
 		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24")}},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/netif"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -41,7 +42,7 @@ type Plane interface {
 type Deps struct {
 	Manager    subnet.Manager
 	Plane      Plane
-	Interfaces func() ([]Interface, error)
+	Interfaces func() ([]netif.Interface, error)
 	DefaultIf  func() (string, error)
 	metrics    *metrics // made by RunWith when nil
 }
@@ -88,7 +89,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return RunWith(ctx, cfg, log, Deps{
 		Manager:    sm,
 		Plane:      plane,
-		Interfaces: systemInterfaces,
+		Interfaces: netif.List,
 		DefaultIf:  defaultRouteInterface,
 		metrics:    m,
 	})
@@ -132,7 +133,7 @@ type daemon struct {
 	m      *metrics
 
 	net     *subnet.Config
-	ext     External
+	ext     netif.External
 	attrs   subnet.LeaseAttrs
 	own     subnet.Lease
 	mtu     int
@@ -157,7 +158,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	if d.ext, err = pickExternal(d.cfg, ifs, deps.DefaultIf); err != nil {
+	if d.ext, err = netif.Pick(netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, PublicIP: d.cfg.PublicIP}, ifs, deps.DefaultIf); err != nil {
 		return err
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
@@ -225,7 +226,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 // makes the device for the chosen subnet and returns the attributes to publish. dev is nil
 // for host-gw.
 type leasePreparer interface {
-	prepare(cfg Config, net *subnet.Config, ext External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
+	prepare(cfg Config, net *subnet.Config, ext netif.External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error)
 }
 
 // waitConfig reads the network config, waiting while there is none or etcd cannot be

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/weftnet/weft/netif"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -29,7 +30,7 @@ func newPlane(log *slog.Logger) (Plane, error) {
 }
 
 // prepare implements leasePreparer: dev is nil for host-gw.
-func (p *windowsPlane) prepare(cfg Config, net *subnet.Config, ext External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) {
+func (p *windowsPlane) prepare(cfg Config, net *subnet.Config, ext netif.External, dev *backend.VXLANDevice, attrs subnet.LeaseAttrs) func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) {
 	wc := windows.ConfigFrom(net.Backend)
 	wc.Peers = cfg.HNSPeers
 	wc.HostReady = p.host.HostReady
