@@ -7,12 +7,13 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/weftnet/weft/subnet"
 )
 
 // Defaults of flannel's CNI plugin, kept so that its configurations and its stored delegate
 // configurations stay valid.
 const (
-	DefaultSubnetFile = "/run/flannel/subnet.env"
+	DefaultSubnetFile = subnet.DefaultEnvFile
 	DefaultDataDir    = "/var/lib/cni/flannel"
 )
 

@@ -9,12 +9,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/internal/flagenv"
 	"io"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/weftnet/weft/daemon"
 )
 
 // Exit statuses of Main.
@@ -119,7 +118,7 @@ func parse(fs *flag.FlagSet, args []string, out io.Writer, c *common) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	if err := daemon.LoadEnv(onlyWeftdFlags(fs), os.LookupEnv); err != nil {
+	if err := flagenv.Load(onlyWeftdFlags(fs), os.LookupEnv); err != nil {
 		return usageError{err}
 	}
 	if err := c.validate(); err != nil {

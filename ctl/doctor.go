@@ -5,8 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
+	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -118,7 +118,7 @@ func newDoctorFlagSet(c *common, ds *datastoreFlags, f *doctorFlags) *flag.FlagS
 	c.addFlags(fs)
 	ds.addFlags(fs)
 	fs.StringVar(&f.addr, "addr", defaultAddr, "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
-	fs.StringVar(&f.subnetFile, "subnet-file", daemon.DefaultConfig().SubnetFile, "the subnet.env weftd writes")
+	fs.StringVar(&f.subnetFile, "subnet-file", subnet.DefaultEnvFile, "the subnet.env weftd writes")
 	fs.StringVar(&f.iface, "iface", "", "weftd's --iface: name or address, or a comma-separated list tried in order (default: what weftd reports, else the interface holding a lease's public IP)")
 	fs.StringVar(&f.publicIP, "public-ip", "", "weftd's --public-ip, when it has one")
 	return fs
@@ -130,7 +130,7 @@ type node struct {
 	readyCode int
 	readyBody string
 	readyErr  error
-	status    *daemon.Status // nil when weftd did not answer
+	status    *status.Node // nil when weftd did not answer
 
 	cfg      *subnet.Config
 	entries  []Entry
@@ -140,7 +140,7 @@ type node struct {
 	env        subnet.Env
 	envErr     error
 
-	ext    external
+	ext    netif.External
 	extErr error
 
 	kernel    *Kernel // nil when it could not be inspected
@@ -163,7 +163,7 @@ func gather(ctx context.Context, store datastore, f doctorFlags) node {
 		n.entries, n.storeErr = store.Leases(ctx)
 	}
 	n.env, n.envErr = subnet.ReadEnv(f.subnetFile)
-	ifs, err := localInterfaces()
+	ifs, err := netif.List()
 	if err != nil {
 		n.extErr = err
 	} else if n.storeErr == nil {
@@ -184,64 +184,27 @@ func validLeases(entries []Entry) []subnet.Lease {
 	return out
 }
 
-// external is the node's interface to other nodes, as weftd would pick it.
-type external struct {
-	Name      string
-	MTU       int
-	Addr      netip.Addr
-	PublicIP  netip.Addr
-	Connected []netip.Prefix
-}
-
-func localInterfaces() ([]daemon.Interface, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("listing interfaces: %w", err)
-	}
-	out := make([]daemon.Interface, 0, len(ifs))
-	for _, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			return nil, fmt.Errorf("addresses of %s: %w", ifc.Name, err)
-		}
-		info := daemon.Interface{Name: ifc.Name, MTU: ifc.MTU, Up: ifc.Flags&net.FlagUp != 0}
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
-					ones, _ := ipn.Mask.Size()
-					info.Prefix = append(info.Prefix, netip.PrefixFrom(ip.Unmap(), ones))
-				}
-			}
-		}
-		out = append(out, info)
-	}
-	return out, nil
-}
-
 // findExternal finds weftd's external interface: --iface, else the one weftd reports, else
 // the one holding the public IP of a lease (weftd may be down: that is when a doctor is
 // needed most).
-func findExternal(ifs []daemon.Interface, iface, publicIP string, st *daemon.Status, leases []subnet.Lease) (external, error) {
+func findExternal(ifs []netif.Interface, iface, publicIP string, st *status.Node, leases []subnet.Lease) (netif.External, error) {
 	var pub netip.Addr
 	if publicIP != "" {
 		a, err := netip.ParseAddr(publicIP)
 		if err != nil || !a.Is4() {
-			return external{}, fmt.Errorf("--public-ip=%q: not an IPv4 address", publicIP)
+			return netif.External{}, fmt.Errorf("--public-ip=%q: not an IPv4 address", publicIP)
 		}
 		pub = a
 	}
-	holds := func(i daemon.Interface, a netip.Addr) bool {
+	holds := func(i netif.Interface, a netip.Addr) bool {
 		return slices.ContainsFunc(i.Prefix, func(p netip.Prefix) bool { return p.Addr() == a })
 	}
-	var ext external
-	pick := func(i daemon.Interface, addr netip.Addr) {
-		ext = external{Name: i.Name, MTU: i.MTU, Addr: addr}
+	var ext netif.External
+	pick := func(i netif.Interface, addr netip.Addr) {
+		ext = netif.External{Name: i.Name, MTU: i.MTU, Addr: addr, Connected: netif.Connected(i)}
 		for _, p := range i.Prefix {
-			if p.Addr().Is4() {
-				if !ext.Addr.IsValid() && p.Addr().IsGlobalUnicast() {
-					ext.Addr = p.Addr()
-				}
-				ext.Connected = append(ext.Connected, p.Masked())
+			if !ext.Addr.IsValid() && p.Addr().Is4() && p.Addr().IsGlobalUnicast() {
+				ext.Addr = p.Addr()
 			}
 		}
 	}
@@ -256,20 +219,20 @@ func findExternal(ifs []daemon.Interface, iface, publicIP string, st *daemon.Sta
 			} else if a, err := netip.ParseAddr(name); err == nil {
 				addr = a
 			}
-			if i := slices.IndexFunc(ifs, func(i daemon.Interface) bool { return i.Name == name || addr.IsValid() && holds(i, addr) }); i >= 0 {
+			if i := slices.IndexFunc(ifs, func(i netif.Interface) bool { return i.Name == name || addr.IsValid() && holds(i, addr) }); i >= 0 {
 				pick(ifs[i], addr)
 				found = true
 				break
 			}
 		}
 		if !found && iface != "" {
-			return external{}, fmt.Errorf("--iface=%s: no such interface on this node", iface)
+			return netif.External{}, fmt.Errorf("--iface=%s: no such interface on this node", iface)
 		}
 		if !found {
 			addr, _ := netip.ParseAddr(st.Address)
-			i := slices.IndexFunc(ifs, func(i daemon.Interface) bool { return i.Name == st.Interface })
+			i := slices.IndexFunc(ifs, func(i netif.Interface) bool { return i.Name == st.Interface })
 			if i < 0 {
-				return external{}, fmt.Errorf("weftd's interface %s is not on this node: is --addr this node's weftd?", st.Interface)
+				return netif.External{}, fmt.Errorf("weftd's interface %s is not on this node: is --addr this node's weftd?", st.Interface)
 			}
 			pick(ifs[i], addr)
 		}
@@ -291,15 +254,15 @@ func findExternal(ifs []daemon.Interface, iface, publicIP string, st *daemon.Sta
 		}
 		switch {
 		case len(found) == 0 && pub.IsValid():
-			return external{}, fmt.Errorf("no lease carries --public-ip=%s, and weftd does not answer: give --iface", pub)
+			return netif.External{}, fmt.Errorf("no lease carries --public-ip=%s, and weftd does not answer: give --iface", pub)
 		case len(found) == 0:
-			return external{}, errors.New("no lease carries an address of this node, and weftd does not answer: give --iface (and --public-ip behind NAT)")
+			return netif.External{}, errors.New("no lease carries an address of this node, and weftd does not answer: give --iface (and --public-ip behind NAT)")
 		case len(found) > 1:
-			return external{}, fmt.Errorf("leases carry several addresses of this node (%s): give --iface", strings.Join(found, ", "))
+			return netif.External{}, fmt.Errorf("leases carry several addresses of this node (%s): give --iface", strings.Join(found, ", "))
 		}
 	}
 	if !ext.Addr.IsValid() {
-		return external{}, fmt.Errorf("interface %s has no IPv4 address", ext.Name)
+		return netif.External{}, fmt.Errorf("interface %s has no IPv4 address", ext.Name)
 	}
 	ext.PublicIP = ext.Addr
 	if pub.IsValid() {

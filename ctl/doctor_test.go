@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
+	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -45,7 +46,7 @@ func entriesOf(leases ...subnet.Lease) []Entry {
 
 // healthyVXLAN is node 192.0.2.11 holding 10.244.1.0/24, with one peer, everything in order.
 func healthyVXLAN(t *testing.T) node {
-	ext := external{Name: "eth0", MTU: 1500, Addr: netip.MustParseAddr("192.0.2.11"), PublicIP: netip.MustParseAddr("192.0.2.11"),
+	ext := netif.External{Name: "eth0", MTU: 1500, Addr: netip.MustParseAddr("192.0.2.11"), PublicIP: netip.MustParseAddr("192.0.2.11"),
 		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
 	return node{
 		addr: defaultAddr, readyCode: 200, readyBody: "ok",
@@ -260,28 +261,28 @@ func TestDiagnoseHostGW(t *testing.T) {
 }
 
 func TestFindExternal(t *testing.T) {
-	ifs := []daemon.Interface{
+	ifs := []netif.Interface{
 		{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
 		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("fe80::1/64")}},
 		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24")}},
 		{Name: "flannel.1", MTU: 1450, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/32")}},
 	}
 	leases := []subnet.Lease{vxlanLease("10.244.1.0/24", "192.0.2.11", ownMAC), vxlanLease("10.244.2.0/24", "192.0.2.12", peerMAC)}
-	status := &daemon.Status{Interface: "eth1", Address: "198.51.100.7", PublicIP: "203.0.113.1"}
+	fromWeftd := &status.Node{Interface: "eth1", Address: "198.51.100.7", PublicIP: "203.0.113.1"}
 	for _, tc := range []struct {
 		name            string
 		iface, publicIP string
-		status          *daemon.Status
+		status          *status.Node
 		leases          []subnet.Lease
 		want            string // "name addr public mtu", or the error
 	}{
 		{"by --iface name", "eth1", "", nil, leases, "eth1 198.51.100.7 198.51.100.7 9000"},
 		{"by --iface address", "192.0.2.11", "", nil, nil, "eth0 192.0.2.11 192.0.2.11 1500"},
 		{"by --iface list, first that exists", "bond0, eth1,eth0", "", nil, nil, "eth1 198.51.100.7 198.51.100.7 9000"},
-		{"weftd's interface gone", "", "", &daemon.Status{Interface: "eth5"}, leases, "weftd's interface eth5 is not on this node: is --addr this node's weftd?"},
+		{"weftd's interface gone", "", "", &status.Node{Interface: "eth5"}, leases, "weftd's interface eth5 is not on this node: is --addr this node's weftd?"},
 		{"by --iface with --public-ip", "eth0", "203.0.113.9", nil, nil, "eth0 192.0.2.11 203.0.113.9 1500"},
-		{"from weftd's status", "", "", status, leases, "eth1 198.51.100.7 203.0.113.1 9000"},
-		{"--iface over weftd's status", "eth0", "", status, leases, "eth0 192.0.2.11 203.0.113.1 1500"},
+		{"from weftd's status", "", "", fromWeftd, leases, "eth1 198.51.100.7 203.0.113.1 9000"},
+		{"--iface over weftd's status", "eth0", "", fromWeftd, leases, "eth0 192.0.2.11 203.0.113.1 1500"},
 		{"from the lease of a local address", "", "", nil, leases, "eth0 192.0.2.11 192.0.2.11 1500"},
 		{"no such interface", "eth7", "", nil, leases, "--iface=eth7: no such interface on this node"},
 		{"bad --public-ip", "eth0", "2001:db8::1", nil, leases, `--public-ip="2001:db8::1": not an IPv4 address`},

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
-
-	"github.com/weftnet/weft/daemon"
 )
 
 // defaultAddr is weftd's default --healthz-ip and --healthz-port.
@@ -72,22 +71,22 @@ func get(ctx context.Context, addr, path string) (int, []byte, error) {
 	return resp.StatusCode, body, nil
 }
 
-func fetchStatus(ctx context.Context, addr string) (daemon.Status, error) {
+func fetchStatus(ctx context.Context, addr string) (status.Node, error) {
 	code, body, err := get(ctx, addr, "/status")
 	if err != nil {
-		return daemon.Status{}, err
+		return status.Node{}, err
 	}
 	if code != http.StatusOK {
-		return daemon.Status{}, fmt.Errorf("GET http://%s/status: %d %s", addr, code, strings.TrimSpace(string(body)))
+		return status.Node{}, fmt.Errorf("GET http://%s/status: %d %s", addr, code, strings.TrimSpace(string(body)))
 	}
-	var st daemon.Status
+	var st status.Node
 	if err := json.Unmarshal(body, &st); err != nil {
-		return daemon.Status{}, fmt.Errorf("GET http://%s/status: not weftd's status: %w", addr, err)
+		return status.Node{}, fmt.Errorf("GET http://%s/status: not weftd's status: %w", addr, err)
 	}
 	return st, nil
 }
 
-func writeStatus(out io.Writer, st daemon.Status, now time.Time) error {
+func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 	t := newTable(out)
 	node := orDash(st.Interface)
 	if st.Address != "" {

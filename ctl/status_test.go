@@ -4,28 +4,27 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/weftnet/weft/status"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weftnet/weft/daemon"
 )
 
-func testStatus(now time.Time) daemon.Status {
+func testStatus(now time.Time) status.Node {
 	exp := now.Add(24 * time.Hour)
-	return daemon.Status{
+	return status.Node{
 		Interface: "eth0", Address: "192.0.2.11", PublicIP: "203.0.113.1", Backend: "vxlan",
-		Lease: &daemon.LeaseStatus{Subnet: "10.244.1.0/24", Expiration: &exp,
+		Lease: &status.Lease{Subnet: "10.244.1.0/24", Expiration: &exp,
 			BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:01"}`)},
-		Peers: []daemon.PeerStatus{
+		Peers: []status.Peer{
 			{Key: "10.244.2.0-24", Subnet: "10.244.2.0/24", PublicIP: "192.0.2.12", BackendType: "vxlan",
 				BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:02"}`), State: "programmed"},
 			{Key: "10.244.3.0-24", Subnet: "10.244.3.0/24", PublicIP: "192.0.2.13", BackendType: "host-gw",
 				State: "skipped", Reason: `backend type "host-gw", this node runs "vxlan"`},
 		},
-		Last:     &daemon.ConvergeStatus{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
+		Last:     &status.Converge{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
 		NotReady: "last convergence failed: setting route: file exists",
 	}
 }
@@ -51,7 +50,7 @@ SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       REASON
 	}
 
 	b.Reset()
-	if err := writeStatus(&b, daemon.Status{Ready: false, NotReady: "no lease yet: subnet.env not written"}, now); err != nil {
+	if err := writeStatus(&b, status.Node{Ready: false, NotReady: "no lease yet: subnet.env not written"}, now); err != nil {
 		t.Fatal(err)
 	}
 	want = `node       -, backend -
@@ -79,7 +78,7 @@ func TestStatusCommand(t *testing.T) {
 	if code := Main(context.Background(), []string{"status", "--addr=" + addr, "-o", "json"}, &out, &errOut); code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var back daemon.Status
+	var back status.Node
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}

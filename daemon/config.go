@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
 
@@ -49,7 +50,7 @@ func DefaultConfig() Config {
 		KubeConfig:       DefaultKubeConfig(),
 		EtcdEndpoints:    []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"},
 		EtcdPrefix:       etcd.DefaultPrefix,
-		SubnetFile:       "/run/flannel/subnet.env",
+		SubnetFile:       subnet.DefaultEnvFile,
 		RenewMargin:      60 * time.Minute,
 		HealthzIP:        "127.0.0.1",
 		HealthzPort:      8285,
@@ -78,29 +79,6 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 	c.KubeConfig.AddFlags(fs)
-}
-
-// LoadEnv sets every flag not given on the command line from WEFTD_<NAME> (or, for drop-in
-// use, FLANNELD_<NAME>), NAME being the flag in upper case with '-' as '_'.
-func LoadEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		name := strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		for _, prefix := range []string{"WEFTD_", "FLANNELD_"} {
-			if v, ok := lookup(prefix + name); ok {
-				if e := fs.Set(f.Name, v); e != nil {
-					err = fmt.Errorf("environment %s%s=%q: %w", prefix, name, v, e)
-				}
-				return
-			}
-		}
-	})
-	return err
 }
 
 // Validate checks what can be checked before talking to anyone; errors name the flag.

@@ -2,7 +2,7 @@ package daemon
 
 import (
 	"flag"
-	"net/netip"
+	"github.com/weftnet/weft/internal/flagenv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +16,7 @@ func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	err := LoadEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	err := flagenv.Load(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	return cfg, err
 }
 
@@ -60,47 +60,6 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v: error %v, want one naming %s", tc.args, tc.env, err, tc.want)
-		}
-	}
-}
-
-func TestPickExternal(t *testing.T) {
-	p := netip.MustParsePrefix
-	ifs := []Interface{
-		{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{p("127.0.0.1/8"), p("::1/128")}},
-		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{p("fe80::1/64"), p("192.0.2.10/24"), p("198.51.100.7/25")}},
-		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{p("203.0.113.5/24")}},
-		{Name: "eth2", MTU: 1500, Up: false, Prefix: []netip.Prefix{p("203.0.114.5/24")}},
-		{Name: "eth3", MTU: 1500, Up: true},
-	}
-	def := func() (string, error) { return "eth1", nil }
-	for _, tc := range []struct {
-		cfg        Config
-		name, addr string
-		public     string
-	}{
-		{Config{}, "eth1", "203.0.113.5", "203.0.113.5"},
-		{Config{Ifaces: []string{"eth0"}}, "eth0", "192.0.2.10", "192.0.2.10"},
-		{Config{Ifaces: []string{"198.51.100.7"}}, "eth0", "198.51.100.7", "198.51.100.7"},
-		{Config{Ifaces: []string{"nope", "eth2", "eth3", "eth1"}}, "eth1", "203.0.113.5", "203.0.113.5"},
-		{Config{IfaceRegexs: []string{"^198\\.51\\."}}, "eth0", "198.51.100.7", "198.51.100.7"},
-		{Config{IfaceRegexs: []string{"^eth[01]$"}, PublicIP: "192.0.2.99"}, "eth0", "192.0.2.10", "192.0.2.99"},
-	} {
-		ext, err := pickExternal(tc.cfg, ifs, def)
-		if err != nil {
-			t.Errorf("%+v: %v", tc.cfg, err)
-			continue
-		}
-		if ext.Name != tc.name || ext.Addr.String() != tc.addr || ext.PublicIP.String() != tc.public {
-			t.Errorf("%+v: got %s %s %s, want %s %s %s", tc.cfg, ext.Name, ext.Addr, ext.PublicIP, tc.name, tc.addr, tc.public)
-		}
-	}
-	if ext, _ := pickExternal(Config{Ifaces: []string{"eth0"}}, ifs, def); len(ext.Connected) != 2 {
-		t.Errorf("eth0 connected networks %v, want its two IPv4 networks", ext.Connected)
-	}
-	for _, cfg := range []Config{{Ifaces: []string{"eth2"}}, {Ifaces: []string{"eth3"}}, {Ifaces: []string{"nope"}}, {IfaceRegexs: []string{"^wlan"}}} {
-		if ext, err := pickExternal(cfg, ifs, def); err == nil {
-			t.Errorf("%+v: picked %s, want an error", cfg, ext.Name)
 		}
 	}
 }

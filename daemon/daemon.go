@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/netif"
 	"io/fs"
 	"log/slog"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
@@ -21,7 +23,7 @@ import (
 type Deps struct {
 	Manager    subnet.Manager
 	Plane      backend.Plane
-	Interfaces func() ([]Interface, error)
+	Interfaces func() ([]netif.Interface, error)
 	DefaultIf  func() (string, error)
 	metrics    *metrics // made by RunWith when nil
 }
@@ -64,7 +66,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane backend.Plane,
 	return RunWith(ctx, cfg, log, Deps{
 		Manager:    sm,
 		Plane:      plane,
-		Interfaces: systemInterfaces,
+		Interfaces: netif.List,
 		DefaultIf:  defaultIf,
 		metrics:    m,
 	})
@@ -116,7 +118,7 @@ type daemon struct {
 	m      *metrics
 
 	net *subnet.Config
-	ext External
+	ext netif.External
 	b   *backend.Backend
 	own subnet.Lease
 
@@ -147,7 +149,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	if d.ext, err = pickExternal(d.cfg, ifs, deps.DefaultIf); err != nil {
+	if d.ext, err = netif.Pick(netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, PublicIP: d.cfg.PublicIP}, ifs, deps.DefaultIf); err != nil {
 		return err
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
@@ -294,7 +296,7 @@ func (d *daemon) leaseChanged() {
 	d.m.leaseExpiry.Set(exp)
 	d.health.update(func(h *health) {
 		h.expiration = d.own.Expiration
-		ls := &LeaseStatus{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
+		ls := &status.Lease{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
 		if !d.own.Expiration.IsZero() {
 			exp := d.own.Expiration
 			ls.Expiration = &exp
@@ -502,7 +504,7 @@ func (d *daemon) converge(ctx context.Context) error {
 		if err == nil {
 			h.everConverged = true
 		}
-		last := &ConvergeStatus{Time: start, Duration: took.String(), Changes: changes.String()}
+		last := &status.Converge{Time: start, Duration: took.String(), Changes: changes.String()}
 		if err != nil {
 			last.Error = err.Error()
 		}
@@ -562,16 +564,16 @@ func (d *daemon) recreateDevice(ctx context.Context) error {
 }
 
 // peerStatus describes every peer for /status, from the model, when asked.
-func (d *daemon) peerStatus() []PeerStatus {
+func (d *daemon) peerStatus() []status.Peer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.set == nil {
 		return nil
 	}
 	peers := d.set.Peers()
-	out := make([]PeerStatus, 0, len(peers))
+	out := make([]status.Peer, 0, len(peers))
 	for _, p := range peers {
-		ps := PeerStatus{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
+		ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
 			BackendType: p.BackendType, State: "programmed"}
 		if p.VTEPMAC != (backend.MAC{}) {
 			ps.BackendData = backend.VXLANData{VNI: d.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()

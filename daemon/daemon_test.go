@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/status"
 	"io"
 	"log/slog"
 	"maps"
@@ -130,7 +132,7 @@ type testNode struct {
 	once   sync.Once
 }
 
-var testIfaces = []Interface{
+var testIfaces = []netif.Interface{
 	{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
 	{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}},
 }
@@ -153,7 +155,7 @@ func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePl
 		n.done <- RunWith(ctx, cfg, log, Deps{
 			Manager:    etcd.New(cli, etcd.Options{Logger: log}),
 			Plane:      plane,
-			Interfaces: func() ([]Interface, error) { return testIfaces, nil },
+			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
 			DefaultIf:  func() (string, error) { return "eth0", nil },
 		})
 	}()
@@ -415,7 +417,7 @@ func TestDaemonEndpoints(t *testing.T) {
 	}
 
 	_, body := get(base + "/status")
-	var st Status
+	var st status.Node
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("/status: %v\n%s", err, body)
 	}

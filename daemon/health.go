@@ -13,47 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/weftnet/weft/status"
 )
-
-// Status is what /status reports: the node's lease, its peers and the last convergence.
-// weftctl status reads it.
-type Status struct {
-	Interface string          `json:"interface"`
-	Address   string          `json:"address"`
-	PublicIP  string          `json:"publicIP"`
-	Backend   string          `json:"backend"`
-	Lease     *LeaseStatus    `json:"lease,omitempty"`
-	Peers     []PeerStatus    `json:"peers"`
-	Last      *ConvergeStatus `json:"lastConvergence,omitempty"`
-	Ready     bool            `json:"ready"`
-	NotReady  string          `json:"notReadyReason,omitempty"`
-}
-
-// LeaseStatus is the node's own lease.
-type LeaseStatus struct {
-	Subnet      string          `json:"subnet"`
-	Expiration  *time.Time      `json:"expiration,omitempty"`
-	BackendData json.RawMessage `json:"backendData,omitempty"`
-}
-
-// PeerStatus is one peer lease and what the data plane does with it.
-type PeerStatus struct {
-	Key         string          `json:"key"`
-	Subnet      string          `json:"subnet"`
-	PublicIP    string          `json:"publicIP"`
-	BackendType string          `json:"backendType"`
-	BackendData json.RawMessage `json:"backendData,omitempty"`
-	State       string          `json:"state"` // programmed, skipped
-	Reason      string          `json:"reason,omitempty"`
-}
-
-// ConvergeStatus is the last convergence.
-type ConvergeStatus struct {
-	Time     time.Time `json:"time"`
-	Duration string    `json:"duration"`
-	Changes  string    `json:"changes,omitempty"`
-	Error    string    `json:"error,omitempty"`
-}
 
 // health is what the daemon's HTTP endpoints report. The main loop writes it, the
 // handlers read it.
@@ -61,7 +22,7 @@ type health struct {
 	cfg     Config
 	check   func() error // the datastore's cheap reachability check; nil when it has none
 	metrics *metrics
-	peers   func() []PeerStatus // the peers, from the daemon's model, when asked; set before serving
+	peers   func() []status.Peer // the peers, from the daemon's model, when asked; set before serving
 
 	mu            sync.Mutex
 	lastBeat      time.Time
@@ -73,7 +34,7 @@ type health struct {
 	synced        bool
 	brokenSince   time.Time // the datastore has been unreachable since; zero while reachable
 	brokenErr     error
-	status        Status
+	status        status.Node
 }
 
 func newHealth(cfg Config, m *metrics, check func() error) *health {
@@ -147,7 +108,7 @@ func (h *health) notReadyLocked() error {
 	return nil
 }
 
-func (h *health) statusJSON() Status {
+func (h *health) statusJSON() status.Node {
 	h.mu.Lock()
 	st := h.status
 	err := h.notReadyLocked()

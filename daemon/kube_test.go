@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/netif"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -155,7 +156,7 @@ func TestDaemonKubeMode(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWith(rctx, cfg, log, Deps{Manager: km, Plane: plane,
-			Interfaces: func() ([]Interface, error) { return testIfaces, nil },
+			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
 			DefaultIf:  func() (string, error) { return "eth0", nil }})
 	}()
 	defer func() {

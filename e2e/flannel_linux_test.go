@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"maps"
 	"net/netip"
 	"os"
@@ -18,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
@@ -333,13 +333,13 @@ func containsWords(got, want string) bool {
 }
 
 // weftStatus reads weftd's /status on the node.
-func weftStatus(t *testing.T, n *cluster.Node) daemon.Status {
+func weftStatus(t *testing.T, n *cluster.Node) status.Node {
 	t.Helper()
 	code, body, err := n.Get("/status")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st daemon.Status
+	var st status.Node
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 {
 		t.Fatalf("node %s: GET /status: %d %q (%v)", n.Name, code, body, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
@@ -23,7 +24,6 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/weftnet/weft/ctl"
-	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/e2e/cluster"
 )
 
@@ -135,7 +135,7 @@ func TestObservability(t *testing.T) {
 	t.Run("weftctl status", func(t *testing.T) {
 		out := tools.mustWeftctl(t, n1, "status", "--addr=127.0.0.1:"+strconv.Itoa(cluster.HealthzPort))
 		t.Logf("weftctl status on %s:\n%s", n1.Name, out)
-		var st daemon.Status
+		var st status.Node
 		if err := json.Unmarshal([]byte(tools.mustWeftctl(t, n1, "status", "-o", "json")), &st); err != nil {
 			t.Fatal(err)
 		}

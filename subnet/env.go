@@ -21,6 +21,9 @@ const (
 	envIPMasq      = "FLANNEL_IPMASQ"
 )
 
+// DefaultEnvFile is where flanneld writes subnet.env and flannel's CNI plugin reads it.
+const DefaultEnvFile = "/run/flannel/subnet.env"
+
 // envFileMode is the mode of subnet.env: the CNI plugin, which may run as
 // another user, must be able to read it.
 const envFileMode = 0o644

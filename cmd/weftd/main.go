@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/internal/flagenv"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -46,7 +47,7 @@ func run(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := daemon.LoadEnv(fs, os.LookupEnv); err != nil {
+	if err := flagenv.Load(fs, os.LookupEnv); err != nil {
 		return err
 	}
 	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")

@@ -19,7 +19,6 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -61,7 +60,7 @@ type Config struct {
 
 // Manager is a subnet.Manager on the Kubernetes API.
 type Manager struct {
-	cs      kubernetes.Interface
+	nodes   *nodes
 	node    string
 	ann     annotations
 	netConf string
@@ -118,15 +117,15 @@ func New(c Config) (*Manager, error) {
 		rc.UserAgent = "weftd"
 	}
 	rc.WarningHandlerWithContext = warningLogger{log}
-	cs, err := kubernetes.NewForConfig(rc)
+	nodes, err := newNodes(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kube: client for %s: %w", rc.Host, err)
+		return nil, err
 	}
 	netConf := c.NetConfPath
 	if netConf == "" {
 		netConf = DefaultNetConfPath
 	}
-	return &Manager{cs: cs, node: c.NodeName, ann: ann, netConf: netConf, log: log,
+	return &Manager{nodes: nodes, node: c.NodeName, ann: ann, netConf: netConf, log: log,
 		onSkip: c.OnSkip, onWatchRestart: c.OnWatchRestart, onRelist: c.OnRelist}, nil
 }
 

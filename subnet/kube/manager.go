@@ -107,7 +107,7 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, er
 	if err != nil {
 		return subnet.Lease{}, err
 	}
-	n, err := m.cs.CoreV1().Nodes().Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("kube: renew: get node %q: %w", m.node, err)
 	}
@@ -142,7 +142,7 @@ func (m *Manager) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 	var logged time.Time
 	var said string
 	for {
-		n, err := m.cs.CoreV1().Nodes().Get(ctx, m.node, metav1.GetOptions{})
+		n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
 		var missing string
 		switch {
 		case apierrors.IsNotFound(err):
@@ -224,7 +224,7 @@ func (m *Manager) publish(ctx context.Context, cfg *subnet.Config, n *corev1.Nod
 	if err != nil {
 		return subnet.Lease{}, false, fmt.Errorf("kube: encode annotations of node %q: %w", m.node, err)
 	}
-	_, err = m.cs.CoreV1().Nodes().Patch(ctx, m.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	_, err = m.nodes.Patch(ctx, m.node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
 	if err != nil {
 		return subnet.Lease{}, false, fmt.Errorf("kube: annotate node %q with lease %s: %w", m.node, l.Key(), err)
 	}
@@ -255,7 +255,7 @@ func (m *Manager) overwrite(n *corev1.Node, attrs subnet.LeaseAttrs) (subnet.Lea
 // node-public-ipv6 annotations, zero when absent. flanneld takes them as its --public-ip and
 // --public-ipv6, over the flags.
 func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error) {
-	n, err := m.cs.CoreV1().Nodes().Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube: get node %q: %w", m.node, err)
 	}
@@ -273,7 +273,7 @@ func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err err
 // conditions by type and so leaves the kubelet's own conditions alone. Calling it again
 // changes nothing.
 func (m *Manager) SetReady(ctx context.Context) error {
-	n, err := m.cs.CoreV1().Nodes().Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("kube: set node %q ready: %w", m.node, err)
 	}
@@ -299,7 +299,7 @@ func (m *Manager) SetReady(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kube: encode condition of node %q: %w", m.node, err)
 	}
-	_, err = m.cs.CoreV1().Nodes().Patch(ctx, m.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	_, err = m.nodes.Patch(ctx, m.node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}, "status")
 	if err != nil {
 		return fmt.Errorf("kube: set node %q condition NetworkUnavailable=False: %w", m.node, err)
 	}

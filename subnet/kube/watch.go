@@ -70,7 +70,7 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 	// The informer's list and watch calls are seen on their way: whether they fail says
 	// whether the API server can be reached (Check) and is a watch restart; a list after
 	// the first sync is a relist.
-	nodes := m.cs.CoreV1().Nodes()
+	nodes := m.nodes
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			l, err := nodes.List(ctx, opts)
@@ -84,7 +84,7 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 			return wi, err
 		},
 	}
-	w.inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.cs), &corev1.Node{},
+	w.inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &corev1.Node{},
 		cache.SharedIndexInformerOptions{ObjectDescription: "weft nodes"})
 	// Errors only come once the informer has started, which it has not.
 	_ = w.inf.SetTransform(m.ann.trim)

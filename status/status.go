@@ -1,0 +1,48 @@
+// Package status holds the wire types of weftd's /status endpoint: what the daemon serves and
+// what weftctl and the tests read. It is kept apart from the daemon so that its readers do not
+// link weftd.
+package status
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Node is what /status reports: the node's lease, its peers and the last convergence.
+type Node struct {
+	Interface string    `json:"interface"`
+	Address   string    `json:"address"`
+	PublicIP  string    `json:"publicIP"`
+	Backend   string    `json:"backend"`
+	Lease     *Lease    `json:"lease,omitempty"`
+	Peers     []Peer    `json:"peers"`
+	Last      *Converge `json:"lastConvergence,omitempty"`
+	Ready     bool      `json:"ready"`
+	NotReady  string    `json:"notReadyReason,omitempty"`
+}
+
+// Lease is the node's own lease.
+type Lease struct {
+	Subnet      string          `json:"subnet"`
+	Expiration  *time.Time      `json:"expiration,omitempty"`
+	BackendData json.RawMessage `json:"backendData,omitempty"`
+}
+
+// Peer is one peer lease and what the data plane does with it.
+type Peer struct {
+	Key         string          `json:"key"`
+	Subnet      string          `json:"subnet"`
+	PublicIP    string          `json:"publicIP"`
+	BackendType string          `json:"backendType"`
+	BackendData json.RawMessage `json:"backendData,omitempty"`
+	State       string          `json:"state"` // programmed, skipped
+	Reason      string          `json:"reason,omitempty"`
+}
+
+// Converge is the last convergence.
+type Converge struct {
+	Time     time.Time `json:"time"`
+	Duration string    `json:"duration"`
+	Changes  string    `json:"changes,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
