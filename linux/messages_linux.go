@@ -138,38 +138,40 @@ func parseRoute(body []byte, names map[int]string) (kernelRoute, bool) {
 	if len(body) < unix.SizeofRtMsg {
 		return kernelRoute{}, false
 	}
-	family, dstLen, tos, table, proto, scope, typ := body[0], body[1], body[3], body[4], body[5], body[6], body[7]
+	family, dstLen, tos, proto, scope, typ := body[0], body[1], body[3], body[5], body[6], body[7]
+	table := uint32(body[4])
 	flags := native.Uint32(body[8:12])
-	a := attrs(body, unix.SizeofRtMsg)
-	if t, ok := a[unix.RTA_TABLE]; ok && len(t) == 4 {
-		if native.Uint32(t) != unix.RT_TABLE_MAIN {
-			return kernelRoute{}, false
-		}
-	} else if table != unix.RT_TABLE_MAIN {
-		return kernelRoute{}, false
-	}
 	dst := netip.IPv4Unspecified()
 	if family == unix.AF_INET6 {
 		dst = netip.IPv6Unspecified()
 	}
-	if d, ok := a[unix.RTA_DST]; ok {
-		dst = addrFrom(d)
+	k := kernelRoute{ProtoKernel: proto == unix.RTPROT_KERNEL,
+		raw: rawRoute{Family: family, Tos: tos, Table: unix.RT_TABLE_MAIN, Protocol: proto, Scope: scope, Type: typ}}
+	multipath := false
+	eachAttr(body, unix.SizeofRtMsg, func(t uint16, v []byte) {
+		switch {
+		case t == unix.RTA_TABLE && len(v) == 4:
+			table = native.Uint32(v)
+		case t == unix.RTA_DST:
+			dst = addrFrom(v)
+		case t == unix.RTA_GATEWAY:
+			k.Gw = addrFrom(v)
+		case t == unix.RTA_PRIORITY && len(v) == 4:
+			k.Metric = int(native.Uint32(v))
+		case t == rtaNHID && len(v) == 4:
+			k.NH = native.Uint32(v)
+		case t == unix.RTA_OIF && len(v) == 4:
+			k.raw.LinkIndex = int(native.Uint32(v))
+		case t == unix.RTA_MULTIPATH:
+			multipath = true
+		}
+	})
+	if table != unix.RT_TABLE_MAIN {
+		return kernelRoute{}, false
 	}
-	k := kernelRoute{
-		Route:       Route{Dst: netip.PrefixFrom(dst, int(dstLen)), Gw: addrFrom(a[unix.RTA_GATEWAY]), Onlink: flags&unix.RTNH_F_ONLINK != 0},
-		ProtoKernel: proto == unix.RTPROT_KERNEL,
-		raw:         rawRoute{Family: family, Tos: tos, Table: unix.RT_TABLE_MAIN, Protocol: proto, Scope: scope, Type: typ},
-	}
-	if v, ok := a[unix.RTA_PRIORITY]; ok && len(v) == 4 {
-		k.Metric = int(native.Uint32(v))
-	}
-	if v, ok := a[rtaNHID]; ok && len(v) == 4 {
-		k.NH = native.Uint32(v)
-	}
-	if v, ok := a[unix.RTA_OIF]; ok && len(v) == 4 {
-		k.raw.LinkIndex = int(native.Uint32(v))
-	}
-	if _, multipath := a[unix.RTA_MULTIPATH]; typ == unix.RTN_UNICAST && !multipath {
+	k.Dst = netip.PrefixFrom(dst, int(dstLen))
+	k.Onlink = flags&unix.RTNH_F_ONLINK != 0
+	if typ == unix.RTN_UNICAST && !multipath {
 		k.Dev = names[k.raw.LinkIndex]
 	}
 	k.raw.Gw, k.raw.NH = k.Gw, k.NH
@@ -181,18 +183,19 @@ func parseNexthop(body []byte, names map[int]string) (kernelNexthop, bool) {
 	if len(body) < 8 {
 		return kernelNexthop{}, false
 	}
-	a := attrs(body, 8)
-	id, ok := a[unix.NHA_ID]
-	if !ok || len(id) != 4 {
-		return kernelNexthop{}, false
-	}
-	n := kernelNexthop{Nexthop: Nexthop{ID: native.Uint32(id), Gw: addrFrom(a[unix.NHA_GATEWAY]),
-		Onlink: native.Uint32(body[4:8])&unix.RTNH_F_ONLINK != 0}}
-	if v, ok := a[unix.NHA_OIF]; ok && len(v) == 4 {
-		n.Dev = names[int(native.Uint32(v))]
-	}
-	_, group := a[unix.NHA_GROUP]
-	_, blackhole := a[unix.NHA_BLACKHOLE]
-	n.Other = group || blackhole
-	return n, true
+	n := kernelNexthop{Nexthop: Nexthop{Onlink: native.Uint32(body[4:8])&unix.RTNH_F_ONLINK != 0}}
+	hasID := false
+	eachAttr(body, 8, func(t uint16, v []byte) {
+		switch {
+		case t == unix.NHA_ID && len(v) == 4:
+			n.ID, hasID = native.Uint32(v), true
+		case t == unix.NHA_GATEWAY:
+			n.Gw = addrFrom(v)
+		case t == unix.NHA_OIF && len(v) == 4:
+			n.Dev = names[int(native.Uint32(v))]
+		case t == unix.NHA_GROUP, t == unix.NHA_BLACKHOLE:
+			n.Other = true
+		}
+	})
+	return n, hasID
 }

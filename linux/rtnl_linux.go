@@ -206,22 +206,21 @@ func nlaAlign(n int) int { return (n + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNT
 
 func u32(v uint32) []byte { return native.AppendUint32(nil, v) }
 
-// attrs parses the attributes of a body after its fixed header of n bytes.
-func attrs(body []byte, n int) map[uint16][]byte {
-	out := map[uint16][]byte{}
+// eachAttr calls f with every attribute of a body after its fixed header of n bytes; the
+// data points into body.
+func eachAttr(body []byte, n int, f func(typ uint16, data []byte)) {
 	if len(body) < n {
-		return out
+		return
 	}
 	b := body[n:]
 	for len(b) >= unix.SizeofRtAttr {
 		l := int(native.Uint16(b[0:2]))
 		if l < unix.SizeofRtAttr || l > len(b) {
-			break
+			return
 		}
-		out[native.Uint16(b[2:4])&nlaTypeMask] = b[unix.SizeofRtAttr:l]
+		f(native.Uint16(b[2:4])&nlaTypeMask, b[unix.SizeofRtAttr:l])
 		b = b[min(nlaAlign(l), len(b)):]
 	}
-	return out
 }
 
 func addrFrom(b []byte) netip.Addr {
