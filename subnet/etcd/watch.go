@@ -76,22 +76,7 @@ func (w *watcher) sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list leases: %w", err)
 	}
-	next := make(map[string]subnet.Lease, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		if l, ok := w.valid(kv); ok {
-			next[string(kv.Key)] = l
-		} else if old, had := w.known[string(kv.Key)]; had {
-			next[string(kv.Key)] = old // a bad new value does not undo the last good one
-		}
-	}
-	keys := make(map[string]bool, len(next)+len(w.known))
-	for k := range next {
-		keys[k] = true
-	}
-	for k := range w.known {
-		keys[k] = true
-	}
-	if err := w.send(ctx, w.apply(keys, next)); err != nil {
+	if err := w.send(ctx, w.relisted(resp.Kvs)); err != nil {
 		return err
 	}
 	w.rev = resp.Header.Revision
@@ -116,28 +101,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
 		}
 		if len(resp.Events) > 0 {
-			// next starts as what the receiver knows of the touched keys and takes the
-			// events in order; a bad value keeps whatever was there before it.
-			next := make(map[string]subnet.Lease)
-			keys := make(map[string]bool)
-			for _, ev := range resp.Events {
-				k := string(ev.Kv.Key)
-				if !keys[k] {
-					keys[k] = true
-					if old, had := w.known[k]; had {
-						next[k] = old
-					}
-				}
-				switch ev.Type {
-				case mvccpb.DELETE:
-					delete(next, k)
-				case mvccpb.PUT:
-					if l, ok := w.valid(ev.Kv); ok {
-						next[k] = l
-					}
-				}
-			}
-			if err := w.send(ctx, w.apply(keys, next)); err != nil {
+			if err := w.send(ctx, w.changed(resp.Events)); err != nil {
 				return err
 			}
 		}
@@ -149,6 +113,53 @@ func (w *watcher) follow(ctx context.Context) error {
 		return err
 	}
 	return errors.New("watch channel closed")
+}
+
+// relisted takes a full listing of the leases and returns the events that bring the
+// receiver from what it knows to it.
+func (w *watcher) relisted(kvs []*mvccpb.KeyValue) []subnet.Event {
+	next := make(map[string]subnet.Lease, len(kvs))
+	for _, kv := range kvs {
+		if l, ok := w.valid(kv); ok {
+			next[string(kv.Key)] = l
+		} else if old, had := w.known[string(kv.Key)]; had {
+			next[string(kv.Key)] = old // a bad new value does not undo the last good one
+		}
+	}
+	keys := make(map[string]bool, len(next)+len(w.known))
+	for k := range next {
+		keys[k] = true
+	}
+	for k := range w.known {
+		keys[k] = true
+	}
+	return w.apply(keys, next)
+}
+
+// changed takes the events of one watch response and returns the events for the receiver.
+func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
+	// next starts as what the receiver knows of the touched keys and takes the events in
+	// order; a bad value keeps whatever was there before it.
+	next := make(map[string]subnet.Lease)
+	keys := make(map[string]bool)
+	for _, ev := range events {
+		k := string(ev.Kv.Key)
+		if !keys[k] {
+			keys[k] = true
+			if old, had := w.known[k]; had {
+				next[k] = old
+			}
+		}
+		switch ev.Type {
+		case mvccpb.DELETE:
+			delete(next, k)
+		case mvccpb.PUT:
+			if l, ok := w.valid(ev.Kv); ok {
+				next[k] = l
+			}
+		}
+	}
+	return w.apply(keys, next)
 }
 
 // valid parses a key-value; a bad one is logged and reported once per version.
