@@ -41,7 +41,7 @@ func benchListing(m *Manager) []*mvccpb.KeyValue {
 }
 
 func benchWatcher(m *Manager) *watcher {
-	return &watcher{m: m, known: map[string]subnet.Lease{}, skipped: map[string]int64{}}
+	return newWatcher(m, nil)
 }
 
 // BenchmarkWatchListing is the first listing of 20k leases: parsing every value and making
