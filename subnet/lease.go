@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"time"
 )
@@ -48,6 +49,55 @@ type LeaseAttrs struct {
 func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
 	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
 		jsonEqual(a.BackendData, b.BackendData) && jsonEqual(a.BackendV6Data, b.BackendV6Data)
+}
+
+// Digest is a 64-bit hash of the attributes, the same for attributes that are Equal (backend
+// data that differs only in insignificant space hashes alike). Watchers keep it instead of
+// the attributes, to tell a changed lease from one written again unchanged without holding a
+// second copy of every lease; two different attribute sets collide with a chance of 2^-64.
+// The seed is the keeper's own (maphash.MakeSeed): digests are comparable under one seed.
+// It assumes the backend data is valid JSON, as UnmarshalJSON and the Kubernetes annotation
+// parser guarantee.
+func (a LeaseAttrs) Digest(seed maphash.Seed) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, ip := range [2]netip.Addr{a.PublicIP, a.PublicIPv6} {
+		b := ip.As16()
+		h.Write(b[:])
+		h.WriteByte(byte(ip.BitLen()))
+		h.WriteString(ip.Zone())
+		h.WriteByte(0)
+	}
+	h.WriteString(a.BackendType)
+	h.WriteByte(0)
+	digestJSON(&h, a.BackendData)
+	digestJSON(&h, a.BackendV6Data)
+	return h.Sum64()
+}
+
+// digestJSON writes the compact form of a JSON value to h (what json.Compact makes of it,
+// without a buffer), ended by a 0 byte, which JSON text never holds; an absent value and null
+// write the same.
+func digestJSON(h *maphash.Hash, v json.RawMessage) {
+	if len(v) == 0 || isJSONNull(v) {
+		h.WriteByte(0)
+		return
+	}
+	inString, escaped := false, false
+	for _, c := range v {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			continue
+		}
+		h.WriteByte(c)
+	}
+	h.WriteByte(0)
 }
 
 // wireAttrs is the JSON layout flannel reads and writes.
@@ -102,11 +152,12 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 		}
 	}
 	out.BackendType = w.BackendType
+	// json.RawMessage copies what it is given: the data is already the lease's own.
 	if !isJSONNull(w.BackendData) {
-		out.BackendData = bytes.Clone(w.BackendData)
+		out.BackendData = w.BackendData
 	}
 	if !isJSONNull(w.BackendV6Data) {
-		out.BackendV6Data = bytes.Clone(w.BackendV6Data)
+		out.BackendV6Data = w.BackendV6Data
 	}
 	*a = out
 	return nil

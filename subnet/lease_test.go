@@ -2,6 +2,7 @@ package subnet
 
 import (
 	"encoding/json"
+	"hash/maphash"
 	"net/netip"
 	"testing"
 )
@@ -66,6 +67,44 @@ func TestLeaseAttrsUnmarshalRejects(t *testing.T) {
 		var a LeaseAttrs
 		if err := json.Unmarshal([]byte(s), &a); err == nil {
 			t.Errorf("%s accepted as %+v", s, a)
+		}
+	}
+}
+
+// TestLeaseAttrsDigest: digests are equal exactly when the attributes are Equal, over pairs of
+// attribute sets that differ in one field, in the spacing of their JSON, in null against
+// absent, and in where a byte sits (so that no field's end can pass for the next one's start).
+func TestLeaseAttrsDigest(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
+	data := func(s string) json.RawMessage { return json.RawMessage(s) }
+	variants := []LeaseAttrs{
+		{},
+		{PublicIP: v4},
+		{PublicIP: netip.MustParseAddr("0.0.0.0")},
+		{PublicIP: netip.MustParseAddr("::")},
+		{PublicIP: v4, PublicIPv6: v6},
+		{PublicIPv6: v6},
+		{PublicIPv6: netip.MustParseAddr("::ffff:192.0.2.1")},
+		{PublicIP: v4, BackendType: "vxlan"},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(` { "VNI" : 1 ,` + "\n\t" + `"VtepMAC":"c6:d2:32:6f:8f:44"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:45"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44 "}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`{"k":"a \" b"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`{"k":"a \"b"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendV6Data: data(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`null`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`1`), BackendV6Data: data(`2`)},
+		{PublicIP: v4, BackendType: "vxlan", BackendData: data(`12`)},
+		{PublicIP: v4, BackendType: "vxlan1"},
+		{PublicIP: v4, BackendType: "host-gw"},
+	}
+	seed := maphash.MakeSeed()
+	for i, a := range variants {
+		for j, b := range variants {
+			if eq, same := a.Equal(b), a.Digest(seed) == b.Digest(seed); eq != same {
+				t.Errorf("%d %+v and %d %+v: Equal %v, same digest %v", i, a, j, b, eq, same)
+			}
 		}
 	}
 }

@@ -69,7 +69,9 @@ func (t EventType) String() string {
 	return "unknown"
 }
 
-// Event is a change of one lease. For EventRemoved the Lease is the last one seen.
+// Event is a change of one lease. For EventRemoved only the Lease's subnets are set (its Key
+// names it): watchers keep a digest of each lease's attributes, not a copy of the lease, and
+// the receiver, which was told of the lease when it was added, has the rest.
 type Event struct {
 	Type  EventType
 	Lease Lease

@@ -1,7 +1,9 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,10 +62,10 @@ type Manager struct {
 	watching bool
 }
 
-// listing is every lease key as of a revision, parsed (bad ones too, with their error).
+// listing is the leases' key-values as of a revision.
 type listing struct {
-	entries []entry
-	rev     int64
+	kvs []*mvccpb.KeyValue
+	rev int64
 }
 
 var (
@@ -161,34 +163,29 @@ func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
 	kvs, rev := resp.Get().Kvs, resp.Get().Header.Revision
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.watching {
-		return m.parseAll(kvs), rev, nil
+	if !m.watching {
+		m.handoff = &listing{kvs: kvs, rev: rev}
 	}
-	all := make([]entry, 0, len(kvs))
-	usable := make([]entry, 0, len(kvs))
-	for _, kv := range kvs {
-		e, ok := m.parse(kv)
-		all = append(all, e)
-		if ok {
-			usable = append(usable, e)
-		}
-	}
-	m.handoff = &listing{entries: all, rev: rev}
-	return usable, rev, nil
+	return m.parseAll(kvs), rev, nil
 }
 
 // handOwn puts the lease Acquire published into the listing it hands off, so that the first
 // batch of the Watch holds it; the Watch replays its creation from the listing's revision on,
 // and finds nothing new in it.
 func (m *Manager) handOwn(l subnet.Lease) {
+	value, err := json.Marshal(l.Attrs)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.handoff == nil {
 		return
 	}
+	if err != nil { // cannot happen: attributes always render
+		m.handoff = nil
+		return
+	}
 	key := []byte(m.subnetsDir() + l.Key())
-	m.handoff.entries = slices.DeleteFunc(m.handoff.entries, func(e entry) bool { return string(e.kv.Key) == string(key) })
-	m.handoff.entries = append(m.handoff.entries, entry{kv: &mvccpb.KeyValue{Key: key}, lease: l})
+	kvs := slices.DeleteFunc(slices.Clone(m.handoff.kvs), func(kv *mvccpb.KeyValue) bool { return bytes.Equal(kv.Key, key) })
+	m.handoff.kvs = append(kvs, &mvccpb.KeyValue{Key: key, Value: value})
 }
 
 // takeListing returns the listing the last Acquire made, once, and keeps none from now on.

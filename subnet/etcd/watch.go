@@ -1,12 +1,13 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -20,18 +21,32 @@ import (
 // the listing. A broken watch resumes from the last revision it saw; when etcd has compacted
 // that history away, it lists again and sends the difference, so no change is ever missed.
 func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
-	w := &watcher{m: m, out: out, known: map[string]subnet.Lease{}, skipped: map[string]int64{}}
-	return w.run(ctx)
+	return newWatcher(m, out).run(ctx)
 }
 
-// watcher holds the leases sent so far, from which every later batch is a difference.
+func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
+	return &watcher{m: m, out: out, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
+		known: map[string]seen{}, skipped: map[string]int64{}}
+}
+
+// watcher remembers of each lease sent so far only digests, from which every later batch is
+// a difference: the receiver holds the leases themselves. Its keys are the etcd keys below
+// dir, the lease keys ("10.244.1.0-24").
 type watcher struct {
 	m       *Manager
 	out     chan<- []subnet.Event
-	known   map[string]subnet.Lease // by etcd key: what the receiver has been told
-	skipped map[string]int64        // by etcd key: mod revision of a bad value already reported
-	rev     int64                   // last revision the receiver is up to date with
-	sent    bool                    // the first batch went out
+	dir     []byte           // the subnets directory, the prefix of every key
+	seed    maphash.Seed     // of the digests
+	known   map[string]seen  // what the receiver has been told
+	skipped map[string]int64 // mod revision of a bad value already reported
+	rev     int64            // last revision the receiver is up to date with
+	sent    bool             // the first batch went out
+}
+
+// seen is what the watcher keeps of a lease the receiver has been told of.
+type seen struct {
+	value uint64 // digest of the value's bytes: the same bytes again need no parsing
+	attrs uint64 // subnet.LeaseAttrs.Digest: a value written otherwise with equal attributes is no change
 }
 
 const (
@@ -78,29 +93,9 @@ func (w *watcher) sync(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list leases: %w", err)
 		}
-		ls = &listing{rev: resp.Header.Revision, entries: make([]entry, 0, len(resp.Kvs))}
-		for _, kv := range resp.Kvs {
-			e, _ := w.m.parse(kv)
-			ls.entries = append(ls.entries, e)
-		}
+		ls = &listing{kvs: resp.Kvs, rev: resp.Header.Revision}
 	}
-	next := make(map[string]subnet.Lease, len(ls.entries))
-	for _, e := range ls.entries {
-		k := string(e.kv.Key)
-		if l, ok := w.check(e); ok {
-			next[k] = l
-		} else if old, had := w.known[k]; had {
-			next[k] = old // a bad new value does not undo the last good one
-		}
-	}
-	keys := make(map[string]bool, len(next)+len(w.known))
-	for k := range next {
-		keys[k] = true
-	}
-	for k := range w.known {
-		keys[k] = true
-	}
-	if err := w.send(ctx, w.apply(keys, next)); err != nil {
+	if err := w.send(ctx, w.relisted(ls.kvs)); err != nil {
 		return err
 	}
 	w.rev = ls.rev
@@ -125,28 +120,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
 		}
 		if len(resp.Events) > 0 {
-			// next starts as what the receiver knows of the touched keys and takes the
-			// events in order; a bad value keeps whatever was there before it.
-			next := make(map[string]subnet.Lease)
-			keys := make(map[string]bool)
-			for _, ev := range resp.Events {
-				k := string(ev.Kv.Key)
-				if !keys[k] {
-					keys[k] = true
-					if old, had := w.known[k]; had {
-						next[k] = old
-					}
-				}
-				switch ev.Type {
-				case mvccpb.DELETE:
-					delete(next, k)
-				case mvccpb.PUT:
-					if l, ok := w.valid(ev.Kv); ok {
-						next[k] = l
-					}
-				}
-			}
-			if err := w.send(ctx, w.apply(keys, next)); err != nil {
+			if err := w.send(ctx, w.changed(resp.Events)); err != nil {
 				return err
 			}
 		}
@@ -160,47 +134,144 @@ func (w *watcher) follow(ctx context.Context) error {
 	return errors.New("watch channel closed")
 }
 
-// valid parses a key-value; a bad one is logged and reported once per version.
-func (w *watcher) valid(kv *mvccpb.KeyValue) (subnet.Lease, bool) {
-	e, _ := w.m.parse(kv)
-	return w.check(e)
-}
-
-// check is valid on a parsed key-value.
-func (w *watcher) check(e entry) (subnet.Lease, bool) {
-	kv := e.kv
-	if e.valErr == nil {
-		delete(w.skipped, string(kv.Key))
-		return e.lease, true
+// relisted takes a full listing of the leases and returns the events that bring the
+// receiver from what it knows to it: removals first, then the leases that are new or changed,
+// in the listing's order. A bad value does not undo the last good one.
+func (w *watcher) relisted(kvs []*mvccpb.KeyValue) []subnet.Event {
+	before, listed := len(w.known), 0 // listed: how many of the known keys the listing holds
+	var added []subnet.Event
+	if before == 0 {
+		added = make([]subnet.Event, 0, len(kvs)) // the first listing: every lease is new
 	}
-	k := string(kv.Key)
-	if w.skipped[k] != kv.ModRevision {
-		w.skipped[k] = kv.ModRevision
-		w.m.log.Warn("skipping malformed lease", "key", strings.TrimPrefix(k, w.m.subnetsDir()), "err", e.valErr)
-		if w.m.opts.OnSkip != nil {
-			w.m.opts.OnSkip(k, e.valErr)
+	for _, kv := range kvs {
+		k := w.key(kv.Key) // string(k) in a map index costs no allocation
+		old, had := w.known[string(k)]
+		if had {
+			listed++
+		}
+		value := maphash.Bytes(w.seed, kv.Value)
+		if had && value == old.value {
+			w.good(k)
+			continue
+		}
+		ks := string(k)
+		if l, ok := w.valid(kv, ks); ok && w.learn(ks, l, value, old, had) {
+			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
 		}
 	}
-	return subnet.Lease{}, false
+	var removed []subnet.Event
+	if listed < before {
+		present := make(map[string]bool, len(kvs))
+		for _, kv := range kvs {
+			present[string(w.key(kv.Key))] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(w.known)) {
+			if !present[k] {
+				removed = append(removed, w.forget(k))
+			}
+		}
+	}
+	return append(removed, added...)
 }
 
-// apply makes known hold next for the given keys and returns the events that say so.
-func (w *watcher) apply(keys map[string]bool, next map[string]subnet.Lease) []subnet.Event {
-	var evs []subnet.Event
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
+// changed takes the events of one watch response and returns the events for the receiver,
+// one per key touched, in key order.
+func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
+	// last is where each touched key ends up: events are taken in order, and a bad value
+	// leaves whatever was there before it.
+	type end struct {
+		lease   subnet.Lease // when fresh, the last good value of the response
+		value   uint64       // when fresh, the digest of its bytes
+		present bool         // the key holds a lease
+		fresh   bool         // a good value other than the known one came; else known's stands
+	}
+	last := make(map[string]end, len(events))
+	for _, ev := range events {
+		k := string(w.key(ev.Kv.Key))
+		e, seen := last[k]
 		old, had := w.known[k]
-		l, has := next[k]
+		if !seen {
+			e.present = had
+		}
+		switch ev.Type {
+		case mvccpb.DELETE:
+			e = end{}
+		case mvccpb.PUT:
+			value := maphash.Bytes(w.seed, ev.Kv.Value)
+			if had && value == old.value {
+				w.good([]byte(k))
+				e = end{present: true}
+			} else if l, ok := w.valid(ev.Kv, k); ok {
+				e = end{lease: l, value: value, present: true, fresh: true}
+			}
+		}
+		last[k] = e
+	}
+	var evs []subnet.Event
+	for _, k := range slices.Sorted(maps.Keys(last)) {
+		e := last[k]
+		old, had := w.known[k]
 		switch {
-		case has && (!had || !old.Attrs.Equal(l.Attrs)):
-			w.known[k] = l
-			evs = append(evs, subnet.Event{Type: subnet.EventAdded, Lease: l})
-		case !has && had:
-			delete(w.known, k)
-			delete(w.skipped, k)
-			evs = append(evs, subnet.Event{Type: subnet.EventRemoved, Lease: old})
+		case e.fresh:
+			if w.learn(k, e.lease, e.value, old, had) {
+				evs = append(evs, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
+			}
+		case !e.present && had:
+			evs = append(evs, w.forget(k))
 		}
 	}
 	return evs
+}
+
+// learn notes a good value l of key k, whose bytes digest to value, where the receiver knows
+// old (if had); it reports whether the receiver must be told: a value written again, or
+// written otherwise with the same attributes, is no change.
+func (w *watcher) learn(k string, l subnet.Lease, value uint64, old seen, had bool) bool {
+	s := seen{value: value, attrs: l.Attrs.Digest(w.seed)}
+	if had && s == old {
+		return false
+	}
+	w.known[k] = s
+	return !had || s.attrs != old.attrs
+}
+
+// good notes that key k holds a good value: a bad one later is reported again.
+func (w *watcher) good(k []byte) {
+	if len(w.skipped) > 0 {
+		delete(w.skipped, string(k))
+	}
+}
+
+// forget drops a known key and returns its removal: a lease with only its subnets, which the
+// key names (it was parsed when the lease was added).
+func (w *watcher) forget(k string) subnet.Event {
+	delete(w.known, k)
+	delete(w.skipped, k)
+	sn, sn6, _ := subnet.ParseKey(k)
+	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}}
+}
+
+// key is the part of an etcd key below the subnets directory.
+func (w *watcher) key(etcdKey []byte) []byte { return bytes.TrimPrefix(etcdKey, w.dir) }
+
+// valid parses a key-value whose key below the subnets directory is k; a bad one is logged
+// and reported once per version.
+func (w *watcher) valid(kv *mvccpb.KeyValue, k string) (subnet.Lease, bool) {
+	e, _ := w.m.parse(kv)
+	if e.valErr == nil {
+		if len(w.skipped) > 0 {
+			delete(w.skipped, k)
+		}
+		return e.lease, true
+	}
+	if w.skipped[k] != kv.ModRevision {
+		w.skipped[k] = kv.ModRevision
+		w.m.log.Warn("skipping malformed lease", "key", k, "err", e.valErr)
+		if w.m.opts.OnSkip != nil {
+			w.m.opts.OnSkip(string(kv.Key), e.valErr)
+		}
+	}
+	return subnet.Lease{}, false
 }
 
 // send delivers a batch; empty batches are dropped except the first, which tells the
