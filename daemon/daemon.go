@@ -135,7 +135,9 @@ type daemon struct {
 	synced    bool              // the first watch batch arrived
 	lastRenew time.Time
 	notified  bool // systemd was told weftd is ready
-	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
+	// startupDone is when the first convergence ended.
+	startupDone time.Time
+	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
 // setUp does everything before the loop: config, interface, backend, lease (with the device
@@ -228,6 +230,10 @@ func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet
 	}
 	return l, err
 }
+
+// startupEchoes is how long the kernel's notifications of the first convergence's writes
+// take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
+const startupEchoes = 2 * time.Second
 
 // requestTimeout bounds one datastore request (an acquisition may take several round trips
 // and, on Windows, the HNS network's creation), so that a hung connection is retried rather
@@ -330,6 +336,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	defer renew.Stop()
 	retryConverge := time.NewTimer(time.Hour)
 	retryConverge.Stop()
+	// Start-up is a burst that steady state never repeats: every lease listed and parsed, the
+	// kernel dumped, thousands of entries written and as many notifications of them read
+	// back. Its garbage goes back to the OS once that is over, rather than over minutes.
+	startupGarbage := time.NewTicker(time.Second)
+	defer startupGarbage.Stop()
 	for {
 		d.health.update(func(h *health) { h.lastBeat = time.Now() })
 		select {
@@ -358,6 +369,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			d.full = true
 		case <-resync.C:
 			d.full = true
+		case <-startupGarbage.C:
+			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupEchoes {
+				debug.FreeOSMemory()
+				startupGarbage.Stop()
+			}
 		case <-retryConverge.C:
 			d.full = true
 		case <-renew.C:
@@ -526,10 +542,7 @@ func (d *daemon) converge(ctx context.Context) error {
 	}
 	if !d.notified {
 		d.notified = true
-		// Start-up is a burst (every lease listed and parsed, the kernel dumped, thousands of
-		// entries written) that steady state never repeats: give its garbage back to the OS
-		// now rather than over the next minutes.
-		debug.FreeOSMemory()
+		d.startupDone = time.Now()
 		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(st.Peers))
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)

@@ -55,7 +55,7 @@ func DefaultConfig() Config {
 		BulkBase:      1000,
 		KubeSizes:     []int{1000, 5000},
 		Reps:          3,
-		Settle:        2 * time.Second,
+		Settle:        5 * time.Second,
 		StartTimeout:  2 * time.Minute,
 	}
 }
