@@ -3,6 +3,7 @@ package subnet
 import (
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"testing"
 )
 
@@ -78,6 +79,30 @@ func FuzzParseKey(f *testing.F) {
 		// Only the canonical form is accepted: writing the key back gives the same string.
 		if got := Key(sn, sn6); got != key {
 			t.Fatalf("ParseKey(%q) = %s, %s, which is written %q", key, sn, sn6, got)
+		}
+	})
+}
+
+// FuzzLeaseAttrsDigest: for any two lease values a node could read, the digests are equal
+// exactly when the attributes are Equal; watchers rely on it to tell changes.
+func FuzzLeaseAttrsDigest(f *testing.F) {
+	for _, s := range [][2]string{
+		{`{"PublicIP":"10.0.0.2","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}`,
+			`{"PublicIP":"10.0.0.2","BackendType":"vxlan","BackendData":{ "VNI": 1, "VtepMAC": "c6:d2:32:6f:8f:44" }}`},
+		{`{"PublicIP":"10.0.0.2","BackendData":null}`, `{"PublicIP":"10.0.0.2"}`},
+		{`{"BackendData":"a \" b"}`, `{"BackendData":"a \"b"}`},
+		{`{"BackendData":[1, 2]}`, `{"BackendV6Data":[1,2]}`},
+	} {
+		f.Add([]byte(s[0]), []byte(s[1]))
+	}
+	seed := maphash.MakeSeed()
+	f.Fuzz(func(t *testing.T, x, y []byte) {
+		var a, b LeaseAttrs
+		if a.UnmarshalJSON(x) != nil || b.UnmarshalJSON(y) != nil {
+			return
+		}
+		if eq, same := a.Equal(b), a.Digest(seed) == b.Digest(seed); eq != same {
+			t.Errorf("%q and %q: Equal %v, same digest %v", x, y, eq, same)
 		}
 	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,16 +58,25 @@ type watcher struct {
 	synced atomic.Bool // the informer's first list is done
 
 	// Owned by run's goroutine.
-	known   map[string]subnet.Lease // by node name: what the receiver has been told
-	skipped map[string]string       // by node name: the problem already reported
-	sent    bool                    // the first batch went out
+	seed    maphash.Seed      // of the attribute digests in known
+	known   map[string]told   // by node name: what the receiver has been told
+	skipped map[string]string // by node name: the problem already reported
+	sent    bool              // the first batch went out
+}
+
+// told is what the watcher keeps of a lease the receiver has been told of: its subnets, to
+// name it in a removal, and a digest of its attributes (subnet.LeaseAttrs.Digest), to tell
+// a change. The receiver holds the lease itself; the informer's cache, the node.
+type told struct {
+	sn, sn6 netip.Prefix
+	attrs   uint64
 }
 
 func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
 	w := &watcher{
 		m: m, cfg: cfg, out: out,
 		dirty: map[string]bool{}, kick: make(chan struct{}, 1),
-		known: map[string]subnet.Lease{}, skipped: map[string]string{},
+		seed: maphash.MakeSeed(), known: map[string]told{}, skipped: map[string]string{},
 	}
 	// The informer's list and watch calls are seen on their way: whether they fail says
 	// whether the API server can be reached (Check) and is a watch restart; a list after
@@ -203,18 +214,23 @@ func (w *watcher) flush(ctx context.Context) error {
 	var removed, added []subnet.Event
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known[name]
-		l, has := w.current(name)
+		gone := subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: old.sn, IPv6Subnet: old.sn6}}
+		l, st := w.current(name)
 		switch {
-		case has && had && l.SameSubnets(old) && l.Attrs.Equal(old.Attrs):
-		case has:
-			if had && !l.SameSubnets(old) {
-				removed = append(removed, subnet.Event{Type: subnet.EventRemoved, Lease: old})
+		case st == kept:
+		case st == present:
+			now := told{sn: l.Subnet, sn6: l.IPv6Subnet, attrs: l.Attrs.Digest(w.seed)}
+			if had && now == old {
+				continue
 			}
-			w.known[name] = l
+			if had && (now.sn != old.sn || now.sn6 != old.sn6) {
+				removed = append(removed, gone)
+			}
+			w.known[name] = now
 			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
 		case had:
 			delete(w.known, name)
-			removed = append(removed, subnet.Event{Type: subnet.EventRemoved, Lease: old})
+			removed = append(removed, gone)
 		}
 	}
 	evs := append(removed, added...)
@@ -230,20 +246,29 @@ func (w *watcher) flush(ctx context.Context) error {
 	}
 }
 
+// leaseState is what current found of a node's lease.
+type leaseState int
+
+const (
+	absent  leaseState = iota // no node, or one that publishes no lease
+	present                   // a good lease
+	kept                      // a malformed lease: the receiver keeps what it knows
+)
+
 // current is the lease the node called name holds now, from the informer's cache. A node
 // whose lease cannot be read is reported once per problem and keeps the last good lease the
 // receiver knows: a bad write does not make peers forget the node.
-func (w *watcher) current(name string) (subnet.Lease, bool) {
+func (w *watcher) current(name string) (subnet.Lease, leaseState) {
 	obj, exists, err := w.inf.GetStore().GetByKey(name)
 	n, ok := obj.(*corev1.Node)
 	if err != nil || !exists || !ok {
 		delete(w.skipped, name)
-		return subnet.Lease{}, false
+		return subnet.Lease{}, absent
 	}
 	l, peer, err := w.m.peerLease(w.cfg, n)
 	if !peer {
 		delete(w.skipped, name)
-		return subnet.Lease{}, false
+		return subnet.Lease{}, absent
 	}
 	if err != nil {
 		if w.skipped[name] != err.Error() {
@@ -253,11 +278,10 @@ func (w *watcher) current(name string) (subnet.Lease, bool) {
 				w.m.onSkip(name, err)
 			}
 		}
-		old, had := w.known[name]
-		return old, had
+		return subnet.Lease{}, kept
 	}
 	delete(w.skipped, name)
-	return l, true
+	return l, present
 }
 
 // peerLease reads the lease a node publishes. peer is false for nodes that publish none:

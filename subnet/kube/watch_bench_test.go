@@ -1,0 +1,122 @@
+package kube
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// benchNodes is the number of peer nodes the watcher benchmarks run with.
+const benchNodes = 20000
+
+// benchNode is peer i as flanneld or weftd annotates it; gen changes its VTEP MAC.
+func benchNode(a annotations, i, gen int) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%05d", i), Annotations: map[string]string{
+			a.managed:     "true",
+			a.backendType: "vxlan",
+			a.backendData: fmt.Sprintf(`{"VNI":1,"VtepMAC":"c6:d2:32:%02x:%02x:%02x"}`, byte(i>>8), byte(i), byte(gen)),
+			a.publicIP:    fmt.Sprintf("192.168.%d.%d", byte(i>>8), byte(i)),
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.%d.%d.0/24", byte(i>>8), byte(i))},
+	}
+}
+
+// benchWatch is a watcher whose informer's cache holds 20k peer nodes, all noted as changed.
+// The informer never runs: the cache is filled here, as its list would fill it.
+func benchWatch(b *testing.B) (*watcher, chan []subnet.Event) {
+	m, err := New(Config{NodeName: "me", REST: &rest.Config{Host: "http://127.0.0.1:1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.0.0.0/8","Backend":{"Type":"vxlan"}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make(chan []subnet.Event, 1)
+	w := m.newWatcher(cfg, out)
+	for i := range benchNodes {
+		n, err := m.ann.trim(benchNode(m.ann, i, 0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := w.inf.GetStore().Add(n); err != nil {
+			b.Fatal(err)
+		}
+		w.note(n)
+	}
+	return w, out
+}
+
+// flushOne makes one batch of what is noted and returns its length.
+func flushOne(b *testing.B, w *watcher, out chan []subnet.Event) int {
+	if err := w.flush(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case evs := <-out:
+		return len(evs)
+	default:
+		return 0
+	}
+}
+
+// BenchmarkKubeWatchListing is the first batch of 20k nodes: reading each node's lease and
+// making the events. It also reports what the watcher keeps afterwards, per node.
+func BenchmarkKubeWatchListing(b *testing.B) {
+	w, out := benchWatch(b)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if n := flushOne(b, w, out); n != benchNodes {
+		b.Fatalf("%d events, want %d", n, benchNodes)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	kept := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / benchNodes
+
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		clear(w.known)
+		for i := range benchNodes {
+			w.dirty[fmt.Sprintf("node-%05d", i)] = true
+		}
+		b.StartTimer()
+		flushOne(b, w, out)
+	}
+	b.ReportMetric(kept, "kept-B/node")
+}
+
+// BenchmarkKubeWatchEvent is one node changing its lease while the watcher knows 20k.
+func BenchmarkKubeWatchEvent(b *testing.B) {
+	w, out := benchWatch(b)
+	flushOne(b, w, out)
+	var changed [2]any
+	for g := range changed {
+		n, err := w.m.ann.trim(benchNode(w.m.ann, 4242, g+1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		changed[g] = n
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		n := changed[i%2]
+		if err := w.inf.GetStore().Update(n); err != nil {
+			b.Fatal(err)
+		}
+		w.note(n)
+		if got := flushOne(b, w, out); got != 1 {
+			b.Fatalf("%d events, want 1", got)
+		}
+		i++
+	}
+}
