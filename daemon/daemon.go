@@ -183,7 +183,9 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, req); err != nil {
 		return err
 	}
+	d.mu.Lock() // /status may be asked already
 	d.set = backend.NewSet(d.b, d.own, d.cfg.IPMasq)
+	d.mu.Unlock()
 	d.full = true
 	d.leaseChanged()
 	return d.writeEnv()
