@@ -100,6 +100,10 @@ func (m *model) setIndexes(index map[string]int) {
 func (m *model) layout() layout {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.layoutLocked()
+}
+
+func (m *model) layoutLocked() layout {
 	return layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
 }
 
@@ -202,8 +206,7 @@ func (m *model) unexpectedRoute(n routeNote) bool {
 		return false
 	}
 	p, ours := m.get(r.Dst.Masked())
-	l := layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
-	matches := ours && r.Dev != "" && sameHop(l.entriesOf(p).route, r)
+	matches := ours && r.Dev != "" && sameHop(m.layoutLocked().entriesOf(p).route, r)
 	if n.Del {
 		return matches
 	}
