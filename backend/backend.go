@@ -12,6 +12,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"net"
 	"net/netip"
@@ -56,8 +57,24 @@ type State struct {
 	// Masquerade: pod traffic leaving the network is masqueraded (--ip-masq).
 	Masquerade bool
 	// Peers are the peers to program, by lease key.
-	Peers map[string]Peer
+	Peers Peers
 }
+
+// Peers are the peers a State programs, by lease key: a view of a Set (which keeps no second
+// copy of them), or a PeerMap.
+type Peers interface {
+	Len() int
+	All() iter.Seq2[string, Peer]
+}
+
+// PeerMap is Peers held in a map, for a State built by hand.
+type PeerMap map[string]Peer
+
+// Len is the number of peers.
+func (m PeerMap) Len() int { return len(m) }
+
+// All yields every peer.
+func (m PeerMap) All() iter.Seq2[string, Peer] { return maps.All(m) }
 
 // Network is the cluster network.
 func (s *State) Network() netip.Prefix { return s.Config.Network }

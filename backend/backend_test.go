@@ -42,11 +42,12 @@ func render(st *State) string {
 	if st.Device != nil {
 		fmt.Fprintf(&b, "device %s vni %d mtu %d local %s addrs %v\n", st.Device.Name, st.Device.VNI, st.Device.MTU, st.Device.Local, st.DeviceAddresses())
 	}
-	keys := slices.SortedFunc(maps.Keys(st.Peers), func(a, b string) int {
-		return st.Peers[a].Subnet.Addr().Compare(st.Peers[b].Subnet.Addr())
+	peers := maps.Collect(st.Peers.All())
+	keys := slices.SortedFunc(maps.Keys(peers), func(a, b string) int {
+		return peers[a].Subnet.Addr().Compare(peers[b].Subnet.Addr())
 	})
 	for _, k := range keys {
-		p := st.Peers[k]
+		p := peers[k]
 		if p.Overlay() {
 			fmt.Fprintf(&b, "%s via vtep %s mac %s at %s\n", p.Subnet, p.VTEP(), p.VTEPMAC, p.PublicIP)
 		} else {
@@ -143,7 +144,7 @@ func TestDesiredSkipsBadPeers(t *testing.T) {
 		peers = append(peers, c.l)
 	}
 	st, skipped := Desired(b, own, peers, false)
-	if len(st.Peers) != 1 || st.Peers[good.Key()].Subnet != good.Subnet {
+	if peers := maps.Collect(st.Peers.All()); len(peers) != 1 || st.Peers.Len() != 1 || peers[good.Key()].Subnet != good.Subnet {
 		t.Errorf("state:\n%s", render(st))
 	}
 	codes := map[string]string{}
@@ -172,7 +173,7 @@ func TestClaims(t *testing.T) {
 	early := lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02"))
 	r = Result{}
 	s.Put(early, &r)
-	if _, ok := s.State().Peers[early.Key()]; !ok || len(s.State().Peers) != 1 {
+	if _, ok := maps.Collect(s.State().Peers.All())[early.Key()]; !ok || s.State().Peers.Len() != 1 {
 		t.Fatalf("after the earlier claim: %s", render(s.State()))
 	}
 	if len(r.Changes) != 2 || len(r.Skipped) != 1 || r.Skipped[0].Key != late.Key() || r.Skipped[0].Code != SkipDuplicateIP {
@@ -180,7 +181,7 @@ func TestClaims(t *testing.T) {
 	}
 	r = Result{}
 	s.Remove(early.Key(), &r)
-	if _, ok := s.State().Peers[late.Key()]; !ok || len(r.Changes) != 2 || len(r.Skipped) != 0 {
+	if _, ok := maps.Collect(s.State().Peers.All())[late.Key()]; !ok || len(r.Changes) != 2 || len(r.Skipped) != 0 {
 		t.Errorf("after the earlier claim went: %s, result %+v", render(s.State()), r)
 	}
 }
@@ -256,8 +257,8 @@ func TestSetIncremental(t *testing.T) {
 				if got := render(s.State()); got != render(want) {
 					t.Fatalf("seed %d: incremental state:\n%s\nfrom scratch:\n%s", seed, got, render(want))
 				}
-				if !maps.Equal(programmed, s.State().Peers) {
-					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v", seed, programmed, s.State().Peers)
+				if state := maps.Collect(s.State().Peers.All()); !maps.Equal(programmed, state) || s.State().Peers.Len() != len(state) {
+					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v (Len %d)", seed, programmed, state, s.State().Peers.Len())
 				}
 			}
 		}

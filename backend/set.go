@@ -3,6 +3,7 @@ package backend
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -26,6 +27,7 @@ type Set struct {
 	claim ownClaims
 
 	entries map[string]*entry // every lease but the own, by key
+	on      int               // entries programmed
 	// The claims of usable leases. Their subnets all have the config's length, so the first
 	// address names one.
 	bySubnet claims[netip.Addr]
@@ -105,6 +107,7 @@ type entry struct {
 	lost    *Skipped // why it lost a claim to another peer; nil if it did not
 	said    *Skipped // the skip last reported in a Result, so that each is reported once
 	claimed bool     // registered in the claim indexes
+	on      bool     // programmed: c.peer is in the State
 	next    [claimKinds]*entry
 }
 
@@ -121,6 +124,7 @@ func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
 		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC)}
 	s.st = b.State(own.Subnet, masquerade)
+	s.st.Peers = programmed{s}
 	s.own, s.claim = own, b.ownClaims(own)
 	return s
 }
@@ -165,16 +169,20 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 	}
 	var touched touchList
 	e := &entry{key: key, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
-	if old := s.entries[key]; old != nil {
+	old := s.entries[key]
+	if old != nil {
 		s.unclaim(old, &touched)
 		e.said = old.said
+		if old.on {
+			s.on--
+		}
 	}
 	if e.typ == s.b.Type() {
 		e.typ = s.b.Type() // share the string rather than keep one per lease
 	}
 	s.entries[key] = e
 	s.settle(e, &touched)
-	s.resolve(touched, r)
+	s.resolve(touched, r, old)
 }
 
 // Remove drops the lease key.
@@ -186,11 +194,11 @@ func (s *Set) Remove(key string, r *Result) {
 	var touched touchList
 	s.unclaim(e, &touched)
 	delete(s.entries, key)
-	if old, ok := s.st.Peers[key]; ok {
-		delete(s.st.Peers, key)
-		r.change(key, old, Peer{})
+	if e.on {
+		s.on--
+		r.change(key, e.c.peer, Peer{})
 	}
-	s.resolve(touched, r)
+	s.resolve(touched, r, nil)
 }
 
 // SetOwn changes the node's own lease (a renewal that moved it, a new VTEP MAC): every lease
@@ -210,7 +218,7 @@ func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
 	for _, e := range all {
 		s.settle(e, nil)
 	}
-	s.resolve(all, r)
+	s.resolve(all, r, nil)
 	return ownChanged
 }
 
@@ -283,8 +291,9 @@ func (s *Set) rival(e *entry) *Skipped {
 }
 
 // resolve decides, for every touched entry, whether it is programmed, and records what
-// changed in r.
-func (s *Set) resolve(touched touchList, r *Result) {
+// changed in r. replaced, if not nil, is the entry a Put just replaced: what it programmed is
+// what its successor's change starts from.
+func (s *Set) resolve(touched touchList, r *Result, replaced *entry) {
 	// In key order, so that a Result is the same whatever the order of the Set's maps.
 	slices.SortFunc(touched, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
 	for _, e := range touched {
@@ -300,14 +309,43 @@ func (s *Set) resolve(touched touchList, r *Result) {
 			r.Skipped = append(r.Skipped, *now)
 		}
 		e.said = now
-		old, had := s.st.Peers[e.key]
+		had, old := e.on, e.c.peer
+		if replaced != nil && replaced.key == e.key {
+			had, old = replaced.on, replaced.c.peer
+		}
+		if !had {
+			old = Peer{}
+		}
 		switch {
-		case now == nil && (!had || old != e.c.peer):
-			s.st.Peers[e.key] = e.c.peer
-			r.change(e.key, old, e.c.peer)
-		case now != nil && had:
-			delete(s.st.Peers, e.key)
+		case now == nil:
+			if !e.on {
+				e.on = true
+				s.on++
+			}
+			if !had || old != e.c.peer {
+				r.change(e.key, old, e.c.peer)
+			}
+		case e.on:
+			e.on = false
+			s.on--
 			r.change(e.key, old, Peer{})
+		case had: // the replaced entry was programmed, its successor is not
+			r.change(e.key, old, Peer{})
+		}
+	}
+}
+
+// programmed is the State's view of a Set: the peers of the entries that are on.
+type programmed struct{ s *Set }
+
+func (p programmed) Len() int { return p.s.on }
+
+func (p programmed) All() iter.Seq2[string, Peer] {
+	return func(yield func(string, Peer) bool) {
+		for _, e := range p.s.entries {
+			if e.on && !yield(e.key, e.c.peer) {
+				return
+			}
 		}
 	}
 }

@@ -111,7 +111,7 @@ func (b *Backend) Config() *subnet.Config { return b.cfg }
 
 // State is the State of a node holding own, before any peer is known.
 func (b *Backend) State(own netip.Prefix, masquerade bool) *State {
-	st := &State{Config: b.cfg, Own: own, Underlay: b.node.Underlay, Masquerade: masquerade, Peers: map[string]Peer{}}
+	st := &State{Config: b.cfg, Own: own, Underlay: b.node.Underlay, Masquerade: masquerade, Peers: PeerMap{}}
 	if b.dev != nil {
 		dev := *b.dev
 		st.Device = &dev

@@ -388,7 +388,7 @@ func diagnose(n node) DoctorReport {
 		add("peers", resultWarn, fmt.Sprintf("lease %s skipped: %s", s.Key, s.Reason),
 			"another node publishes it: fix that node, or delete the lease if the node is gone")
 	}
-	add("peers", resultOK, fmt.Sprintf("%d to program, %d skipped", len(e.state.Peers), len(e.skipped)), "")
+	add("peers", resultOK, fmt.Sprintf("%d to program, %d skipped", e.state.Peers.Len(), len(e.skipped)), "")
 	return report(nodeDesc, fs)
 }
 

@@ -545,7 +545,7 @@ func (d *daemon) converge(ctx context.Context) error {
 	if !d.notified {
 		d.notified = true
 		d.startupDone = time.Now()
-		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, len(st.Peers))
+		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, st.Peers.Len())
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
@@ -554,7 +554,7 @@ func (d *daemon) converge(ctx context.Context) error {
 		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {
-		d.log.Info("data plane converged", "changes", changes.String(), "full", u.Full, "peers", len(st.Peers), "took", took)
+		d.log.Info("data plane converged", "changes", changes.String(), "full", u.Full, "peers", st.Peers.Len(), "took", took)
 	}
 	return nil
 }

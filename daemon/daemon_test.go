@@ -57,18 +57,19 @@ func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
+	want := maps.Collect(st.Peers.All())
 	if u.Full || p.have == nil {
-		for k, peer := range st.Peers {
+		for k, peer := range want {
 			if p.have[k] != peer {
 				n++
 			}
 		}
 		for k := range p.have {
-			if _, ok := st.Peers[k]; !ok {
+			if _, ok := want[k]; !ok {
 				n++
 			}
 		}
-		p.have = maps.Clone(st.Peers)
+		p.have = want
 	} else {
 		for _, c := range u.Peers {
 			if have := p.have[c.Key]; have != c.Old && p.mismatch == nil {
@@ -81,8 +82,8 @@ func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update
 			}
 			n++
 		}
-		if !maps.Equal(p.have, st.Peers) && p.mismatch == nil {
-			p.mismatch = fmt.Errorf("after an incremental update the plane holds %d peers, the State %d", len(p.have), len(st.Peers))
+		if (!maps.Equal(p.have, want) || st.Peers.Len() != len(want)) && p.mismatch == nil {
+			p.mismatch = fmt.Errorf("after an incremental update the plane holds %d peers, the State %d", len(p.have), st.Peers.Len())
 		}
 	}
 	p.states = append(p.states, applied{peers: maps.Clone(p.have), full: u.Full})

@@ -24,7 +24,7 @@ func testState(tb testing.TB, vxlan bool) *backend.State {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st := &backend.State{Config: cfg, Own: pfx("10.244.1.0/24"), Underlay: "ul0", Peers: map[string]backend.Peer{}}
+	st := &backend.State{Config: cfg, Own: pfx("10.244.1.0/24"), Underlay: "ul0", Peers: backend.PeerMap{}}
 	if vxlan {
 		dev := testDevice()
 		st.Device = &dev
@@ -75,32 +75,32 @@ func TestApplyIncremental(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 150 {
 		var changes []backend.PeerChange
-		before := maps.Clone(st.Peers)
+		before := maps.Clone(peersOf(st))
 		for range 1 + rng.IntN(3) {
 			key, p := randomPeer(rng)
-			old, had := st.Peers[key]
+			old, had := peersOf(st)[key]
 			if had && rng.IntN(3) == 0 {
-				delete(st.Peers, key)
+				delete(peersOf(st), key)
 				changes = append(changes, backend.PeerChange{Key: key, Old: old})
 				continue
 			}
 			// A MAC or a public IP in use by another peer would be skipped by the backend.
 			clash := false
-			for k, o := range st.Peers {
+			for k, o := range peersOf(st) {
 				clash = clash || k != key && (o.PublicIP == p.PublicIP || p.Overlay() && o.VTEPMAC == p.VTEPMAC)
 			}
 			if clash || old == p {
 				continue
 			}
-			st.Peers[key] = p
+			peersOf(st)[key] = p
 			changes = append(changes, backend.PeerChange{Key: key, Old: old, New: p})
 		}
 		// One change per key, from what was programmed to what is wanted, as a Set's
 		// Result gives them.
 		changes = changes[:0]
-		for key := range keysOf(before, st.Peers) {
-			if before[key] != st.Peers[key] {
-				changes = append(changes, backend.PeerChange{Key: key, Old: before[key], New: st.Peers[key]})
+		for key := range keysOf(before, peersOf(st)) {
+			if before[key] != peersOf(st)[key] {
+				changes = append(changes, backend.PeerChange{Key: key, Old: before[key], New: peersOf(st)[key]})
 			}
 		}
 		c := f.apply(st, backend.Update{Peers: changes})
@@ -117,12 +117,12 @@ func TestApplyHostGW(t *testing.T) {
 	st := testState(t, false)
 	f.apply(st, backend.Update{Full: true})
 	p2 := backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2")}
-	st.Peers["a"] = p2
+	peersOf(st)["a"] = p2
 	if c := f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "a", New: p2}}}); c["route"] != 1 {
 		t.Errorf("adding a peer wrote %v, want one route", c)
 	}
 	checkList(t, "routes", f.routes(), "10.244.2.0/24 via 192.168.50.2 dev ul0")
-	delete(st.Peers, "a")
+	delete(peersOf(st), "a")
 	if c := f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "a", Old: p2}}}); c["route"] != 1 {
 		t.Errorf("removing a peer wrote %v, want one route", c)
 	}
@@ -138,7 +138,7 @@ func TestWatchModel(t *testing.T) {
 	_, err := f.p.Prepare(t.Context(), st)
 	f.must(err)
 	p2 := backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2"), VTEPMAC: mac("aa:00:00:00:00:02")}
-	st.Peers["p2"] = p2
+	peersOf(st)["p2"] = p2
 	f.apply(st, backend.Update{Full: true})
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -158,10 +158,10 @@ func TestWatchModel(t *testing.T) {
 		p := backend.Peer{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(10 + i), 0}), 24),
 			PublicIP: netip.AddrFrom4([4]byte{192, 168, 50, byte(10 + i)}), VTEPMAC: backend.MAC{0xaa, 1, 0, 0, 0, byte(i)}}
 		key := fmt.Sprint(i)
-		st.Peers[key] = p
+		peersOf(st)[key] = p
 		f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: key, New: p}}})
 	}
-	delete(st.Peers, "p2")
+	delete(peersOf(st), "p2")
 	f.apply(st, backend.Update{Peers: []backend.PeerChange{{Key: "p2", Old: p2}}})
 	if n := settle(); n != 0 {
 		t.Errorf("%d drift calls for the plane's own 21 incremental writes, want none", n)
@@ -210,7 +210,7 @@ func TestWatchModel(t *testing.T) {
 }
 
 // keysOf is the union of the maps' keys.
-func keysOf(a, b map[string]backend.Peer) map[string]bool {
+func keysOf(a, b backend.PeerMap) map[string]bool {
 	out := map[string]bool{}
 	for k := range a {
 		out[k] = true
@@ -245,7 +245,7 @@ func TestSwitchToNexthops(t *testing.T) {
 	for i := range 5 {
 		p := backend.Peer{Subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(2 + i), 0}), 24),
 			PublicIP: netip.AddrFrom4([4]byte{192, 168, 50, byte(2 + i)}), VTEPMAC: backend.MAC{0xaa, 0, 0, 0, 0, byte(2 + i)}}
-		st.Peers[fmt.Sprint(i)] = p
+		peersOf(st)[fmt.Sprint(i)] = p
 	}
 	f.p.nexthops = false
 	f.apply(st, backend.Update{Full: true})

@@ -174,8 +174,8 @@ func WantOf(st *backend.State, nexthops bool) (Want, Ownership) {
 	if st.Device != nil {
 		w.Addrs = st.DeviceAddresses()
 	}
-	w.Routes = make([]Route, 0, len(st.Peers))
-	for _, p := range st.Peers {
+	w.Routes = make([]Route, 0, st.Peers.Len())
+	for _, p := range st.Peers.All() {
 		e := l.entriesOf(p)
 		w.Routes = append(w.Routes, e.route)
 		if e.nh != nil {

@@ -388,6 +388,9 @@ func TestChangesString(t *testing.T) {
 	}
 }
 
+// peersOf is the peers of a State built by hand, to change.
+func peersOf(st *backend.State) backend.PeerMap { return st.Peers.(backend.PeerMap) }
+
 // BenchmarkDiff20k: the full diff of 20k peers (start-up, resync, drift): the kernel holds
 // every entry but one route, which has another gateway.
 func BenchmarkDiff20k(b *testing.B) {
@@ -396,10 +399,10 @@ func BenchmarkDiff20k(b *testing.B) {
 		b.Fatal(err)
 	}
 	st := &backend.State{Config: cfg, Own: pfx("10.0.0.0/24"), Underlay: "eth0",
-		Device: &backend.VXLANDevice{Name: vx, VNI: 1}, Peers: map[string]backend.Peer{}}
+		Device: &backend.VXLANDevice{Name: vx, VNI: 1}, Peers: backend.PeerMap{}}
 	for i := 1; i <= 20000; i++ {
 		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
-		st.Peers[sn.String()] = backend.Peer{Subnet: sn, PublicIP: netip.AddrFrom4([4]byte{172, 16, byte(i >> 8), byte(i)}),
+		peersOf(st)[sn.String()] = backend.Peer{Subnet: sn, PublicIP: netip.AddrFrom4([4]byte{172, 16, byte(i >> 8), byte(i)}),
 			VTEPMAC: backend.MAC{0x0e, 0, 0, 0, byte(i >> 8), byte(i)}}
 	}
 	want, own := WantOf(st, true)

@@ -43,10 +43,10 @@ func (m *model) reset(st *backend.State, nexthops bool) {
 		m.dev = st.Device.Name
 	}
 	m.addrs = st.DeviceAddresses()
-	m.peers = make(map[[4]byte]hop, len(st.Peers))
+	m.peers = make(map[[4]byte]hop, st.Peers.Len())
 	m.other = map[netip.Prefix]backend.Peer{}
-	m.macs = make(map[backend.MAC]netip.Prefix, len(st.Peers))
-	for _, p := range st.Peers {
+	m.macs = make(map[backend.MAC]netip.Prefix, st.Peers.Len())
+	for _, p := range st.Peers.All() {
 		m.learnLocked(p)
 	}
 }

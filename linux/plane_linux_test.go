@@ -522,7 +522,7 @@ func TestWatch(t *testing.T) {
 	_, err := f.p.EnsureVXLAN(dev)
 	f.must(err)
 	st := testState(t, true)
-	st.Peers["p2"] = backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2"), VTEPMAC: mac("aa:00:00:00:00:02")}
+	peersOf(st)["p2"] = backend.Peer{Subnet: pfx("10.244.2.0/24"), PublicIP: ip("192.168.50.2"), VTEPMAC: mac("aa:00:00:00:00:02")}
 	f.apply(st, backend.Update{Full: true})
 
 	ctx, cancel := context.WithCancel(t.Context())

@@ -36,7 +36,7 @@ func overlayPeers(st *backend.State) ([]Peer, error) {
 	}
 	var peers []Peer
 	var errs []error
-	for _, bp := range st.Peers {
+	for _, bp := range st.Peers.All() {
 		p, err := overlayPeer(bp)
 		if err != nil {
 			errs = append(errs, err)

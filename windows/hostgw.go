@@ -186,7 +186,7 @@ func (p *Plane) reconcileHostGW(ctx context.Context, st *backend.State, owned ow
 	}
 	var errs []error
 	var want []HostRoute
-	for _, peer := range st.Peers {
+	for _, peer := range st.Peers.All() {
 		idx, ok := onLinkIndex(ifs, peer.PublicIP)
 		if !ok {
 			errs = append(errs, fmt.Errorf("route to %s: no interface is on the network of %s", peer.Subnet, peer.PublicIP))

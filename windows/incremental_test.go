@@ -81,7 +81,7 @@ func TestIncrementalPolicies(t *testing.T) {
 		t.Errorf("a full Apply after the incremental ones changed %v (%v), want nothing", ch, err)
 	}
 	net, _ := n.hns.NetworkByName("flannel.4096")
-	if got, want := len(net.PoliciesOf(PolicyRemoteSubnetRoute)), len(set.State().Peers); got != want {
+	if got, want := len(net.PoliciesOf(PolicyRemoteSubnetRoute)), set.State().Peers.Len(); got != want {
 		t.Errorf("%d RemoteSubnetRoute policies, %d peers", got, want)
 	}
 }
