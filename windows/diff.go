@@ -10,90 +10,44 @@ import (
 	"github.com/weftnet/weft/backend"
 )
 
-// Peer is an overlay peer as HNS programs it: its subnet behind its public IP (the provider
-// address), encapsulated to its VTEP MAC (a Linux node's flannel.<VNI> MAC, a Windows node's
-// DR MAC). VTEP is the peer's VTEP address, <subnet>.0.
-type Peer struct {
-	Subnet   netip.Prefix
-	VTEP     netip.Addr
-	VtepMAC  backend.MAC
-	PublicIP netip.Addr
+// scope is what the plane may change: destinations inside the cluster network, except the
+// node's own subnet (the CNI plugin's and HNS's).
+type scope struct {
+	network, own netip.Prefix
 }
 
-// overlayPeer is a State's peer as HNS programs it; a peer routed around the overlay
-// (DirectRouting) cannot be had on Windows.
-func overlayPeer(p backend.Peer) (Peer, error) {
-	if !p.Overlay() {
-		return Peer{}, fmt.Errorf("peer %s via %s: DirectRouting is not supported on Windows", p.Subnet, p.PublicIP)
-	}
-	return Peer{Subnet: p.Subnet, VTEP: p.VTEP(), VtepMAC: p.VTEPMAC, PublicIP: p.PublicIP}, nil
+// within reports whether p equals or lies inside n.
+func within(p, n netip.Prefix) bool {
+	return p.IsValid() && n.IsValid() && n.Bits() <= p.Bits() && n.Contains(p.Addr())
 }
 
-// overlayPeers are the overlay peers of a vxlan State, in subnet order.
-func overlayPeers(st *backend.State) ([]Peer, error) {
-	if st.Device == nil {
-		return nil, nil
-	}
-	var peers []Peer
-	var errs []error
-	for _, bp := range st.Peers.All() {
-		p, err := overlayPeer(bp)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		peers = append(peers, p)
-	}
-	slices.SortFunc(peers, func(a, b Peer) int { return a.Subnet.Addr().Compare(b.Subnet.Addr()) })
-	return peers, errors.Join(errs...)
-}
-
-// ownership says which HNS policies, endpoints and host routes are the daemon's: those for
-// destinations inside the cluster network, not the node's own subnet (the CNI's and HNS's).
-type ownership struct {
-	Networks []netip.Prefix
-	Own      []netip.Prefix
-}
-
-func ownershipOf(st *backend.State) ownership {
-	o := ownership{Networks: []netip.Prefix{st.Network()}}
-	if st.Own.IsValid() {
-		o.Own = []netip.Prefix{st.Own}
-	}
-	return o
-}
-
-// within reports whether p equals or lies inside one of nets.
-func within(p netip.Prefix, nets []netip.Prefix) bool {
-	for _, n := range nets {
-		if p.IsValid() && n.IsValid() && n.Bits() <= p.Bits() && n.Contains(p.Addr()) {
-			return true
-		}
-	}
-	return false
-}
-
-// ours reports whether a destination is one the daemon programs: inside the cluster
-// networks, not the node's own subnet (the CNI's and HNS's).
-func ours(dst netip.Prefix, owned ownership) bool {
-	return within(dst, owned.Networks) && !within(dst, owned.Own)
+// ours reports whether a destination is one the plane programs.
+func (s scope) ours(dst netip.Prefix) bool {
+	return within(dst, s.network) && !within(dst, s.own)
 }
 
 // rsrPlan is how to turn a network's RemoteSubnetRoute policies into the wanted ones.
 // Removals go first: HNS takes one policy per destination.
 type rsrPlan struct {
 	Remove []Policy // exactly as HNS reported them, so that HNS finds them
-	Add    []Policy
+	Add    []rsrEntry
+	Keep   map[netip.Prefix]Policy // those that stay, as HNS reported them
+}
+
+// rsrEntry is the policy for one destination.
+type rsrEntry struct {
+	Dst    netip.Prefix
+	Policy Policy
 }
 
 // rsrSettings is the RemoteSubnetRoute for a peer; the MAC in flannel's form, so that a
 // node moving from flanneld to weftd finds its policies unchanged.
-func rsrSettings(p Peer, vni uint32) RemoteSubnetRouteSettings {
+func rsrSettings(p backend.Peer, vni uint32) RemoteSubnetRouteSettings {
 	return RemoteSubnetRouteSettings{
 		DestinationPrefix:           p.Subnet.String(),
 		IsolationID:                 uint16(vni), // checked to fit when the network is made
 		ProviderAddress:             p.PublicIP.String(),
-		DistributedRouterMacAddress: p.VtepMAC.String(),
+		DistributedRouterMacAddress: p.VTEPMAC.String(),
 	}
 }
 
@@ -112,34 +66,40 @@ func sameRSR(have, want RemoteSubnetRouteSettings) bool {
 	return hm == wm && hp == wp && hd == wd && have.IsolationID == want.IsolationID
 }
 
+// sameRSRPolicy is sameRSR of two policies' settings.
+func sameRSRPolicy(have, want Policy) bool {
+	var h, w RemoteSubnetRouteSettings
+	return have.Type == PolicyRemoteSubnetRoute && want.Type == PolicyRemoteSubnetRoute &&
+		have.Decode(&h) == nil && want.Decode(&w) == nil && sameRSR(h, w)
+}
+
 // diffRemoteSubnetRoutes plans the RemoteSubnetRoute policies of the overlay network: one
 // per peer; ours that match a peer stay untouched, ours that do not are removed; policies
 // for destinations outside the cluster network are someone else's and stay.
-func diffRemoteSubnetRoutes(peers []Peer, vni uint32, have []Policy, owned ownership) rsrPlan {
+func diffRemoteSubnetRoutes(peers []backend.Peer, vni uint32, have []Policy, sc scope) rsrPlan {
 	want := map[netip.Prefix]RemoteSubnetRouteSettings{}
 	for _, p := range peers {
 		want[p.Subnet] = rsrSettings(p, vni)
 	}
-	kept := map[netip.Prefix]bool{}
-	var plan rsrPlan
+	plan := rsrPlan{Keep: map[netip.Prefix]Policy{}}
 	for _, pol := range have {
 		var s RemoteSubnetRouteSettings
 		if pol.Type != PolicyRemoteSubnetRoute || pol.Decode(&s) != nil {
 			continue
 		}
 		dst, err := netip.ParsePrefix(s.DestinationPrefix)
-		if err != nil || !ours(dst, owned) {
+		if err != nil || !sc.ours(dst) {
 			continue
 		}
-		if w, ok := want[dst]; ok && !kept[dst] && sameRSR(s, w) {
-			kept[dst] = true
+		if w, ok := want[dst]; ok && plan.Keep[dst].Type == "" && sameRSR(s, w) {
+			plan.Keep[dst] = pol
 			continue
 		}
 		plan.Remove = append(plan.Remove, pol)
 	}
 	for _, p := range peers {
-		if !kept[p.Subnet] {
-			plan.Add = append(plan.Add, RemoteSubnetRoutePolicy(want[p.Subnet]))
+		if _, ok := plan.Keep[p.Subnet]; !ok {
+			plan.Add = append(plan.Add, rsrEntry{Dst: p.Subnet, Policy: RemoteSubnetRoutePolicy(want[p.Subnet])})
 		}
 	}
 	return plan
@@ -184,7 +144,7 @@ func remoteEndpoint(networkID, macPrefix string, ip, pa netip.Addr) HostComputeE
 		IPConfigurations:   []IPConfig{{IPAddress: ip.String()}},
 		MacAddress:         conjureMAC(macPrefix, ip),
 		Flags:              EndpointRemote,
-		SchemaVersion:      schemaV2(),
+		SchemaVersion:      SchemaV2(),
 	}
 }
 
@@ -193,12 +153,24 @@ func remoteEndpoint(networkID, macPrefix string, ip, pa netip.Addr) HostComputeE
 type epPlan struct {
 	Delete []HostComputeEndpoint
 	Create []HostComputeEndpoint
+	Keep   map[netip.Addr]remoteEP // those that stay
+}
+
+// remoteEPOf is how the model keeps an endpoint HNS reported.
+func remoteEPOf(ep *HostComputeEndpoint) remoteEP {
+	mac, _ := backend.ParseMAC(ep.MacAddress) // zero if unreadable: then it matches no wanted one
+	return remoteEP{id: ep.ID, name: ep.Name, mac: mac, pa: ep.ProviderAddress()}
+}
+
+// same reports whether two endpoints stand for the same peer's pod the same way.
+func (e remoteEP) same(o remoteEP) bool {
+	return e.mac != backend.MAC{} && e.mac == o.mac && e.name == o.name && e.pa == o.pa
 }
 
 // diffRemoteEndpoints plans the remote endpoints of the overlay network: one per pod
 // address of every peer. Only remote endpoints named by weft, for addresses in the cluster
 // network, are ours; local endpoints and kube-proxy's remote ones are never touched.
-func diffRemoteEndpoints(peers []Peer, networkID, macPrefix string, have []HostComputeEndpoint, owned ownership) epPlan {
+func diffRemoteEndpoints(peers []backend.Peer, networkID, macPrefix string, have []HostComputeEndpoint, sc scope) epPlan {
 	want := map[netip.Addr]HostComputeEndpoint{}
 	var order []netip.Addr
 	for _, p := range peers {
@@ -207,33 +179,26 @@ func diffRemoteEndpoints(peers []Peer, networkID, macPrefix string, have []HostC
 			order = append(order, ip)
 		}
 	}
-	kept := map[netip.Addr]bool{}
-	var plan epPlan
+	plan := epPlan{Keep: map[netip.Addr]remoteEP{}}
 	for _, ep := range have {
 		ip := ep.IP()
 		if ep.Flags&EndpointRemote == 0 || !strings.HasPrefix(ep.Name, remoteEndpointPrefix) ||
-			!ip.IsValid() || !ours(netip.PrefixFrom(ip, 32), owned) {
+			!ip.IsValid() || !sc.ours(netip.PrefixFrom(ip, 32)) {
 			continue
 		}
-		if w, ok := want[ip]; ok && !kept[ip] && sameEndpoint(ep, w) {
-			kept[ip] = true
+		_, kept := plan.Keep[ip]
+		if w, ok := want[ip]; ok && !kept && remoteEPOf(&ep).same(remoteEPOf(&w)) {
+			plan.Keep[ip] = remoteEPOf(&ep)
 			continue
 		}
 		plan.Delete = append(plan.Delete, ep)
 	}
 	for _, ip := range order {
-		if !kept[ip] {
+		if _, kept := plan.Keep[ip]; !kept {
 			plan.Create = append(plan.Create, want[ip])
 		}
 	}
 	return plan
-}
-
-func sameEndpoint(have, want HostComputeEndpoint) bool {
-	hm, err1 := backend.ParseMAC(have.MacAddress)
-	wm, err2 := backend.ParseMAC(want.MacAddress)
-	return err1 == nil && err2 == nil && hm == wm && have.Name == want.Name &&
-		have.ProviderAddress() == want.ProviderAddress()
 }
 
 // routePlan is how to turn the host's routes into the wanted ones; additions go first, so a
@@ -245,7 +210,7 @@ type routePlan struct {
 
 // diffRoutes plans host-gw's routes. Ours are static routes through a gateway to a
 // destination in the cluster network, not the node's own subnet.
-func diffRoutes(want, have []HostRoute, owned ownership) routePlan {
+func diffRoutes(want, have []HostRoute, sc scope) routePlan {
 	var plan routePlan
 	for _, w := range want {
 		if !slices.ContainsFunc(have, w.same) {
@@ -253,7 +218,7 @@ func diffRoutes(want, have []HostRoute, owned ownership) routePlan {
 		}
 	}
 	for _, h := range have {
-		if h.Protocol != ProtoNetMgmt || !h.NextHop.IsValid() || h.NextHop.IsUnspecified() || !ours(h.Dst, owned) {
+		if h.Protocol != ProtoNetMgmt || !h.NextHop.IsValid() || h.NextHop.IsUnspecified() || !sc.ours(h.Dst) {
 			continue
 		}
 		if !slices.ContainsFunc(want, h.same) {

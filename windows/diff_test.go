@@ -1,13 +1,13 @@
 package windows
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/subnet"
 )
 
 func mustMAC(s string) backend.MAC {
@@ -18,14 +18,18 @@ func mustMAC(s string) backend.MAC {
 	return m
 }
 
-func peer(sn, pub, mac string) Peer {
-	p := netip.MustParsePrefix(sn)
-	return Peer{Subnet: p, VTEP: p.Addr(), VtepMAC: mustMAC(mac), PublicIP: netip.MustParseAddr(pub)}
+func peer(sn, pub, mac string) backend.Peer {
+	return backend.Peer{Subnet: netip.MustParsePrefix(sn), VTEPMAC: mustMAC(mac), PublicIP: netip.MustParseAddr(pub)}
 }
 
-var owned = ownership{
-	Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
-	Own:      []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")},
+var owned = scope{network: netip.MustParsePrefix("10.244.0.0/16"), own: netip.MustParsePrefix("10.244.1.0/24")}
+
+func added(es []rsrEntry) []Policy {
+	var out []Policy
+	for _, e := range es {
+		out = append(out, e.Policy)
+	}
+	return out
 }
 
 func describe(ps []Policy) string {
@@ -41,7 +45,7 @@ func describe(ps []Policy) string {
 func TestDiffRemoteSubnetRoutes(t *testing.T) {
 	a := peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44")
 	b := peer("10.244.3.0/24", "192.168.1.12", "00:15:5d:c0:00:09")
-	rsr := func(p Peer) Policy { return RemoteSubnetRoutePolicy(rsrSettings(p, 4096)) }
+	rsr := func(p backend.Peer) Policy { return RemoteSubnetRoutePolicy(rsrSettings(p, 4096)) }
 	// As HNS might report it: dashes, upper case.
 	aUpper := RemoteSubnetRoutePolicy(RemoteSubnetRouteSettings{DestinationPrefix: "10.244.2.0/24", IsolationID: 4096, ProviderAddress: "192.168.1.11", DistributedRouterMacAddress: "C6-D2-32-6F-8F-44"})
 	foreign := RemoteSubnetRoutePolicy(RemoteSubnetRouteSettings{DestinationPrefix: "172.16.0.0/24", IsolationID: 4096, ProviderAddress: "192.168.1.99", DistributedRouterMacAddress: "00-15-5D-00-00-01"})
@@ -49,25 +53,25 @@ func TestDiffRemoteSubnetRoutes(t *testing.T) {
 	otherVNI := RemoteSubnetRoutePolicy(RemoteSubnetRouteSettings{DestinationPrefix: "10.244.2.0/24", IsolationID: 4097, ProviderAddress: "192.168.1.11", DistributedRouterMacAddress: "c6:d2:32:6f:8f:44"})
 	for _, tc := range []struct {
 		name        string
-		peers       []Peer
+		peers       []backend.Peer
 		have        []Policy
 		remove, add string
 	}{
-		{"cold", []Peer{a, b}, nil, "", describe([]Policy{rsr(a), rsr(b)})},
-		{"converged", []Peer{a, b}, []Policy{rsr(b), rsr(a)}, "", ""},
-		{"HNS's spelling of the MAC", []Peer{a}, []Policy{aUpper}, "", ""},
-		{"peer gone", []Peer{a}, []Policy{rsr(a), rsr(b)}, describe([]Policy{rsr(b)}), ""},
-		{"MAC changed", []Peer{peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:45")}, []Policy{rsr(a)},
+		{"cold", []backend.Peer{a, b}, nil, "", describe([]Policy{rsr(a), rsr(b)})},
+		{"converged", []backend.Peer{a, b}, []Policy{rsr(b), rsr(a)}, "", ""},
+		{"HNS's spelling of the MAC", []backend.Peer{a}, []Policy{aUpper}, "", ""},
+		{"peer gone", []backend.Peer{a}, []Policy{rsr(a), rsr(b)}, describe([]Policy{rsr(b)}), ""},
+		{"MAC changed", []backend.Peer{peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:45")}, []Policy{rsr(a)},
 			describe([]Policy{rsr(a)}), "10.244.2.0/24>c6:d2:32:6f:8f:45@192.168.1.11"},
-		{"duplicate", []Peer{a}, []Policy{rsr(a), aUpper}, describe([]Policy{aUpper}), ""},
-		{"wrong VNI", []Peer{a}, []Policy{otherVNI}, describe([]Policy{otherVNI}), describe([]Policy{rsr(a)})},
+		{"duplicate", []backend.Peer{a}, []Policy{rsr(a), aUpper}, describe([]Policy{aUpper}), ""},
+		{"wrong VNI", []backend.Peer{a}, []Policy{otherVNI}, describe([]Policy{otherVNI}), describe([]Policy{rsr(a)})},
 		{"not ours", nil, []Policy{foreign, ownSubnet, HostRoutePolicy()}, "", ""},
 	} {
 		plan := diffRemoteSubnetRoutes(tc.peers, 4096, tc.have, owned)
 		if got := describe(plan.Remove); got != tc.remove {
 			t.Errorf("%s: remove %q, want %q", tc.name, got, tc.remove)
 		}
-		if got := describe(plan.Add); got != tc.add {
+		if got := describe(added(plan.Add)); got != tc.add {
 			t.Errorf("%s: add %q, want %q", tc.name, got, tc.add)
 		}
 	}
@@ -90,7 +94,7 @@ func TestDiffRemoteEndpoints(t *testing.T) {
 	}
 	have := []HostComputeEndpoint{want("10.244.2.2", "192.168.1.11"), want("10.244.2.3", "192.168.1.11"), moved,
 		want("10.244.9.2", "192.168.1.19"), kubeProxy, local}
-	plan := diffRemoteEndpoints([]Peer{a}, "net", "0E-2A", have, owned)
+	plan := diffRemoteEndpoints([]backend.Peer{a}, "net", "0E-2A", have, owned)
 	if got, want := names(plan.Delete), "remote_10.244.2.4@192.168.1.99 remote_10.244.9.2@192.168.1.19"; got != want {
 		t.Errorf("delete %q, want %q", got, want)
 	}
@@ -122,36 +126,6 @@ func TestDiffRoutes(t *testing.T) {
 	}
 	if len(plan.Delete) != 2 || plan.Delete[0].Dst.String() != "10.244.3.0/24" || plan.Delete[1].Dst.String() != "10.244.4.0/24" {
 		t.Errorf("delete %v", plan.Delete)
-	}
-}
-
-// TestOverlayPeersFromState: the adapter reads back, from the vxlan backend's State, every
-// peer with its subnet, VTEP, MAC and public IP; DirectRouting routes are refused (the
-// config check refuses DirectRouting on Windows already; this is the plane's own guard).
-func TestOverlayPeersFromState(t *testing.T) {
-	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789,"DirectRouting":true}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.New(cfg, backend.Node{Underlay: "Ethernet", Addr: netip.MustParseAddr("192.168.1.10"), MTU: 1500,
-		Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}, PublicIP: netip.MustParseAddr("192.168.1.10")}, "windows")
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := vxlanLease(t, "10.244.1.0/24", "192.168.1.10", "00:15:5d:c0:00:01")
-	peers := []subnet.Lease{
-		vxlanLease(t, "10.244.3.0/24", "10.0.0.12", "00:15:5d:c0:00:09"),
-		vxlanLease(t, "10.244.2.0/24", "10.0.0.11", "c6:d2:32:6f:8f:44"),
-		vxlanLease(t, "10.244.4.0/24", "192.168.1.13", "6e:11:22:33:44:55"), // on-link: DirectRouting
-	}
-	st, _ := backend.Desired(b, own, peers, false)
-	got, err := overlayPeers(st)
-	if err == nil || !strings.Contains(err.Error(), "DirectRouting") {
-		t.Errorf("DirectRouting route gave %v", err)
-	}
-	want := []Peer{peer("10.244.2.0/24", "10.0.0.11", "c6:d2:32:6f:8f:44"), peer("10.244.3.0/24", "10.0.0.12", "00:15:5d:c0:00:09")}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("peers\n got %v\nwant %v", got, want)
 	}
 }
 
@@ -194,5 +168,29 @@ func TestDefaultRoute(t *testing.T) {
 	}
 	if _, ok := defaultRoute([]HostRoute{r("10.0.0.0/8", 0, 1)}); ok {
 		t.Error("found a default route in none")
+	}
+}
+
+// TestPolicyJSON: the policies' JSON as HNS reads it.
+func TestPolicyJSON(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want string
+	}{
+		{RemoteSubnetRoutePolicy(RemoteSubnetRouteSettings{DestinationPrefix: "192.168.2.0/24", IsolationID: 5000, ProviderAddress: "1.1.1.1", DistributedRouterMacAddress: "00-12-34-56-78-9a"}),
+			`{"Type":"RemoteSubnetRoute","Settings":{"DestinationPrefix":"192.168.2.0/24","IsolationId":5000,"ProviderAddress":"1.1.1.1","DistributedRouterMacAddress":"00-12-34-56-78-9a"}}`},
+		{HostRoutePolicy(), `{"Type":"HostRoute","Settings":{}}`},
+		{VSIDPolicy(4096), `{"Type":"VSID","Settings":{"IsolationId":4096}}`},
+		{NetAdapterNamePolicy("Ethernet"), `{"Type":"NetAdapterName","Settings":{"NetworkAdapterName":"Ethernet"}}`},
+		{ProviderAddressPolicy(netip.MustParseAddr("10.0.0.5")), `{"Type":"ProviderAddress","Settings":{"ProviderAddress":"10.0.0.5"}}`},
+		{DrMacAddressPolicy("00-15-5D-01-02-03"), `{"Type":"DrMacAddress","Settings":{"Address":"00-15-5D-01-02-03"}}`},
+	} {
+		b, err := json.Marshal(tc.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("got  %s\nwant %s", b, tc.want)
+		}
 	}
 }

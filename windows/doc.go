@@ -3,12 +3,12 @@
 // Almost all of it is OS-neutral, so it is built and tested on Linux:
 //   - weft's model of the HNS v2 objects it uses (HostComputeNetwork, HostComputeEndpoint,
 //     HostComputeNamespace, their policies), whose JSON is HNS's own;
-//   - Client, the few HNS calls the plane makes, and MemHNS, an in-memory HNS that refuses
-//     what HNS refuses and records every request;
-//   - Host, the host's IPv4 interfaces and route table as host-gw needs them, and MemHost;
-//   - Plane, which serves the daemon: it creates or adopts the VXLAN Overlay network (or the
-//     host-gw L2Bridge network) once the node's subnet is chosen, before the lease is
-//     published (see Plane.PrepareVXLAN), and converges peers by diff.
+//   - Client, the few HNS calls the plane makes, and Host, the host's IPv4 interfaces and
+//     route table as host-gw needs them (their in-memory doubles are in hnstest);
+//   - Plane, a backend.Plane: Prepare creates or adopts the VXLAN Overlay network (or the
+//     host-gw L2Bridge network) once the lease acquisition has chosen the node's subnet,
+//     before the lease is published; Apply converges peers, by a diff of a listing on a
+//     full update and from its model of what it programmed otherwise.
 //
 // Only the adapters are Windows-only: the hcsshim hcn client (hcn_windows.go) and the IP
 // Helper route table (host_windows.go).

@@ -1,4 +1,4 @@
-package windows
+package windows_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -54,6 +58,8 @@ const (
 	testAdapter = "Ethernet"
 )
 
+var hns10 = windows.Version{Major: 10, Minor: 0}
+
 func mustConfig(t *testing.T, js string) *subnet.Config {
 	t.Helper()
 	cfg, err := subnet.ParseConfig([]byte(js))
@@ -66,67 +72,74 @@ func mustConfig(t *testing.T, js string) *subnet.Config {
 	return cfg
 }
 
-// winNode is a Windows node: its HNS and host, and weftd's plane on them. A restart is a
-// new plane on the same HNS; a reboot also empties HNS of non-persistent networks.
+// winNode is a Windows node as weftd drives it: its HNS and host, the backend built from
+// the config, the plane, and the Set of peer leases whose changes the plane is given. A
+// restart is a new plane (and backend and Set) on the same HNS; a reboot also empties HNS of
+// non-persistent networks.
 type winNode struct {
 	t     *testing.T
 	cfg   *subnet.Config
 	clock *fakeClock
-	hns   *MemHNS
-	host  *MemHost
-	pcfg  Config
-	plane *Plane
+	hns   *hnstest.HNS
+	host  *hnstest.Host
+	pcfg  windows.Config
+	plane *windows.Plane
+	b     *backend.Backend
 	pub   netip.Addr
 	own   subnet.Lease
+	// set holds the peer leases; nil until the first convergence after an acquisition,
+	// which is a full Apply, as the daemon's first one is.
+	set *backend.Set
 	// underlay is the interface holding the public IP when weftd started, as the daemon
 	// picks it: "vEthernet (Ethernet)" once HNS made a vSwitch.
 	underlay string
 }
 
-func newWinNode(t *testing.T, cfg *subnet.Config, pub string, v Version, pcfg Config) *winNode {
+func newWinNode(t *testing.T, cfg *subnet.Config, pub string, v windows.Version, pcfg windows.Config, opts ...func(*hnstest.Options)) *winNode {
 	n := &winNode{t: t, cfg: cfg, clock: newClock(), pub: netip.MustParseAddr(pub), pcfg: pcfg}
-	n.host = NewMemHost(Interface{Index: 4, Name: testAdapter, Prefixes: []netip.Prefix{netip.PrefixFrom(n.pub, 24)}})
-	n.hns = NewMemHNS(MemOptions{Version: v, ManagementIP: n.pub, Blip: testBlip, Now: n.clock.Now, Host: n.host})
+	n.host = hnstest.NewHost(windows.Interface{Index: 4, Name: testAdapter, Prefixes: []netip.Prefix{netip.PrefixFrom(n.pub, 24)}})
+	o := hnstest.Options{Version: v, ManagementIP: n.pub, Blip: testBlip, Now: n.clock.Now, Host: n.host}
+	for _, f := range opts {
+		f(&o)
+	}
+	n.hns = hnstest.New(o)
 	n.restart()
 	return n
 }
 
-// restart is a new weftd process.
+// restart is a new weftd process: it picks the interface, builds its backend and plane.
 func (n *winNode) restart() {
+	n.t.Helper()
 	ifs, _ := n.host.Interfaces()
-	if i, ok := onLinkIndex(ifs, n.pub); ok {
-		for _, x := range ifs {
-			if x.Index == i {
-				n.underlay = x.Name
-			}
+	for _, i := range ifs {
+		if slices.ContainsFunc(i.Prefixes, func(p netip.Prefix) bool { return p.Addr() == n.pub }) {
+			n.underlay = i.Name
 		}
 	}
 	c := n.pcfg
 	c.Sleep = n.clock.Sleep
-	n.plane = New(n.hns, n.host, c, testLogger(n.t))
-}
-
-// backend is the node's backend, built as weftd builds it on Windows.
-func (n *winNode) backend() *backend.Backend {
-	n.t.Helper()
-	b, err := backend.New(n.cfg, backend.Node{Underlay: n.underlay, Addr: n.pub, MTU: 1500,
-		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}, PublicIP: n.pub}, "windows")
+	n.plane = windows.New(n.hns, n.host, c, testLogger(n.t))
+	node := backend.Node{Underlay: n.underlay, Addr: n.pub, MTU: 1500, PublicIP: n.pub,
+		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}}
+	b, err := backend.New(n.cfg, node, "windows")
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	return b
+	n.b, n.set = b, nil
+	n.host.ResetCalls()
+	n.hns.ResetCalls()
 }
 
-// acquire runs the plane's Prepare as a datastore would for subnet sn, and returns the
-// lease it would publish.
+// acquire runs the plane's Prepare as the lease acquisition does for subnet sn, and
+// returns the lease it would publish.
 func (n *winNode) acquire(sn string) (subnet.Lease, error) {
-	b := n.backend()
 	p := netip.MustParsePrefix(sn)
-	mac, err := n.plane.Prepare(context.Background(), b.State(p, false))
+	mac, err := n.plane.Prepare(n.t.Context(), n.b.State(p, false))
 	if err != nil {
 		return subnet.Lease{}, err
 	}
-	n.own = subnet.Lease{Subnet: p, Attrs: b.Attrs(mac)}
+	n.own = subnet.Lease{Subnet: p, Attrs: n.b.Attrs(mac)}
+	n.set = nil
 	return n.own, nil
 }
 
@@ -139,17 +152,43 @@ func (n *winNode) mustAcquire(sn string) subnet.Lease {
 	return l
 }
 
-func (n *winNode) desired(peers []subnet.Lease) *backend.State {
-	st, skipped := backend.Desired(n.backend(), n.own, peers, false)
+// converge makes the Set hold exactly peers and applies what changed: all of it the
+// first time (a full Apply), then only the changed peers.
+func (n *winNode) converge(peers []subnet.Lease) (backend.Changes, error) {
+	if n.set == nil {
+		return n.full(peers)
+	}
+	var r backend.Result
+	keep := map[string]bool{}
+	for _, l := range peers {
+		keep[l.Key()] = true
+	}
+	for _, p := range n.set.Peers() {
+		if !keep[p.Key] {
+			n.set.Remove(p.Key, &r)
+		}
+	}
+	for _, l := range peers {
+		n.set.Put(l, &r)
+	}
+	return n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Peers: r.Changes})
+}
+
+// full applies peers in full, from a new Set: the daemon's start, resync or drift repair.
+func (n *winNode) full(peers []subnet.Lease) (backend.Changes, error) {
+	n.set = backend.NewSet(n.b, n.own, false)
+	var r backend.Result
+	for _, l := range peers {
+		n.set.Put(l, &r)
+	}
+	n.logSkipped(r.Skipped)
+	return n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Full: true})
+}
+
+func (n *winNode) logSkipped(skipped []backend.Skipped) {
 	for _, s := range skipped {
 		n.t.Logf("skipped %s: %s", s.Key, s.Reason)
 	}
-	return st
-}
-
-// converge applies the whole State, as weftd does at start and at every resync.
-func (n *winNode) converge(peers []subnet.Lease) (backend.Changes, error) {
-	return n.plane.Apply(context.Background(), n.desired(peers), backend.Update{Full: true})
 }
 
 // mustConverge converges and says what changed ("" for nothing).
@@ -171,7 +210,23 @@ func (n *winNode) vtepMAC() backend.MAC {
 	return d.VtepMAC
 }
 
-// peer is another node's lease.
+// network is the node's HNS network called name.
+func (n *winNode) network(name string) *windows.HostComputeNetwork {
+	n.t.Helper()
+	net, err := n.hns.NetworkByName(name)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return net
+}
+
+// mutations returns the recorded requests and forgets them.
+func (n *winNode) mutations() []hnstest.Request {
+	r := n.hns.Requests()
+	n.hns.ResetRequests()
+	return r
+}
+
 func vxlanLease(t *testing.T, sn, pub, mac string) subnet.Lease {
 	t.Helper()
 	m, err := backend.ParseMAC(mac)
@@ -204,7 +259,7 @@ func (tr *transcript) step(title, changes string) {
 	if changes != "" {
 		fmt.Fprintf(&tr.b, "changes: %s\n", changes)
 	}
-	for _, r := range tr.n.hns.Requests() {
+	for _, r := range tr.n.mutations() {
 		fmt.Fprintf(&tr.b, "request %s", r.Op)
 		if r.ID != "" {
 			fmt.Fprintf(&tr.b, " %s", r.ID)
@@ -214,7 +269,6 @@ func (tr *transcript) step(title, changes string) {
 		}
 		tr.b.WriteString("\n")
 	}
-	tr.n.hns.ResetRequests()
 	tr.b.WriteString(tr.n.hns.Render())
 	if tr.n.cfg.Backend.Type == subnet.BackendHostGW {
 		tr.b.WriteString(tr.n.host.Render())
@@ -223,28 +277,28 @@ func (tr *transcript) step(title, changes string) {
 }
 
 // summarize shortens a request body to what a reader of a transcript looks for.
-func summarize(r Request) string {
+func summarize(r hnstest.Request) string {
 	switch r.Op {
 	case "CreateNetwork":
-		var n HostComputeNetwork
+		var n windows.HostComputeNetwork
 		_ = json.Unmarshal(r.Body, &n)
 		return fmt.Sprintf("%s %s", n.Type, n.Name)
 	case "CreateEndpoint":
-		var ep HostComputeEndpoint
+		var ep windows.HostComputeEndpoint
 		_ = json.Unmarshal(r.Body, &ep)
 		return fmt.Sprintf("%s %s", ep.Name, ep.IP())
 	case "ModifyNetworkSettings":
-		var m ModifyNetworkSettingRequest
-		var pr PolicyNetworkRequest
+		var m windows.ModifyNetworkSettingRequest
+		var pr windows.PolicyNetworkRequest
 		_ = json.Unmarshal(r.Body, &m)
 		_ = json.Unmarshal(m.Settings, &pr)
 		s := string(m.RequestType)
 		for _, p := range pr.Policies {
-			s += fmt.Sprintf(" %s %s", p.Type, canonicalJSON(p.Settings))
+			s += fmt.Sprintf(" %s %s", p.Type, hnstest.CanonicalJSON(p.Settings))
 		}
 		return s
 	}
-	return canonicalJSON(r.Body)
+	return hnstest.CanonicalJSON(r.Body)
 }
 
 func (tr *transcript) check(name string) {
@@ -283,7 +337,7 @@ func lineDiff(want, got string) string {
 		case i < len(w) && j < len(g) && w[i] == g[j]:
 			i++
 			j++
-		case j < len(g) && (i >= len(w) || !contains(w[i:], g[j])):
+		case j < len(g) && (i >= len(w) || !slices.Contains(w[i:], g[j])):
 			fmt.Fprintf(&b, "+%s\n", g[j])
 			j++
 		default:
@@ -294,11 +348,10 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-func contains(lines []string, l string) bool {
-	for _, x := range lines {
-		if x == l {
-			return true
-		}
-	}
-	return false
+// state is the node's HNS and host as text, with object IDs (counted up by the in-memory
+// HNS in the order of creation) left out: two nodes that made the same objects in another
+// order render the same.
+func (n *winNode) state() string {
+	ids := regexp.MustCompile(`[0-9A-F]{8}-0000-4000-8000-[0-9A-F]{12}`)
+	return ids.ReplaceAllString(n.hns.Render()+n.host.Render(), "ID")
 }

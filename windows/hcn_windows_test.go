@@ -80,10 +80,8 @@ func roundTrip[T any](t *testing.T, what string, v any) *T {
 // TestModelToHCN: everything weft sends HNS reads the same as hcn's types.
 func TestModelToHCN(t *testing.T) {
 	sn := netip.MustParsePrefix("10.244.1.0/24")
-	overlay := overlayNetwork("flannel.4096", backend.VXLANDevice{VNI: 4096, Underlay: "Ethernet"}, sn)
-	p := New(nil, nil, Config{DNSServers: []string{"10.96.0.10"}}, nil)
-	p.adapter = "Ethernet"
-	bridge := p.bridgeNetwork("cbr0", sn)
+	overlay := overlayNetwork("flannel.4096", 4096, "Ethernet", sn)
+	bridge := bridgeNetwork("cbr0", "Ethernet", []string{"10.96.0.10"}, sn)
 	hn := roundTrip[hcn.HostComputeNetwork](t, "overlay network", overlay)
 	if hn.Type != hcn.Overlay || hn.Flags != hcn.EnableNonPersistent || hn.SchemaVersion != (hcn.SchemaVersion{Major: 2, Minor: 0}) {
 		t.Errorf("hcn sees the overlay as %+v", hn)
@@ -100,9 +98,9 @@ func TestModelToHCN(t *testing.T) {
 		t.Errorf("hcn sees the remote endpoint as %+v", he)
 	}
 	host := HostComputeEndpoint{Name: "cbr0_ep", HostComputeNetwork: "00000000-0000-4000-8000-000000000001",
-		IPConfigurations: []IPConfig{{IPAddress: "10.244.1.2", PrefixLength: 24}}, SchemaVersion: schemaV2()}
+		IPConfigurations: []IPConfig{{IPAddress: "10.244.1.2", PrefixLength: 24}}, SchemaVersion: SchemaV2()}
 	roundTrip[hcn.HostComputeEndpoint](t, "host endpoint", &host)
-	roundTrip[hcn.HostComputeNamespace](t, "namespace", &HostComputeNamespace{Type: NamespaceHostDefault, SchemaVersion: schemaV2()})
+	roundTrip[hcn.HostComputeNamespace](t, "namespace", &HostComputeNamespace{Type: NamespaceHostDefault, SchemaVersion: SchemaV2()})
 
 	rsr := RemoteSubnetRoutePolicy(rsrSettings(peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44"), 4096))
 	for name, req := range map[string]*ModifyNetworkSettingRequest{
@@ -165,7 +163,7 @@ func TestHCNToModel(t *testing.T) {
 	if why := overlayMismatch(n, 4096, netip.MustParsePrefix("10.244.1.0/24")); why != "" {
 		t.Errorf("the network made by flanneld does not fit: %s", why)
 	}
-	plan := diffRemoteSubnetRoutes([]Peer{peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44")}, 4096, n.Policies, owned)
+	plan := diffRemoteSubnetRoutes([]backend.Peer{peer("10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44")}, 4096, n.Policies, owned)
 	if len(plan.Add)+len(plan.Remove) != 0 {
 		t.Errorf("flanneld's policy is not adopted: %+v", plan)
 	}
@@ -204,7 +202,10 @@ func TestGoldenRequestsReadByHCN(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r Request
+		var r struct { // as hnstest records a request
+			Op, ID string
+			Body   json.RawMessage
+		}
 		if err := json.Unmarshal(b, &r); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -11,21 +12,21 @@ import (
 	"github.com/weftnet/weft/backend"
 )
 
-// bridgeNetwork is host-gw's L2Bridge network: pods of sn behind the gateway .1.
-func (p *Plane) bridgeNetwork(name string, sn netip.Prefix) *HostComputeNetwork {
+// bridgeNetwork is host-gw's L2Bridge network on adapter: pods of sn behind the gateway .1.
+func bridgeNetwork(name, adapter string, dns []string, sn netip.Prefix) *HostComputeNetwork {
 	n := &HostComputeNetwork{
 		Name:  name,
 		Type:  NetworkL2Bridge,
 		Flags: EnableNonPersistent,
-		DNS:   DNS{ServerList: p.cfg.DNSServers},
+		DNS:   DNS{ServerList: dns},
 		Ipams: []Ipam{{Type: "Static", Subnets: []Subnet{{
 			IPAddressPrefix: sn.String(),
 			Routes:          []Route{{NextHop: gateway(sn).String(), DestinationPrefix: "0.0.0.0/0"}},
 		}}}},
-		SchemaVersion: schemaV2(),
+		SchemaVersion: SchemaV2(),
 	}
-	if p.adapter != "" {
-		n.Policies = []Policy{NetAdapterNamePolicy(physicalAdapter(p.adapter))}
+	if adapter != "" {
+		n.Policies = []Policy{NetAdapterNamePolicy(physicalAdapter(adapter))}
 	}
 	return n
 }
@@ -33,19 +34,20 @@ func (p *Plane) bridgeNetwork(name string, sn netip.Prefix) *HostComputeNetwork 
 // hostEndpointIP is the host's address on the pod network: .2, as flanneld has it.
 func hostEndpointIP(sn netip.Prefix) netip.Addr { return gateway(sn).Next() }
 
-// ensureBridge makes or adopts the L2Bridge network for sn, its host endpoint at .2
+// ensureBridge makes or adopts the L2Bridge network for st's subnet, its host endpoint at .2
 // attached to the host's default namespace, and forwarding on the host's vNICs. It counts
 // what it changed into ch.
-func (p *Plane) ensureBridge(ctx context.Context, sn netip.Prefix, ch backend.Changes) error {
+func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	sn := st.Own
 	if err := checkSubnet(sn); err != nil {
 		return err
 	}
 	if p.host == nil {
 		return errors.New("host-gw needs the host's route table")
 	}
-	name := p.bridgeName()
+	name := networkName(st)
 	n, created, err := p.ensureNetwork(ctx, name, sn, func(n *HostComputeNetwork) string { return subnetMismatch(n, NetworkL2Bridge, sn) },
-		func() *HostComputeNetwork { return p.bridgeNetwork(name, sn) })
+		func() *HostComputeNetwork { return bridgeNetwork(name, st.Underlay, dnsServers(st), sn) })
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func (p *Plane) ensureHostEndpoint(n *HostComputeNetwork, sn netip.Prefix) (*Hos
 		Name:               name,
 		HostComputeNetwork: n.ID,
 		IPConfigurations:   []IPConfig{{IPAddress: hostEndpointIP(sn).String(), PrefixLength: uint8(sn.Bits())}},
-		SchemaVersion:      schemaV2(),
+		SchemaVersion:      SchemaV2(),
 	}
 	eps, err := p.hns.NetworkEndpoints(n.ID)
 	if err != nil {
@@ -112,7 +114,7 @@ func (p *Plane) attachToHost(ep *HostComputeEndpoint) (bool, error) {
 	}
 	ns, err := p.hns.HostDefaultNamespace()
 	if errors.Is(err, ErrNotFound) {
-		ns, err = p.hns.CreateNamespace(&HostComputeNamespace{Type: NamespaceHostDefault, SchemaVersion: schemaV2()})
+		ns, err = p.hns.CreateNamespace(&HostComputeNamespace{Type: NamespaceHostDefault, SchemaVersion: SchemaV2()})
 	}
 	if err != nil {
 		return false, fmt.Errorf("host default namespace: %w", err)
@@ -175,44 +177,111 @@ func onLinkIndex(ifs []Interface, gw netip.Addr) (uint32, bool) {
 	return 0, false
 }
 
-func (p *Plane) reconcileHostGW(ctx context.Context, st *backend.State, owned ownership) (backend.Changes, error) {
-	ch := backend.Changes{}
-	if err := p.ensureBridge(ctx, p.own, ch); err != nil {
-		return ch, err
+// peerRoute is the host-gw route to a peer: its subnet via its public IP, out of the
+// interface on that network.
+func peerRoute(ifs []Interface, key string, pr backend.Peer) (HostRoute, error) {
+	if pr.Overlay() {
+		return HostRoute{}, fmt.Errorf("peer %s (%s): an overlay peer in a host-gw State", key, pr.Subnet)
+	}
+	idx, ok := onLinkIndex(ifs, pr.PublicIP)
+	if !ok {
+		return HostRoute{}, fmt.Errorf("peer %s: route to %s: no interface is on the network of %s", key, pr.Subnet, pr.PublicIP)
+	}
+	return HostRoute{Dst: pr.Subnet, NextHop: pr.PublicIP, IfIndex: idx, Protocol: ProtoNetMgmt}, nil
+}
+
+// applyHostGW is a full Apply of a host-gw State: the bridge, then the routes.
+func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	p.m = model{}
+	if err := p.ensureBridge(ctx, st, ch); err != nil {
+		return err
 	}
 	ifs, err := p.host.Interfaces()
 	if err != nil {
-		return ch, fmt.Errorf("listing interfaces: %w", err)
+		return fmt.Errorf("listing interfaces: %w", err)
 	}
+	m := model{own: st.Own, network: networkName(st), macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
 	var errs []error
 	var want []HostRoute
-	for _, peer := range st.Peers.All() {
-		idx, ok := onLinkIndex(ifs, peer.PublicIP)
-		if !ok {
-			errs = append(errs, fmt.Errorf("route to %s: no interface is on the network of %s", peer.Subnet, peer.PublicIP))
+	peers := maps.Collect(st.Peers.All())
+	for _, key := range slices.Sorted(maps.Keys(peers)) {
+		r, err := peerRoute(ifs, key, peers[key])
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		want = append(want, HostRoute{Dst: peer.Subnet, NextHop: peer.PublicIP, IfIndex: idx, Protocol: ProtoNetMgmt})
+		want = append(want, r)
 	}
-	slices.SortFunc(want, func(a, b HostRoute) int { return a.Dst.Addr().Compare(b.Dst.Addr()) })
 	have, err := p.host.Routes()
 	if err != nil {
-		return ch, errors.Join(append(errs, fmt.Errorf("listing routes: %w", err))...)
+		return errors.Join(append(errs, fmt.Errorf("listing routes: %w", err))...)
 	}
-	plan := diffRoutes(want, have, owned)
+	plan := diffRoutes(want, have, scope{network: st.Network(), own: st.Own})
+	for _, r := range want {
+		m.routes[r.Dst] = r
+	}
 	for _, r := range plan.Add {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("adding routes: %w", err))...)
+		}
 		if err := p.host.AddRoute(r); err != nil {
+			delete(m.routes, r.Dst)
 			errs = append(errs, fmt.Errorf("adding route %s: %w", r, err))
 			continue
 		}
 		ch[changeRoute]++
 	}
 	for _, r := range plan.Delete {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("deleting routes: %w", err))...)
+		}
 		if err := p.host.DeleteRoute(r); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, fmt.Errorf("deleting route %s: %w", r, err))
 			continue
 		}
 		ch[changeRoute]++
 	}
-	return ch, errors.Join(errs...)
+	m.valid = true
+	p.m = m
+	return errors.Join(errs...)
+}
+
+// changeRoute brings one peer's host-gw route to what c.New wants: the new route is added
+// before the old one goes, so the peer is never without one.
+func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes) error {
+	var errs []error
+	var want HostRoute
+	if c.New.IsValid() {
+		r, err := peerRoute(p.m.ifs, c.Key, c.New)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			want = r
+		}
+	}
+	if want.Dst.IsValid() {
+		if have, ok := p.m.routes[want.Dst]; ok && have.same(want) {
+			return errors.Join(errs...)
+		}
+		if err := p.host.AddRoute(want); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("peer %s: adding route %s: %w", c.Key, want, err))...)
+		}
+		ch[changeRoute]++
+	}
+	for _, sn := range changed(c) {
+		have, ok := p.m.routes[sn]
+		if !ok || (want.Dst.IsValid() && have.same(want)) {
+			continue
+		}
+		if err := p.host.DeleteRoute(have); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, fmt.Errorf("peer %s: deleting route %s: %w", c.Key, have, err))
+			continue
+		}
+		delete(p.m.routes, sn)
+		ch[changeRoute]++
+	}
+	if want.Dst.IsValid() {
+		p.m.routes[want.Dst] = want
+	}
+	return errors.Join(errs...)
 }

@@ -22,7 +22,8 @@ type Version struct {
 // SchemaVersion is the schema an object is written in; weft writes 2.0.
 type SchemaVersion = Version
 
-func schemaV2() SchemaVersion { return SchemaVersion{Major: 2, Minor: 0} }
+// SchemaV2 is the schema version weft writes its objects in.
+func SchemaV2() SchemaVersion { return SchemaVersion{Major: 2, Minor: 0} }
 
 // AtLeast reports whether v is major.minor or newer.
 func (v Version) AtLeast(major, minor int) bool {
@@ -243,8 +244,8 @@ func (n *HostComputeNetwork) ManagementIP() netip.Addr {
 	return netip.Addr{}
 }
 
-// staticSubnet is the network's first subnet of a Static Ipam; nil if it has none.
-func (n *HostComputeNetwork) staticSubnet() *Subnet {
+// StaticSubnet is the network's first subnet of a Static Ipam; nil if it has none.
+func (n *HostComputeNetwork) StaticSubnet() *Subnet {
 	for i := range n.Ipams {
 		if !strings.EqualFold(n.Ipams[i].Type, "Static") && n.Ipams[i].Type != "" {
 			continue

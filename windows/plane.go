@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,16 +40,11 @@ func ParsePeerMode(s string) (PeerMode, error) {
 	return "", fmt.Errorf("peer mode %q: want auto, %s or %s", s, PeersRemoteSubnetRoute, PeersRemoteEndpoints)
 }
 
-// Config is how the plane programs HNS; the zero value is flanneld's behaviour.
+// Config is what the plane needs beyond the network config (which names the HNS network,
+// its DNS servers and the remote endpoints' MAC prefix): weftd's Windows options. The zero
+// value is flanneld's behaviour.
 type Config struct {
-	// NetworkName is the HNS network: net-conf.json's Backend.Name, by default
-	// flannel.<VNI> (vxlan) or cbr0 (host-gw). The CNI network name must equal it.
-	NetworkName string
-	// DNSServers are host-gw's DNSServerList.
-	DNSServers []string
-	// MacPrefix is the two bytes remote endpoints' MACs start with; default "0E-2A".
-	MacPrefix string
-	Peers     PeerMode
+	Peers PeerMode
 	// SourceVIPFile, if set, is where the overlay's kube-proxy source VIP is written
 	// (see WriteSourceVIP), each time the network is made or adopted.
 	SourceVIPFile string
@@ -63,21 +59,7 @@ type Config struct {
 	HostReady func(ctx context.Context, mgmt netip.Addr) error
 }
 
-// ConfigFrom fills a Config from the network config's backend keys.
-func ConfigFrom(b subnet.BackendConfig) Config {
-	c := Config{NetworkName: b.Name, MacPrefix: b.MacPrefix}
-	for _, s := range strings.Split(b.DNSServerList, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			c.DNSServers = append(c.DNSServers, s)
-		}
-	}
-	return c
-}
-
 func (c *Config) setDefaults() {
-	if c.MacPrefix == "" {
-		c.MacPrefix = "0E-2A"
-	}
 	if c.BlipTimeout == 0 {
 		c.BlipTimeout = 30 * time.Second
 	}
@@ -98,78 +80,108 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// ErrNoSubnet is Apply's answer before the node's subnet is known: an HNS network cannot be
-// made without it.
-var ErrNoSubnet = errors.New("the HNS network needs the node's subnet: Prepare makes it in the lease acquisition")
-
-var _ backend.Plane = (*Plane)(nil)
-
-// Plane is the HNS data plane. Prepare makes the network for the subnet the lease acquisition
-// chose, before the lease is published; Apply converges peers.
+// Plane is the HNS data plane, a backend.Plane. Prepare makes the network for the subnet the
+// lease acquisition chose, before the lease is published; a full Apply lists HNS (and for
+// host-gw the host's routes) and diffs; an incremental Apply writes only the changed peers,
+// from the plane's model of what it programmed.
 type Plane struct {
 	hns  Client
 	host Host
 	log  *slog.Logger
 	cfg  Config
 
-	mu      sync.Mutex
-	own     netip.Prefix // the node's subnet, once known
-	adapter string       // the external interface
-	mode    PeerMode     // resolved: never PeersAuto once the overlay is made
-	// network is the overlay network's ID as the last full Apply found it, for incremental
-	// Applies of RemoteSubnetRoute policies; "" forces a full one.
-	network string
+	mu   sync.Mutex
+	mode PeerMode // resolved against HNS's version; PeersAuto until then
+	m    model
 }
 
-// New returns a plane on hns, with the OS options of cfg (peer mode, source VIP file, the
-// host's readiness); the network config's keys (Backend.Name, DNSServerList, MacPrefix) come
-// with each State. host may be nil when the backend is vxlan.
+// model is what the plane programmed, as of its last full Apply and the writes since: what
+// an incremental Apply compares a peer change with, so that it needs no listing.
+type model struct {
+	valid     bool
+	own       netip.Prefix
+	network   string // HNS network name
+	networkID string
+	overlay   bool
+	vni       uint32
+	macPrefix string
+	rsr       map[netip.Prefix]Policy    // RemoteSubnetRoute policies by destination, as HNS has them
+	eps       map[netip.Addr]remoteEP    // remote endpoints by address
+	routes    map[netip.Prefix]HostRoute // host-gw routes by destination
+	ifs       []Interface                // host-gw: the host's interfaces when last listed
+}
+
+// remoteEP is a remote endpoint as the model keeps it: its ID, to delete it, and what it is
+// compared by.
+type remoteEP struct {
+	id   string
+	name string
+	mac  backend.MAC
+	pa   netip.Addr
+}
+
+// fits reports whether the model was made for st: same subnet, network and kind.
+func (m *model) fits(st *backend.State) bool {
+	return m.valid && m.own == st.Own && m.network == networkName(st) && m.overlay == (st.Device != nil) &&
+		(st.Device == nil || m.vni == st.Device.VNI) && m.macPrefix == macPrefix(st)
+}
+
+// New returns a plane on hns. host may be nil when the backend is vxlan.
 func New(hns Client, host Host, cfg Config, log *slog.Logger) *Plane {
 	cfg.setDefaults()
 	return &Plane{hns: hns, host: host, log: log, cfg: cfg}
 }
 
-// follow takes the network config's keys and the node's adapter from st. Callers hold p.mu.
-func (p *Plane) follow(st *backend.State) {
-	nc := ConfigFrom(st.Config.Backend)
-	p.cfg.NetworkName, p.cfg.DNSServers = nc.NetworkName, nc.DNSServers
-	if nc.MacPrefix != "" {
-		p.cfg.MacPrefix = nc.MacPrefix
+var _ backend.Plane = (*Plane)(nil)
+
+// networkName is the HNS network of st: net-conf.json's Backend.Name, by default
+// flannel.<VNI> (vxlan) or cbr0 (host-gw). The CNI network name must equal it.
+func networkName(st *backend.State) string {
+	switch {
+	case st.Config != nil && st.Config.Backend.Name != "":
+		return st.Config.Backend.Name
+	case st.Device != nil:
+		return backend.VXLANDeviceName(st.Device.VNI)
 	}
-	p.adapter = st.Underlay
+	return "cbr0"
 }
 
-// Prepare makes (or adopts) the network for st's subnet: for vxlan the Overlay network, whose
-// DR MAC it returns as the node's VTEP MAC, waiting out the blip of the host network; for
-// host-gw the L2Bridge network, its host endpoint and forwarding. The lease is thus published
-// once, with the right MAC, and only once the node can carry traffic.
+// dnsServers are host-gw's DNSServerList.
+func dnsServers(st *backend.State) []string {
+	var out []string
+	if st.Config == nil {
+		return nil
+	}
+	for _, s := range strings.Split(st.Config.Backend.DNSServerList, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// macPrefix is the two bytes remote endpoints' MACs start with: Backend.MacPrefix, by
+// default "0E-2A".
+func macPrefix(st *backend.State) string {
+	if st.Config != nil && st.Config.Backend.MacPrefix != "" {
+		return st.Config.Backend.MacPrefix
+	}
+	return "0E-2A"
+}
+
+// Prepare implements backend.Plane: for st's subnet it makes (or adopts) the Overlay
+// network, waits out the blip of the host network and returns the network's DR MAC, the
+// VtepMAC to publish (vxlan); or the L2Bridge network, its host endpoint and forwarding
+// (host-gw, zero MAC). The lease is thus published once, with the right MAC, and only once
+// the node can carry traffic. The next Apply is a full one.
 func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.follow(st)
-	p.network = ""
-	if st.Device != nil {
-		return p.ensureOverlay(ctx, *st.Device, st.Own)
+	p.m = model{}
+	if st.Device == nil {
+		return backend.MAC{}, p.ensureBridge(ctx, st, backend.Changes{})
 	}
-	if err := p.ensureBridge(ctx, st.Own, backend.Changes{}); err != nil {
-		return backend.MAC{}, err
-	}
-	p.own = st.Own
-	return backend.MAC{}, nil
-}
-
-func (p *Plane) overlayName(dev backend.VXLANDevice) string {
-	if p.cfg.NetworkName != "" {
-		return p.cfg.NetworkName
-	}
-	return backend.VXLANDeviceName(dev.VNI)
-}
-
-func (p *Plane) bridgeName() string {
-	if p.cfg.NetworkName != "" {
-		return p.cfg.NetworkName
-	}
-	return "cbr0"
+	return p.ensureOverlay(ctx, st)
 }
 
 func checkSubnet(sn netip.Prefix) error {
@@ -182,21 +194,21 @@ func checkSubnet(sn netip.Prefix) error {
 // gateway is the subnet's .1, where pods' default route points.
 func gateway(sn netip.Prefix) netip.Addr { return sn.Masked().Addr().Next() }
 
-// overlayNetwork is the Overlay network flanneld makes for a subnet.
-func overlayNetwork(name string, dev backend.VXLANDevice, sn netip.Prefix) *HostComputeNetwork {
+// overlayNetwork is the Overlay network flanneld makes for a subnet, bound to adapter.
+func overlayNetwork(name string, vni uint32, adapter string, sn netip.Prefix) *HostComputeNetwork {
 	n := &HostComputeNetwork{
 		Name:  name,
 		Type:  NetworkOverlay,
 		Flags: EnableNonPersistent,
 		Ipams: []Ipam{{Type: "Static", Subnets: []Subnet{{
 			IPAddressPrefix: sn.String(),
-			Policies:        []Policy{VSIDPolicy(dev.VNI)},
+			Policies:        []Policy{VSIDPolicy(vni)},
 			Routes:          []Route{{NextHop: gateway(sn).String(), DestinationPrefix: "0.0.0.0/0"}},
 		}}}},
-		SchemaVersion: schemaV2(),
+		SchemaVersion: SchemaV2(),
 	}
-	if dev.Underlay != "" {
-		n.Policies = []Policy{NetAdapterNamePolicy(physicalAdapter(dev.Underlay))}
+	if adapter != "" {
+		n.Policies = []Policy{NetAdapterNamePolicy(physicalAdapter(adapter))}
 	}
 	return n
 }
@@ -219,7 +231,7 @@ func subnetMismatch(n *HostComputeNetwork, typ NetworkType, sn netip.Prefix) str
 	if n.Type != typ {
 		return fmt.Sprintf("type %s, want %s", n.Type, typ)
 	}
-	s := n.staticSubnet()
+	s := n.StaticSubnet()
 	if s == nil {
 		return "no static subnet"
 	}
@@ -238,7 +250,7 @@ func overlayMismatch(n *HostComputeNetwork, vni uint32, sn netip.Prefix) string 
 	if why := subnetMismatch(n, NetworkOverlay, sn); why != "" {
 		return why
 	}
-	for _, pol := range n.staticSubnet().Policies {
+	for _, pol := range n.StaticSubnet().Policies {
 		var s VSIDSettings
 		if pol.Type == PolicyVSID && pol.Decode(&s) == nil {
 			if s.IsolationID != vni {
@@ -262,14 +274,15 @@ func resolveMode(m PeerMode, v Version) (PeerMode, error) {
 	return m, nil
 }
 
-// ensureOverlay makes or adopts the Overlay network for sn and returns its DR MAC.
-func (p *Plane) ensureOverlay(ctx context.Context, dev backend.VXLANDevice, sn netip.Prefix) (backend.MAC, error) {
+// ensureOverlay makes or adopts the Overlay network for st's subnet and returns its DR MAC.
+func (p *Plane) ensureOverlay(ctx context.Context, st *backend.State) (backend.MAC, error) {
+	dev, sn := st.Device, st.Own
 	if err := checkSubnet(sn); err != nil {
 		return backend.MAC{}, err
 	}
 	// HNS takes VSIDs from 4096; hcn's RemoteSubnetRoute carries the VNI in 16 bits.
-	if dev.VNI < subnet.DefaultVNIWindows || dev.VNI > 1<<16-1 {
-		return backend.MAC{}, fmt.Errorf("VNI %d: HNS needs a VNI between %d and %d", dev.VNI, subnet.DefaultVNIWindows, 1<<16-1)
+	if dev.VNI < subnet.DefaultVNIWindows || dev.VNI > subnet.MaxVNIWindows {
+		return backend.MAC{}, fmt.Errorf("VNI %d: HNS needs a VNI between %d and %d", dev.VNI, subnet.DefaultVNIWindows, subnet.MaxVNIWindows)
 	}
 	if dev.Port != 0 && dev.Port != subnet.WindowsVXLANPort {
 		return backend.MAC{}, fmt.Errorf("VXLAN port %d: HNS only uses %d", dev.Port, subnet.WindowsVXLANPort)
@@ -282,9 +295,13 @@ func (p *Plane) ensureOverlay(ctx context.Context, dev backend.VXLANDevice, sn n
 	if err != nil {
 		return backend.MAC{}, err
 	}
-	name := p.overlayName(dev)
+	name := networkName(st)
+	adapter := st.Underlay
+	if adapter == "" {
+		adapter = dev.Underlay
+	}
 	n, _, err := p.ensureNetwork(ctx, name, sn, func(n *HostComputeNetwork) string { return overlayMismatch(n, dev.VNI, sn) },
-		func() *HostComputeNetwork { return overlayNetwork(name, dev, sn) })
+		func() *HostComputeNetwork { return overlayNetwork(name, dev.VNI, adapter, sn) })
 	if err != nil {
 		return backend.MAC{}, err
 	}
@@ -300,7 +317,7 @@ func (p *Plane) ensureOverlay(ctx context.Context, dev backend.VXLANDevice, sn n
 			return backend.MAC{}, err
 		}
 	}
-	p.own, p.mode = sn, mode
+	p.mode = mode
 	p.log.Info("HNS overlay network ready", "network", name, "id", n.ID, "subnet", sn, "vtep_mac", mac,
 		"hns", v, "peers_as", mode, "source_vip", SourceVIP(sn))
 	return mac, nil
@@ -371,74 +388,7 @@ func (p *Plane) waitManagementIP(ctx context.Context, n *HostComputeNetwork) (*H
 	return n, nil
 }
 
-// Apply converges HNS (and for host-gw the host's routes) to st. For vxlan, a network that is
-// gone or no longer fits the node's subnet is reported as a backend.MissingDeviceError: the
-// daemon then Prepares again and publishes the new MAC. An incremental update of
-// RemoteSubnetRoute peers is one policy request per changed peer, with no listing; everything
-// else (a full update, remote endpoints, host-gw) lists HNS and diffs.
-func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	p.follow(st)
-	if st.Own.IsValid() {
-		p.own = st.Own
-	}
-	if !p.own.IsValid() {
-		return nil, fmt.Errorf("apply: %w", ErrNoSubnet)
-	}
-	own := ownershipOf(st)
-	if st.Device == nil {
-		return p.reconcileHostGW(ctx, st, own)
-	}
-	if !u.Full && p.network != "" && p.mode == PeersRemoteSubnetRoute {
-		return p.applyRemoteSubnetRoutes(st.Device.VNI, u.Peers)
-	}
-	return p.reconcileOverlay(st, own)
-}
-
-// applyRemoteSubnetRoutes writes the RemoteSubnetRoute policies of changed peers: the new one
-// added, the old one removed (HNS takes one policy per destination, so a peer whose policy
-// changes loses it for the moment between the two requests).
-func (p *Plane) applyRemoteSubnetRoutes(vni uint32, changes []backend.PeerChange) (backend.Changes, error) {
-	ch := backend.Changes{}
-	var errs []error
-	for _, c := range changes {
-		old, oldErr := overlayPeer(c.Old)
-		new, newErr := overlayPeer(c.New)
-		if c.New.IsValid() && newErr != nil {
-			errs = append(errs, newErr)
-		}
-		oldOK, newOK := c.Old.IsValid() && oldErr == nil, c.New.IsValid() && newErr == nil
-		if oldOK && newOK && old == new {
-			continue
-		}
-		if oldOK {
-			pol := RemoteSubnetRoutePolicy(rsrSettings(old, vni))
-			if err := p.hns.ModifyNetworkSettings(p.network, PolicyRequest(RequestRemove, pol)); err != nil && !errors.Is(err, ErrNotFound) {
-				errs = append(errs, fmt.Errorf("removing %s policy %s: %w", pol.Type, pol.Settings, err))
-			} else {
-				ch[changePolicy]++
-			}
-		}
-		if newOK {
-			pol := RemoteSubnetRoutePolicy(rsrSettings(new, vni))
-			if err := p.hns.ModifyNetworkSettings(p.network, PolicyRequest(RequestAdd, pol)); err != nil {
-				errs = append(errs, fmt.Errorf("adding %s policy %s: %w", pol.Type, pol.Settings, err))
-			} else {
-				ch[changePolicy]++
-			}
-		}
-	}
-	if len(errs) > 0 {
-		p.network = "" // the next Apply lists HNS again
-	}
-	return ch, errors.Join(errs...)
-}
-
-// Kinds of backend.Changes the plane counts, besides "route".
+// Kinds of backend.Changes the plane counts.
 const (
 	changeNetwork   = "hns_network"
 	changePolicy    = "hns_policy"
@@ -448,10 +398,61 @@ const (
 	changeRoute     = "route"
 )
 
-func (p *Plane) reconcileOverlay(st *backend.State, owned ownership) (backend.Changes, error) {
-	p.network = ""
-	dev := *st.Device
-	name := p.overlayName(dev)
+// Apply implements backend.Plane. A full update lists the network (and the host's routes
+// for host-gw), diffs it against st and rebuilds the model; otherwise each changed peer
+// costs its own writes and no listing: one policy request for a peer that joins or leaves
+// (two, remove then add, for one that changes: HNS takes one policy per destination), one
+// request per pod address with remote endpoints, one route for host-gw. An incremental
+// update the model cannot serve (no full Apply yet, or st is for another subnet or
+// network) is done in full. For vxlan, a network that is gone or no longer fits the
+// node's subnet is a *backend.MissingDeviceError: the caller Prepares again. st.Masquerade
+// is not the plane's: outbound NAT of pod traffic is an endpoint policy the CNI plugin
+// (win-overlay, win-bridge) sets from its ipMasq.
+func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !st.Own.IsValid() {
+		return nil, errors.New("applying a State with no own subnet: the lease is not known yet")
+	}
+	ch := backend.Changes{}
+	var err error
+	switch {
+	case !u.Full && p.m.fits(st):
+		err = p.applyPeers(ctx, st, u.Peers, ch)
+	case st.Device != nil:
+		err = p.applyOverlay(ctx, st, ch)
+	default:
+		err = p.applyHostGW(ctx, st, ch)
+	}
+	return ch, err
+}
+
+// overlayPeers are the peers of a vxlan State in subnet order. A peer routed straight to
+// its public IP (DirectRouting) cannot be had on Windows: it is reported and left out.
+func overlayPeers(st *backend.State) ([]backend.Peer, error) {
+	peers := make([]backend.Peer, 0, st.Peers.Len())
+	var errs []error
+	for key, pr := range st.Peers.All() {
+		if err := checkOverlayPeer(key, pr); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		peers = append(peers, pr)
+	}
+	slices.SortFunc(peers, func(a, b backend.Peer) int { return a.Subnet.Addr().Compare(b.Subnet.Addr()) })
+	return peers, errors.Join(errs...)
+}
+
+func checkOverlayPeer(key string, pr backend.Peer) error {
+	if !pr.Overlay() {
+		return fmt.Errorf("peer %s (%s via %s): DirectRouting is not supported on Windows", key, pr.Subnet, pr.PublicIP)
+	}
+	return nil
+}
+
+// overlayNetworkFor looks up st's Overlay network and checks that it still serves st.
+func (p *Plane) overlayNetworkFor(st *backend.State) (*HostComputeNetwork, error) {
+	name := networkName(st)
 	n, err := p.hns.NetworkByName(name)
 	if errors.Is(err, ErrNotFound) {
 		return nil, &backend.MissingDeviceError{Name: name}
@@ -459,7 +460,7 @@ func (p *Plane) reconcileOverlay(st *backend.State, owned ownership) (backend.Ch
 	if err != nil {
 		return nil, fmt.Errorf("looking up HNS network %s: %w", name, err)
 	}
-	if why := overlayMismatch(n, dev.VNI, p.own); why != "" {
+	if why := overlayMismatch(n, st.Device.VNI, st.Own); why != "" {
 		p.log.Warn("HNS network no longer fits the node", "network", name, "reason", why)
 		return nil, &backend.MissingDeviceError{Name: name}
 	}
@@ -472,45 +473,64 @@ func (p *Plane) reconcileOverlay(st *backend.State, owned ownership) (backend.Ch
 			return nil, err
 		}
 	}
-	peers, peerErr := overlayPeers(st)
-	ch := backend.Changes{}
-	var errs []error
-	if peerErr != nil {
-		errs = append(errs, peerErr)
+	return n, nil
+}
+
+// applyOverlay is a full Apply of a vxlan State.
+func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.Changes) error {
+	p.m = model{}
+	n, err := p.overlayNetworkFor(st)
+	if err != nil {
+		return err
 	}
+	m := model{own: st.Own, network: n.Name, networkID: n.ID, overlay: true, vni: st.Device.VNI, macPrefix: macPrefix(st),
+		rsr: map[netip.Prefix]Policy{}, eps: map[netip.Addr]remoteEP{}}
+	peers, peerErr := overlayPeers(st)
+	errs := []error{peerErr}
 	if added, err := p.ensureHostRoute(n); err != nil {
 		errs = append(errs, err)
 	} else if added {
 		ch[changePolicy]++
 	}
-
-	rsrPeers, epPeers := peers, []Peer(nil)
+	rsrPeers, epPeers := peers, []backend.Peer(nil)
 	if p.mode == PeersRemoteEndpoints {
 		rsrPeers, epPeers = nil, peers
 	}
+	sc := scope{network: st.Network(), own: st.Own}
 	// Both kinds are always diffed, so a change of mode leaves nothing of the other behind.
-	plan := diffRemoteSubnetRoutes(rsrPeers, dev.VNI, n.Policies, owned)
+	plan := diffRemoteSubnetRoutes(rsrPeers, m.vni, n.Policies, sc)
+	m.rsr = plan.Keep
 	for _, pol := range plan.Remove {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+		}
 		if err := p.hns.ModifyNetworkSettings(n.ID, PolicyRequest(RequestRemove, pol)); err != nil {
 			errs = append(errs, fmt.Errorf("removing %s policy %s: %w", pol.Type, pol.Settings, err))
 			continue
 		}
 		ch[changePolicy]++
 	}
-	for _, pol := range plan.Add {
-		if err := p.hns.ModifyNetworkSettings(n.ID, PolicyRequest(RequestAdd, pol)); err != nil {
-			errs = append(errs, fmt.Errorf("adding %s policy %s: %w", pol.Type, pol.Settings, err))
+	for _, a := range plan.Add {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+		}
+		if err := p.hns.ModifyNetworkSettings(n.ID, PolicyRequest(RequestAdd, a.Policy)); err != nil {
+			errs = append(errs, fmt.Errorf("adding %s policy for %s: %w", a.Policy.Type, a.Dst, err))
 			continue
 		}
+		m.rsr[a.Dst] = a.Policy
 		ch[changePolicy]++
 	}
 	eps, err := p.hns.NetworkEndpoints(n.ID)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("listing endpoints of HNS network %s: %w", name, err))
-		return ch, errors.Join(errs...)
+		return errors.Join(append(errs, fmt.Errorf("listing endpoints of HNS network %s: %w", n.Name, err))...)
 	}
-	epp := diffRemoteEndpoints(epPeers, n.ID, p.cfg.MacPrefix, eps, owned)
+	epp := diffRemoteEndpoints(epPeers, n.ID, m.macPrefix, eps, sc)
+	m.eps = epp.Keep
 	for _, ep := range epp.Delete {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+		}
 		if err := p.hns.DeleteEndpoint(ep.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, fmt.Errorf("deleting remote endpoint %s: %w", ep.Name, err))
 			continue
@@ -518,16 +538,20 @@ func (p *Plane) reconcileOverlay(st *backend.State, owned ownership) (backend.Ch
 		ch[changeEndpoint]++
 	}
 	for _, ep := range epp.Create {
-		if _, err := p.hns.CreateEndpoint(&ep); err != nil {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+		}
+		made, err := p.hns.CreateEndpoint(&ep)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("creating remote endpoint %s: %w", ep.Name, err))
 			continue
 		}
+		m.eps[ep.IP()] = remoteEPOf(made)
 		ch[changeEndpoint]++
 	}
-	if len(errs) == 0 && p.mode == PeersRemoteSubnetRoute {
-		p.network = n.ID // the policies are as wanted: incremental updates may follow
-	}
-	return ch, errors.Join(errs...)
+	m.valid = true
+	p.m = m
+	return errors.Join(errs...)
 }
 
 // ensureHostRoute adds the HostRoute policy, which lets the host reach its own pods on the
@@ -546,13 +570,135 @@ func (p *Plane) ensureHostRoute(n *HostComputeNetwork) (bool, error) {
 	return true, nil
 }
 
-// Watch waits for ctx: HNS tells nobody of changes, so drift is found by the periodic
-// resync.
+// applyPeers is an incremental Apply: each change is compared with the model and written
+// alone. It stops early, with ctx's error, when ctx ends.
+func (p *Plane) applyPeers(ctx context.Context, st *backend.State, changes []backend.PeerChange, ch backend.Changes) error {
+	var errs []error
+	for _, c := range changes {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("applying peer changes: %w", err))...)
+		}
+		var err error
+		switch {
+		case !p.m.overlay:
+			err = p.changeRoute(c, ch)
+		case p.mode == PeersRemoteEndpoints:
+			err = p.changeEndpoints(c, ch)
+		default:
+			err = p.changeRSR(c, ch)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// changed is the subnets a peer change touches: the old one and the new one.
+func changed(c backend.PeerChange) []netip.Prefix {
+	var out []netip.Prefix
+	if c.Old.IsValid() {
+		out = append(out, c.Old.Subnet)
+	}
+	if c.New.IsValid() && (!c.Old.IsValid() || c.New.Subnet != c.Old.Subnet) {
+		out = append(out, c.New.Subnet)
+	}
+	return out
+}
+
+// changeRSR brings one peer's RemoteSubnetRoute policy to what c.New wants.
+func (p *Plane) changeRSR(c backend.PeerChange, ch backend.Changes) error {
+	var errs []error
+	var want Policy
+	if c.New.IsValid() {
+		if err := checkOverlayPeer(c.Key, c.New); err != nil {
+			errs = append(errs, err)
+			c.New = backend.Peer{} // not routable here: whatever was programmed for it goes
+		} else {
+			want = RemoteSubnetRoutePolicy(rsrSettings(c.New, p.m.vni))
+		}
+	}
+	for _, sn := range changed(c) {
+		have, ok := p.m.rsr[sn]
+		if !ok {
+			continue
+		}
+		if c.New.IsValid() && sn == c.New.Subnet && sameRSRPolicy(have, want) {
+			return errors.Join(errs...)
+		}
+		err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestRemove, have))
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			// HNS takes one policy per destination: no new one while the old one stays.
+			return errors.Join(append(errs, fmt.Errorf("peer %s: removing RemoteSubnetRoute policy for %s: %w", c.Key, sn, err))...)
+		}
+		delete(p.m.rsr, sn)
+		if err == nil {
+			ch[changePolicy]++
+		}
+	}
+	if c.New.IsValid() {
+		if err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestAdd, want)); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("peer %s: adding RemoteSubnetRoute policy for %s: %w", c.Key, c.New.Subnet, err))...)
+		}
+		p.m.rsr[c.New.Subnet] = want
+		ch[changePolicy]++
+	}
+	return errors.Join(errs...)
+}
+
+// changeEndpoints brings the remote endpoints of one peer's pod addresses to what c.New
+// wants: those that already stand for the same peer stay.
+func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error {
+	want := map[netip.Addr]HostComputeEndpoint{}
+	var errs []error
+	if c.New.IsValid() {
+		if err := checkOverlayPeer(c.Key, c.New); err != nil {
+			errs = append(errs, err)
+		} else {
+			for _, ip := range podAddresses(c.New.Subnet) {
+				want[ip] = remoteEndpoint(p.m.networkID, p.m.macPrefix, ip, c.New.PublicIP)
+			}
+		}
+	}
+	for _, sn := range changed(c) {
+		for _, ip := range podAddresses(sn) {
+			have, ok := p.m.eps[ip]
+			w, wanted := want[ip]
+			if ok && wanted && have.same(remoteEPOf(&w)) {
+				delete(want, ip)
+				continue
+			}
+			if ok {
+				if err := p.hns.DeleteEndpoint(have.id); err != nil && !errors.Is(err, ErrNotFound) {
+					errs = append(errs, fmt.Errorf("peer %s: deleting remote endpoint %s: %w", c.Key, have.name, err))
+					delete(want, ip) // HNS takes one endpoint per address
+					continue
+				}
+				delete(p.m.eps, ip)
+				ch[changeEndpoint]++
+			}
+			if !wanted {
+				continue
+			}
+			made, err := p.hns.CreateEndpoint(&w)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("peer %s: creating remote endpoint %s: %w", c.Key, w.Name, err))
+				continue
+			}
+			p.m.eps[ip] = remoteEPOf(made)
+			ch[changeEndpoint]++
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Watch implements backend.Plane: HNS tells nobody of changes, so drift is found by the
+// periodic resync; it waits for ctx.
 func (p *Plane) Watch(ctx context.Context, drift func()) error {
 	<-ctx.Done()
 	return nil
 }
 
-// Close releases nothing: HNS and the host keep their state, so traffic flows on while weftd
-// restarts.
+// Close implements backend.Plane. It releases nothing: HNS and the host keep their state,
+// so traffic flows on while weftd restarts.
 func (p *Plane) Close() error { return nil }

@@ -1,7 +1,9 @@
-package windows
+package windows_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -12,34 +14,23 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnstest"
 )
 
 const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
 
-var hns10 = Version{Major: 10, Minor: 0}
-
-// mutations counts the recorded requests and forgets them.
-func mutations(n *winNode) []Request {
-	r := n.hns.Requests()
-	n.hns.ResetRequests()
-	return r
-}
-
 // TestOverlayColdStart: the network is made for the chosen subnet, the lease carries its
 // DR MAC, and peers become RemoteSubnetRoute policies.
 func TestOverlayColdStart(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	tr := newTranscript(t, n)
 	start := n.clock.Now()
 	own := n.mustAcquire("10.244.1.0/24")
 	if waited := n.clock.Now().Sub(start); waited < testBlip {
 		t.Errorf("Prepare returned after %v, before the blip (%v) was over", waited, testBlip)
 	}
-	net, err := n.hns.NetworkByName("flannel.4096")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dr, err := net.DRMAC()
+	dr, err := n.network("flannel.4096").DRMAC()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +54,7 @@ func TestOverlayColdStart(t *testing.T) {
 // TestOverlayRestartAdoption: a restarted weftd adopts the network and its policies; with
 // everything right it sends HNS nothing at all.
 func TestOverlayRestartAdoption(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	n.mustAcquire("10.244.1.0/24")
 	mac := n.vtepMAC()
 	peers := []subnet.Lease{
@@ -72,7 +63,7 @@ func TestOverlayRestartAdoption(t *testing.T) {
 	}
 	n.mustConverge(peers)
 	before := n.hns.Render()
-	mutations(n)
+	n.mutations()
 
 	n.restart()
 	start := n.clock.Now()
@@ -86,7 +77,7 @@ func TestOverlayRestartAdoption(t *testing.T) {
 	if ch := n.mustConverge(peers); ch != "" {
 		t.Errorf("restart changed %q", ch)
 	}
-	if r := mutations(n); len(r) != 0 {
+	if r := n.mutations(); len(r) != 0 {
 		t.Errorf("restart sent HNS %d requests, want none: %+v", len(r), r)
 	}
 	if after := n.hns.Render(); after != before {
@@ -96,7 +87,7 @@ func TestOverlayRestartAdoption(t *testing.T) {
 
 // TestOverlayPeers: joins, leaves and a changed VtepMAC touch only the peer concerned.
 func TestOverlayPeers(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	tr := newTranscript(t, n)
 	n.mustAcquire("10.244.1.0/24")
 	a := vxlanLease(t, "10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44")
@@ -116,7 +107,7 @@ func TestOverlayPeers(t *testing.T) {
 // TestOverlayStaleAfterDowntime: peers that left while weftd was down are removed on
 // restart, new ones added; the rest is untouched.
 func TestOverlayStaleAfterDowntime(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	tr := newTranscript(t, n)
 	n.mustAcquire("10.244.1.0/24")
 	a := vxlanLease(t, "10.244.2.0/24", "192.168.1.11", "c6:d2:32:6f:8f:44")
@@ -134,24 +125,24 @@ func TestOverlayStaleAfterDowntime(t *testing.T) {
 // TestOverlayForeignStateUntouched: kube-proxy's remote endpoints, pods' endpoints and
 // policies for destinations outside the cluster network are not weft's to remove.
 func TestOverlayForeignStateUntouched(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	n.mustAcquire("10.244.1.0/24")
 	net, _ := n.hns.NetworkByName("flannel.4096")
-	foreign := RemoteSubnetRoutePolicy(RemoteSubnetRouteSettings{DestinationPrefix: "172.16.0.0/24", IsolationID: 4096, ProviderAddress: "192.168.1.99", DistributedRouterMacAddress: "00-15-5D-01-02-03"})
-	if err := n.hns.ModifyNetworkSettings(net.ID, PolicyRequest(RequestAdd, foreign)); err != nil {
+	foreign := windows.RemoteSubnetRoutePolicy(windows.RemoteSubnetRouteSettings{DestinationPrefix: "172.16.0.0/24", IsolationID: 4096, ProviderAddress: "192.168.1.99", DistributedRouterMacAddress: "00-15-5D-01-02-03"})
+	if err := n.hns.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, foreign)); err != nil {
 		t.Fatal(err)
 	}
-	kubeProxy := HostComputeEndpoint{HostComputeNetwork: net.ID, IPConfigurations: []IPConfig{{IPAddress: "10.244.2.7"}},
-		MacAddress: "02-11-0A-F4-02-07", Flags: EndpointRemote, Policies: []Policy{ProviderAddressPolicy(netip.MustParseAddr("192.168.1.11"))}, SchemaVersion: schemaV2()}
-	pod := HostComputeEndpoint{Name: "pod-a", HostComputeNetwork: net.ID, IPConfigurations: []IPConfig{{IPAddress: "10.244.1.5", PrefixLength: 24}}, SchemaVersion: schemaV2()}
-	for _, ep := range []HostComputeEndpoint{kubeProxy, pod} {
+	kubeProxy := windows.HostComputeEndpoint{HostComputeNetwork: net.ID, IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.2.7"}},
+		MacAddress: "02-11-0A-F4-02-07", Flags: windows.EndpointRemote, Policies: []windows.Policy{windows.ProviderAddressPolicy(netip.MustParseAddr("192.168.1.11"))}, SchemaVersion: windows.SchemaV2()}
+	pod := windows.HostComputeEndpoint{Name: "pod-a", HostComputeNetwork: net.ID, IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.5", PrefixLength: 24}}, SchemaVersion: windows.SchemaV2()}
+	for _, ep := range []windows.HostComputeEndpoint{kubeProxy, pod} {
 		if _, err := n.hns.CreateEndpoint(&ep); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mutations(n)
+	n.mutations()
 	n.mustConverge(nil)
-	for _, r := range mutations(n) {
+	for _, r := range n.mutations() {
 		if r.Op != "ModifyNetworkSettings" || !strings.Contains(string(r.Body), "HostRoute") {
 			t.Errorf("converging with no peers sent %s %s", r.Op, r.Body)
 		}
@@ -168,7 +159,7 @@ func TestOverlayForeignStateUntouched(t *testing.T) {
 // holds it; a blip longer than BlipTimeout fails the acquisition, so nothing is published.
 func TestOverlayBlip(t *testing.T) {
 	var ready []string
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{
 		HostReady: func(_ context.Context, a netip.Addr) error {
 			ready = append(ready, a.String())
 			return nil
@@ -184,12 +175,12 @@ func TestOverlayBlip(t *testing.T) {
 	}
 
 	// A blip that does not end: the acquisition fails and publishes nothing.
-	slow := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.20", hns10, Config{BlipTimeout: 2 * time.Second})
+	slow := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.20", hns10, windows.Config{BlipTimeout: 2 * time.Second})
 	if _, err := slow.acquire("10.244.5.0/24"); err == nil || !strings.Contains(err.Error(), "no management IP") {
 		t.Errorf("a %v blip with a 2s timeout gave %v", testBlip, err)
 	}
 	// The host failing to come back fails it as well.
-	down := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.21", hns10, Config{
+	down := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.21", hns10, windows.Config{
 		HostReady: func(context.Context, netip.Addr) error { return errors.New("no interface holds it") },
 	})
 	if _, err := down.acquire("10.244.6.0/24"); err == nil || !strings.Contains(err.Error(), "no interface holds it") {
@@ -202,13 +193,13 @@ func TestOverlayBlip(t *testing.T) {
 // after an HNS upgrade a restart switches over and leaves no endpoint behind.
 func TestOverlayOldHNS(t *testing.T) {
 	conf := `{"Network":"10.244.0.0/16","SubnetLen":28,"Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
-	old := Version{Major: 9, Minor: 1}
-	forced := newWinNode(t, mustConfig(t, conf), "192.168.1.10", old, Config{Peers: PeersRemoteSubnetRoute})
-	if _, err := forced.acquire("10.244.1.0/28"); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("RemoteSubnetRoute on HNS 9.1 gave %v, want ErrNotSupported", err)
+	old := windows.Version{Major: 9, Minor: 1}
+	forced := newWinNode(t, mustConfig(t, conf), "192.168.1.10", old, windows.Config{Peers: windows.PeersRemoteSubnetRoute})
+	if _, err := forced.acquire("10.244.1.0/28"); !errors.Is(err, windows.ErrNotSupported) {
+		t.Errorf("RemoteSubnetRoute on HNS 9.1 gave %v, want windows.ErrNotSupported", err)
 	}
 
-	n := newWinNode(t, mustConfig(t, conf), "192.168.1.10", old, Config{})
+	n := newWinNode(t, mustConfig(t, conf), "192.168.1.10", old, windows.Config{})
 	tr := newTranscript(t, n)
 	n.mustAcquire("10.244.1.0/28")
 	a := vxlanLease(t, "10.244.2.0/28", "192.168.1.11", "c6:d2:32:6f:8f:44")
@@ -226,7 +217,7 @@ func TestOverlayOldHNS(t *testing.T) {
 	tr.check("overlay-old-hns")
 
 	// The config can ask for endpoints where remote subnet routes would do.
-	e := newWinNode(t, mustConfig(t, conf), "192.168.1.10", hns10, Config{Peers: PeersRemoteEndpoints})
+	e := newWinNode(t, mustConfig(t, conf), "192.168.1.10", hns10, windows.Config{Peers: windows.PeersRemoteEndpoints})
 	e.mustAcquire("10.244.1.0/28")
 	e.mustConverge([]subnet.Lease{a})
 	if st := e.hns.Render(); strings.Contains(st, "RemoteSubnetRoute") || !strings.Contains(st, "remote_10.244.2.14 ") {
@@ -236,9 +227,9 @@ func TestOverlayOldHNS(t *testing.T) {
 
 // TestOverlayReboot: a reboot takes the non-persistent network with it; weftd makes it
 // again, and publishes the new DR MAC. While weftd runs, a network deleted under it is
-// reported as a missing device and made again by Prepare.
+// reported by the next full Apply as a missing device and made again by Prepare.
 func TestOverlayReboot(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	tr := newTranscript(t, n)
 	n.mustAcquire("10.244.1.0/24")
 	mac := n.vtepMAC()
@@ -259,26 +250,27 @@ func TestOverlayReboot(t *testing.T) {
 	if err := n.hns.DeleteNetwork(net.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := n.converge([]subnet.Lease{a})
+	_, err := n.full([]subnet.Lease{a})
 	var missing *backend.MissingDeviceError
 	if !errors.As(err, &missing) || missing.Name != "flannel.4096" {
-		t.Fatalf("converging without the network gave %v, want a MissingDeviceError", err)
+		t.Fatalf("a full Apply without the network gave %v, want a MissingDeviceError", err)
 	}
-	newMAC, err := n.plane.Prepare(t.Context(), n.desired([]subnet.Lease{a}))
+	newMAC, err := n.plane.Prepare(t.Context(), n.set.State())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if newMAC == n.vtepMAC() {
 		t.Errorf("Prepare kept MAC %s for a new network", newMAC)
 	}
-	tr.step("deleted by hand, made again by EnsureVXLAN", n.mustConverge([]subnet.Lease{a}))
+	// An incremental Apply after Prepare is done in full: the model went with the network.
+	tr.step("deleted by hand, made again by Prepare", n.mustConverge([]subnet.Lease{a}))
 	tr.check("overlay-reboot")
 }
 
 // TestOverlaySubnetChange: a network made for another subnet (or VNI) is replaced; one
 // made for this subnet by flanneld is adopted.
 func TestOverlaySubnetChange(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
 	n.mustAcquire("10.244.1.0/24")
 	first, _ := n.hns.NetworkByName("flannel.4096")
 	n.restart()
@@ -287,21 +279,21 @@ func TestOverlaySubnetChange(t *testing.T) {
 	if first.ID == second.ID {
 		t.Fatal("a network for 10.244.1.0/24 was kept for 10.244.7.0/24")
 	}
-	if s := second.staticSubnet(); s.IPAddressPrefix != "10.244.7.0/24" {
+	if s := second.StaticSubnet(); s.IPAddressPrefix != "10.244.7.0/24" {
 		t.Errorf("new network subnet %s", s.IPAddressPrefix)
 	}
 	var ops []string
-	for _, r := range mutations(n) {
+	for _, r := range n.mutations() {
 		ops = append(ops, r.Op)
 	}
 	if got := strings.Join(ops, " "); got != "CreateNetwork DeleteNetwork CreateNetwork" {
 		t.Errorf("requests %q", got)
 	}
 
-	// Apply before any subnet is known cannot make an overlay.
-	fresh := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.30", hns10, Config{})
-	if _, err := fresh.plane.Apply(t.Context(), fresh.backend().State(netip.Prefix{}, false), backend.Update{Full: true}); !errors.Is(err, ErrNoSubnet) {
-		t.Errorf("Apply before Prepare gave %v", err)
+	// Without a subnet there is no overlay to make.
+	fresh := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.30", hns10, windows.Config{})
+	if _, err := fresh.plane.Prepare(t.Context(), fresh.b.State(netip.Prefix{}, false)); err == nil {
+		t.Error("Prepare made an overlay for no subnet")
 	}
 }
 
@@ -311,7 +303,7 @@ const hostgwConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","DNSS
 // forwarding, and a route per peer on the vNIC that holds the node's address; restarts
 // change nothing, peers come and go, a reboot is recovered.
 func TestHostGW(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, hostgwConf), "192.168.1.10", hns10, Config{DNSServers: []string{"10.96.0.10"}})
+	n := newWinNode(t, mustConfig(t, hostgwConf), "192.168.1.10", hns10, windows.Config{})
 	tr := newTranscript(t, n)
 	own := n.mustAcquire("10.244.1.0/24")
 	if len(own.Attrs.BackendData) != 0 {
@@ -328,7 +320,7 @@ func TestHostGW(t *testing.T) {
 	if ch := n.mustConverge([]subnet.Lease{a, b}); ch != "" {
 		t.Errorf("restart changed %q", ch)
 	}
-	if r := mutations(n); len(r) != 0 {
+	if r := n.mutations(); len(r) != 0 {
 		t.Errorf("restart sent HNS %+v", r)
 	}
 	if after := n.hns.Render() + n.host.Render(); after != before {
@@ -337,8 +329,8 @@ func TestHostGW(t *testing.T) {
 
 	// A static route outside the cluster network, and one into it that the system (not a
 	// static route) made, are not weft's.
-	for _, r := range []HostRoute{
-		{Dst: netip.MustParsePrefix("172.16.0.0/16"), NextHop: netip.MustParseAddr("192.168.1.1"), IfIndex: 100, Protocol: ProtoNetMgmt},
+	for _, r := range []windows.HostRoute{
+		{Dst: netip.MustParsePrefix("172.16.0.0/16"), NextHop: netip.MustParseAddr("192.168.1.1"), IfIndex: 100, Protocol: windows.ProtoNetMgmt},
 		{Dst: netip.MustParsePrefix("10.244.9.0/24"), NextHop: netip.MustParseAddr("192.168.1.50"), IfIndex: 100, Protocol: 2},
 	} {
 		if err := n.host.AddRoute(r); err != nil {
@@ -371,7 +363,7 @@ func TestSourceVIPFile(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	path := filepath.Join(dir, "sourceVip.json")
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, Config{SourceVIPFile: path})
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{SourceVIPFile: path})
 	n.mustAcquire("10.244.1.0/24")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -380,4 +372,91 @@ func TestSourceVIPFile(t *testing.T) {
 	if got, want := string(b), `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}`+"\n"; got != want {
 		t.Errorf("source VIP file %q, want %q", got, want)
 	}
+}
+
+// TestRequestGolden: the JSON of every kind of request weft sends HNS, as hcn would send
+// it, in testdata/requests.
+func TestRequestGolden(t *testing.T) {
+	kinds := map[string]hnstest.Request{}
+	name := func(r hnstest.Request) string {
+		switch r.Op {
+		case "CreateNetwork":
+			var n windows.HostComputeNetwork
+			_ = json.Unmarshal(r.Body, &n)
+			return "create-network-" + strings.ToLower(string(n.Type))
+		case "ModifyNetworkSettings":
+			var m windows.ModifyNetworkSettingRequest
+			var pr windows.PolicyNetworkRequest
+			_ = json.Unmarshal(r.Body, &m)
+			_ = json.Unmarshal(m.Settings, &pr)
+			return "network-" + strings.ToLower(string(m.RequestType)) + "-" + strings.ToLower(string(pr.Policies[0].Type))
+		case "CreateEndpoint":
+			var ep windows.HostComputeEndpoint
+			_ = json.Unmarshal(r.Body, &ep)
+			if ep.Flags&windows.EndpointRemote != 0 {
+				return "create-endpoint-remote"
+			}
+			return "create-endpoint-host"
+		case "ModifyNamespaceSettings":
+			return "namespace-attach-endpoint"
+		}
+		return strings.ToLower(r.Op)
+	}
+	collect := func(n *winNode) {
+		for _, r := range n.hns.Requests() {
+			if k := name(r); kinds[k].Op == "" {
+				kinds[k] = r
+			}
+		}
+		n.hns.ResetRequests()
+	}
+	a := vxlanLease(t, "10.244.2.0/28", "192.168.1.11", "c6:d2:32:6f:8f:44")
+	a2 := vxlanLease(t, "10.244.2.0/28", "192.168.1.11", "c6:d2:32:6f:8f:45")
+	conf := `{"Network":"10.244.0.0/16","SubnetLen":28,"Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+	o := newWinNode(t, mustConfig(t, conf), "192.168.1.10", hns10, windows.Config{})
+	o.mustAcquire("10.244.1.0/28")
+	o.mustConverge([]subnet.Lease{a})
+	o.mustConverge([]subnet.Lease{a2})
+	o.restart()
+	o.mustAcquire("10.244.1.16/28") // another subnet: the network is replaced
+	collect(o)
+	e := newWinNode(t, mustConfig(t, conf), "192.168.1.10", windows.Version{Major: 9, Minor: 1}, windows.Config{})
+	e.mustAcquire("10.244.1.0/28")
+	e.mustConverge([]subnet.Lease{a})
+	e.mustConverge(nil)
+	collect(e)
+	g := newWinNode(t, mustConfig(t, hostgwConf), "192.168.1.10", hns10, windows.Config{})
+	g.mustAcquire("10.244.1.0/24")
+	collect(g)
+
+	for _, k := range []string{
+		"create-network-overlay", "create-network-l2bridge", "deletenetwork",
+		"network-add-remotesubnetroute", "network-remove-remotesubnetroute", "network-add-hostroute",
+		"create-endpoint-remote", "create-endpoint-host", "deleteendpoint",
+		"createnamespace", "namespace-attach-endpoint",
+	} {
+		r, ok := kinds[k]
+		if !ok {
+			t.Errorf("no %s request was made", k)
+			continue
+		}
+		var b bytes.Buffer
+		if err := json.Indent(&b, mustMarshal(t, r), "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, filepath.Join("testdata", "requests", k+".json"), b.String()+"\n")
+		delete(kinds, k)
+	}
+	for k := range kinds {
+		t.Errorf("request kind %s has no golden file", k)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -21,8 +21,8 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 	})
 }
 
-// newPlane opens HNS through hcsshim's hcn and the host's route table through the IP Helper
-// API. kube-proxy's start-up scripts read the overlay's source VIP next to subnet.env.
+// newPlane opens HNS (its v2 API) and the host's IP Helper. kube-proxy's start-up reads the
+// overlay's source VIP from sourceVip.json, next to subnet.env.
 func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, error) {
 	hns, err := windows.NewHCN()
 	if err != nil {

@@ -1,4 +1,4 @@
-package windows
+package hnstest
 
 import (
 	"bytes"
@@ -9,31 +9,33 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/weftnet/weft/windows"
 )
 
-// MemHNS is an in-memory HNS for tests. It refuses what HNS (and hcn, which checks some
-// things before calling HNS) refuses: a subnet without a default route, a second network of
-// a name, unknown IDs (ErrNotFound), policies this version lacks (ErrNotSupported), a
-// second RemoteSubnetRoute for a destination (ErrExists). It behaves as HNS does where
-// weft depends on it: it gives each Overlay network a DR MAC (00-15-5D-xx-xx-xx), reports a
-// network's management IP only once the host vNIC is back (Blip after creation), and
-// forgets non-persistent networks on Reboot. It records every request that changes
-// something (Requests) and renders its state as text (Render).
-type MemHNS struct {
-	opts MemOptions
+// HNS is an in-memory HNS. It refuses what HNS (and hcn, which checks some things before
+// calling HNS) refuses: a subnet without a default route, a second network of a name,
+// unknown IDs (windows.ErrNotFound), policies this version lacks (windows.ErrNotSupported),
+// a second RemoteSubnetRoute for a destination (windows.ErrExists). It behaves as HNS does
+// where weft depends on it: it gives each Overlay network a DR MAC (00-15-5D-xx-xx-xx),
+// reports a network's management IP only once the host vNIC is back (Blip after creation),
+// and forgets non-persistent networks on Reboot. It records every request that changes
+// something (Requests), counts every call (Calls) and renders its state as text (Render).
+type HNS struct {
+	opts Options
 
 	mu         sync.Mutex
 	networks   []*memNetwork // in creation order
-	endpoints  []*HostComputeEndpoint
-	namespaces []*HostComputeNamespace
+	endpoints  []*windows.HostComputeEndpoint
+	namespaces []*windows.HostComputeNamespace
 	seq        int // IDs and DR MACs
 	requests   []Request
-	reads      int // lookups and listings, which requests do not record
+	calls
 }
 
-// MemOptions configure a MemHNS.
-type MemOptions struct {
-	Version Version // default 10.0
+// Options configure a HNS.
+type Options struct {
+	Version windows.Version // default 10.0
 	// ManagementIP is the host address reported for every network after the blip.
 	ManagementIP netip.Addr
 	// Blip is how long after a network's creation its management IP stays unreported.
@@ -45,13 +47,13 @@ type MemOptions struct {
 	// Host, if set, sees what HNS does to the host: the adapter a network binds moves to a
 	// vSwitch vNIC ("vEthernet (<adapter>)"), an endpoint attached to the host namespace gets
 	// a vNIC, and Reboot drops both.
-	Host *MemHost
+	Host *Host
 }
 
 type memNetwork struct {
-	n       HostComputeNetwork // as created, with the policies HNS added at once
-	added   []Policy           // policies added later, in order
-	mgmtAt  time.Time          // when the management IP shows up
+	n       windows.HostComputeNetwork // as created, with the policies HNS added at once
+	added   []windows.Policy           // policies added later, in order
+	mgmtAt  time.Time                  // when the management IP shows up
 	adapter string
 }
 
@@ -63,10 +65,10 @@ type Request struct {
 	Body json.RawMessage `json:",omitempty"`
 }
 
-// NewMemHNS returns an empty HNS.
-func NewMemHNS(o MemOptions) *MemHNS {
-	if o.Version == (Version{}) {
-		o.Version = Version{Major: 10, Minor: 0}
+// New returns an empty HNS.
+func New(o Options) *HNS {
+	if o.Version == (windows.Version{}) {
+		o.Version = windows.Version{Major: 10, Minor: 0}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -74,12 +76,12 @@ func NewMemHNS(o MemOptions) *MemHNS {
 	if o.MACByte == 0 {
 		o.MACByte = 0xC0
 	}
-	return &MemHNS{opts: o}
+	return &HNS{opts: o}
 }
 
-var _ Client = (*MemHNS)(nil)
+var _ windows.Client = (*HNS)(nil)
 
-func (h *MemHNS) record(op, id string, body any) {
+func (h *HNS) record(op, id string, body any) {
 	r := Request{Op: op, ID: id}
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -92,53 +94,45 @@ func (h *MemHNS) record(op, id string, body any) {
 }
 
 // Requests returns the requests that changed something, oldest first.
-func (h *MemHNS) Requests() []Request {
+func (h *HNS) Requests() []Request {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.requests)
 }
 
-// ResetRequests forgets the recorded requests and reads, so a test can look at what one step
-// did.
-func (h *MemHNS) ResetRequests() {
+// ResetRequests forgets the recorded requests, so a test can look at what one step did.
+func (h *HNS) ResetRequests() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.requests, h.reads = nil, 0
-}
-
-// Reads counts the lookups and listings (NetworkByName, NetworkEndpoints) since the last
-// ResetRequests.
-func (h *MemHNS) Reads() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.reads
+	h.requests = nil
 }
 
 // SetVersion changes the version HNS reports (an upgrade between two runs).
-func (h *MemHNS) SetVersion(v Version) {
+func (h *HNS) SetVersion(v windows.Version) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.opts.Version = v
 }
 
-func (h *MemHNS) newID() string {
+func (h *HNS) newID() string {
 	h.seq++
 	return fmt.Sprintf("00000000-0000-4000-8000-%012X", h.seq)
 }
 
-// Version implements Client.
-func (h *MemHNS) Version() (Version, error) {
+// Version implements windows.Client.
+func (h *HNS) Version() (windows.Version, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("Version")
 	return h.opts.Version, nil
 }
 
 // view is the network as HNS reports it now.
-func (h *MemHNS) view(m *memNetwork) *HostComputeNetwork {
+func (h *HNS) view(m *memNetwork) *windows.HostComputeNetwork {
 	n := m.n
 	n.Policies = slices.Clone(m.n.Policies)
 	if h.opts.ManagementIP.IsValid() && !h.opts.Now().Before(m.mgmtAt) {
-		n.Policies = append(n.Policies, ProviderAddressPolicy(h.opts.ManagementIP))
+		n.Policies = append(n.Policies, windows.ProviderAddressPolicy(h.opts.ManagementIP))
 	}
 	n.Policies = append(n.Policies, m.added...)
 	return deepCopy(&n)
@@ -157,55 +151,56 @@ func deepCopy[T any](v *T) *T {
 	return out
 }
 
-// NetworkByName implements Client.
-func (h *MemHNS) NetworkByName(name string) (*HostComputeNetwork, error) {
+// NetworkByName implements windows.Client.
+func (h *HNS) NetworkByName(name string) (*windows.HostComputeNetwork, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.reads++
+	h.count("NetworkByName")
 	for _, m := range h.networks {
 		if m.n.Name == name {
 			return h.view(m), nil
 		}
 	}
-	return nil, fmt.Errorf("HNS network %q: %w", name, ErrNotFound)
+	return nil, fmt.Errorf("HNS network %q: %w", name, windows.ErrNotFound)
 }
 
-func (h *MemHNS) network(id string) (*memNetwork, error) {
+func (h *HNS) network(id string) (*memNetwork, error) {
 	for _, m := range h.networks {
 		if strings.EqualFold(m.n.ID, id) {
 			return m, nil
 		}
 	}
-	return nil, fmt.Errorf("HNS network %s: %w", id, ErrNotFound)
+	return nil, fmt.Errorf("HNS network %s: %w", id, windows.ErrNotFound)
 }
 
-// CreateNetwork implements Client.
-func (h *MemHNS) CreateNetwork(req *HostComputeNetwork) (*HostComputeNetwork, error) {
+// CreateNetwork implements windows.Client.
+func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostComputeNetwork, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("CreateNetwork")
 	if err := checkNewNetwork(req); err != nil {
 		return nil, err
 	}
 	for _, m := range h.networks {
 		if m.n.Name == req.Name {
-			return nil, fmt.Errorf("HNS network %q: %w", req.Name, ErrExists)
+			return nil, fmt.Errorf("HNS network %q: %w", req.Name, windows.ErrExists)
 		}
 	}
 	adapter := ""
 	for _, p := range req.Policies {
-		var s NetAdapterNameSettings
-		if p.Type == PolicyNetAdapterName && p.Decode(&s) == nil {
+		var s windows.NetAdapterNameSettings
+		if p.Type == windows.PolicyNetAdapterName && p.Decode(&s) == nil {
 			adapter = s.NetworkAdapterName
 		}
 	}
 	if h.opts.Host != nil && adapter != "" && !h.opts.Host.hasAdapter(adapter) {
-		return nil, fmt.Errorf("HNS network create %q: network adapter %q: %w", req.Name, adapter, ErrNotFound)
+		return nil, fmt.Errorf("HNS network create %q: network adapter %q: %w", req.Name, adapter, windows.ErrNotFound)
 	}
 	h.record("CreateNetwork", "", req)
 	m := &memNetwork{n: *deepCopy(req), mgmtAt: h.opts.Now().Add(h.opts.Blip), adapter: adapter}
 	m.n.ID = h.newID()
-	if m.n.Type == NetworkOverlay {
-		m.n.Policies = append(m.n.Policies, DrMacAddressPolicy(fmt.Sprintf("00-15-5D-%02X-%02X-%02X", h.opts.MACByte, (h.seq>>8)&0xff, h.seq&0xff)))
+	if m.n.Type == windows.NetworkOverlay {
+		m.n.Policies = append(m.n.Policies, windows.DrMacAddressPolicy(fmt.Sprintf("00-15-5D-%02X-%02X-%02X", h.opts.MACByte, (h.seq>>8)&0xff, h.seq&0xff)))
 	}
 	if h.opts.Host != nil && adapter != "" {
 		h.opts.Host.vSwitch(adapter)
@@ -215,20 +210,20 @@ func (h *MemHNS) CreateNetwork(req *HostComputeNetwork) (*HostComputeNetwork, er
 }
 
 // checkNewNetwork refuses what hcn's Create and HNS refuse.
-func checkNewNetwork(n *HostComputeNetwork) error {
+func checkNewNetwork(n *windows.HostComputeNetwork) error {
 	if n.ID != "" {
 		return fmt.Errorf("HNS network create: ID %s given: HNS assigns IDs", n.ID)
 	}
 	if n.Name == "" {
 		return fmt.Errorf("HNS network create: no name")
 	}
-	if n.SchemaVersion != schemaV2() {
+	if n.SchemaVersion != windows.SchemaV2() {
 		return fmt.Errorf("HNS network create %q: schema version %s, want 2.0", n.Name, n.SchemaVersion)
 	}
 	switch n.Type {
-	case NetworkOverlay, NetworkL2Bridge:
+	case windows.NetworkOverlay, windows.NetworkL2Bridge:
 	default:
-		return fmt.Errorf("HNS network create %q: type %q: %w", n.Name, n.Type, ErrNotSupported)
+		return fmt.Errorf("HNS network create %q: type %q: %w", n.Name, n.Type, windows.ErrNotSupported)
 	}
 	subnets := 0
 	for _, ipam := range n.Ipams {
@@ -253,13 +248,13 @@ func checkNewNetwork(n *HostComputeNetwork) error {
 			if !hasDefault {
 				return fmt.Errorf("network create error, no default gateway")
 			}
-			if n.Type != NetworkOverlay {
+			if n.Type != windows.NetworkOverlay {
 				continue
 			}
-			var vsid VSIDSettings
+			var vsid windows.VSIDSettings
 			found := false
 			for _, p := range sn.Policies {
-				if p.Type == PolicyVSID && p.Decode(&vsid) == nil {
+				if p.Type == windows.PolicyVSID && p.Decode(&vsid) == nil {
 					found = true
 				}
 			}
@@ -274,10 +269,11 @@ func checkNewNetwork(n *HostComputeNetwork) error {
 	return nil
 }
 
-// DeleteNetwork implements Client. The network's endpoints go with it.
-func (h *MemHNS) DeleteNetwork(id string) error {
+// DeleteNetwork implements windows.Client. The network's endpoints go with it.
+func (h *HNS) DeleteNetwork(id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("DeleteNetwork")
 	m, err := h.network(id)
 	if err != nil {
 		return err
@@ -287,7 +283,7 @@ func (h *MemHNS) DeleteNetwork(id string) error {
 	return nil
 }
 
-func (h *MemHNS) dropNetwork(m *memNetwork) {
+func (h *HNS) dropNetwork(m *memNetwork) {
 	h.networks = slices.DeleteFunc(h.networks, func(x *memNetwork) bool { return x == m })
 	for _, ep := range slices.Clone(h.endpoints) {
 		if ep.HostComputeNetwork == m.n.ID {
@@ -300,23 +296,24 @@ func (h *MemHNS) dropNetwork(m *memNetwork) {
 	}
 }
 
-// ModifyNetworkSettings implements Client.
-func (h *MemHNS) ModifyNetworkSettings(networkID string, req *ModifyNetworkSettingRequest) error {
+// ModifyNetworkSettings implements windows.Client.
+func (h *HNS) ModifyNetworkSettings(networkID string, req *windows.ModifyNetworkSettingRequest) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("ModifyNetworkSettings")
 	m, err := h.network(networkID)
 	if err != nil {
 		return err
 	}
 	if req.ResourceType != "Policy" {
-		return fmt.Errorf("HNS network %s: modify %q: %w", networkID, req.ResourceType, ErrNotSupported)
+		return fmt.Errorf("HNS network %s: modify %q: %w", networkID, req.ResourceType, windows.ErrNotSupported)
 	}
-	var pr PolicyNetworkRequest
+	var pr windows.PolicyNetworkRequest
 	if err := json.Unmarshal(req.Settings, &pr); err != nil {
 		return fmt.Errorf("HNS network %s: policy request %s: %w", networkID, req.Settings, err)
 	}
 	switch req.RequestType {
-	case RequestAdd:
+	case windows.RequestAdd:
 		added := slices.Clone(m.added)
 		for _, p := range pr.Policies {
 			if err := h.checkAdd(m, added, p); err != nil {
@@ -326,33 +323,33 @@ func (h *MemHNS) ModifyNetworkSettings(networkID string, req *ModifyNetworkSetti
 		}
 		h.record("ModifyNetworkSettings", networkID, req)
 		m.added = added
-	case RequestRemove:
+	case windows.RequestRemove:
 		added := slices.Clone(m.added)
 		for _, p := range pr.Policies {
-			i := slices.IndexFunc(added, func(x Policy) bool { return samePolicy(x, p) })
+			i := slices.IndexFunc(added, func(x windows.Policy) bool { return samePolicy(x, p) })
 			if i < 0 {
-				return fmt.Errorf("HNS network %s: remove %s policy %s: %w", m.n.Name, p.Type, p.Settings, ErrNotFound)
+				return fmt.Errorf("HNS network %s: remove %s policy %s: %w", m.n.Name, p.Type, p.Settings, windows.ErrNotFound)
 			}
 			added = slices.Delete(added, i, i+1)
 		}
 		h.record("ModifyNetworkSettings", networkID, req)
 		m.added = added
 	default:
-		return fmt.Errorf("HNS network %s: request type %q: %w", networkID, req.RequestType, ErrNotSupported)
+		return fmt.Errorf("HNS network %s: request type %q: %w", networkID, req.RequestType, windows.ErrNotSupported)
 	}
 	return nil
 }
 
-func (h *MemHNS) checkAdd(m *memNetwork, added []Policy, p Policy) error {
+func (h *HNS) checkAdd(m *memNetwork, added []windows.Policy, p windows.Policy) error {
 	switch p.Type {
-	case PolicyRemoteSubnetRoute:
+	case windows.PolicyRemoteSubnetRoute:
 		if !h.opts.Version.SupportsRemoteSubnet() {
-			return fmt.Errorf("HNS %s: %w", h.opts.Version, ErrNotSupported)
+			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
 		}
-		if m.n.Type != NetworkOverlay {
-			return fmt.Errorf("on a %s network: %w", m.n.Type, ErrNotSupported)
+		if m.n.Type != windows.NetworkOverlay {
+			return fmt.Errorf("on a %s network: %w", m.n.Type, windows.ErrNotSupported)
 		}
-		var s RemoteSubnetRouteSettings
+		var s windows.RemoteSubnetRouteSettings
 		if err := p.Decode(&s); err != nil {
 			return err
 		}
@@ -363,31 +360,32 @@ func (h *MemHNS) checkAdd(m *memNetwork, added []Policy, p Policy) error {
 			return fmt.Errorf("ProviderAddress: %w", err)
 		}
 		for _, x := range added {
-			var xs RemoteSubnetRouteSettings
-			if x.Type == PolicyRemoteSubnetRoute && x.Decode(&xs) == nil && xs.DestinationPrefix == s.DestinationPrefix {
-				return fmt.Errorf("a route to %s: %w", s.DestinationPrefix, ErrExists)
+			var xs windows.RemoteSubnetRouteSettings
+			if x.Type == windows.PolicyRemoteSubnetRoute && x.Decode(&xs) == nil && xs.DestinationPrefix == s.DestinationPrefix {
+				return fmt.Errorf("a route to %s: %w", s.DestinationPrefix, windows.ErrExists)
 			}
 		}
-	case PolicyHostRoute:
+	case windows.PolicyHostRoute:
 		if !h.opts.Version.SupportsRemoteSubnet() {
-			return fmt.Errorf("HNS %s: %w", h.opts.Version, ErrNotSupported)
+			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
 		}
-		if slices.ContainsFunc(added, func(x Policy) bool { return x.Type == PolicyHostRoute }) {
-			return ErrExists
+		if slices.ContainsFunc(added, func(x windows.Policy) bool { return x.Type == windows.PolicyHostRoute }) {
+			return windows.ErrExists
 		}
 	default:
-		return fmt.Errorf("cannot be added to an existing network: %w", ErrNotSupported)
+		return fmt.Errorf("cannot be added to an existing network: %w", windows.ErrNotSupported)
 	}
 	return nil
 }
 
 // samePolicy compares policies as JSON values, as HNS matches a policy to remove.
-func samePolicy(a, b Policy) bool {
-	return a.Type == b.Type && canonicalJSON(a.Settings) == canonicalJSON(b.Settings)
+func samePolicy(a, b windows.Policy) bool {
+	return a.Type == b.Type && CanonicalJSON(a.Settings) == CanonicalJSON(b.Settings)
 }
 
-// canonicalJSON re-encodes a JSON value with sorted keys; invalid JSON stays as it is.
-func canonicalJSON(raw []byte) string {
+// CanonicalJSON re-encodes a JSON value with sorted keys, as HNS compares policies; invalid
+// JSON stays as it is.
+func CanonicalJSON(raw []byte) string {
 	var v any
 	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &v) != nil {
 		return string(raw)
@@ -396,15 +394,15 @@ func canonicalJSON(raw []byte) string {
 	return string(b)
 }
 
-// NetworkEndpoints implements Client.
-func (h *MemHNS) NetworkEndpoints(networkID string) ([]HostComputeEndpoint, error) {
+// NetworkEndpoints implements windows.Client.
+func (h *HNS) NetworkEndpoints(networkID string) ([]windows.HostComputeEndpoint, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.reads++
+	h.count("NetworkEndpoints")
 	if _, err := h.network(networkID); err != nil {
 		return nil, err
 	}
-	var out []HostComputeEndpoint
+	var out []windows.HostComputeEndpoint
 	for _, ep := range h.endpoints {
 		if strings.EqualFold(ep.HostComputeNetwork, networkID) {
 			out = append(out, *deepCopy(ep))
@@ -413,13 +411,14 @@ func (h *MemHNS) NetworkEndpoints(networkID string) ([]HostComputeEndpoint, erro
 	return out, nil
 }
 
-// CreateEndpoint implements Client.
-func (h *MemHNS) CreateEndpoint(req *HostComputeEndpoint) (*HostComputeEndpoint, error) {
+// CreateEndpoint implements windows.Client.
+func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostComputeEndpoint, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("CreateEndpoint")
 	if req.HostComputeNamespace != "" {
 		// hcn refuses it before asking HNS.
-		return nil, fmt.Errorf("endpoint create error, endpoint json HostComputeNamespace is read only and should not be set")
+		return nil, fmt.Errorf("endpoint create error, endpoint json windows.HostComputeNamespace is read only and should not be set")
 	}
 	if req.ID != "" {
 		return nil, fmt.Errorf("HNS endpoint create: ID %s given: HNS assigns IDs", req.ID)
@@ -432,18 +431,18 @@ func (h *MemHNS) CreateEndpoint(req *HostComputeEndpoint) (*HostComputeEndpoint,
 	if !ip.IsValid() {
 		return nil, fmt.Errorf("HNS endpoint create %q: no IPv4 address", req.Name)
 	}
-	remote := req.Flags&EndpointRemote != 0
-	if sn := m.n.staticSubnet(); !remote && sn != nil {
+	remote := req.Flags&windows.EndpointRemote != 0
+	if sn := m.n.StaticSubnet(); !remote && sn != nil {
 		if p, err := netip.ParsePrefix(sn.IPAddressPrefix); err == nil && !p.Contains(ip) {
 			return nil, fmt.Errorf("HNS endpoint create %q: %s is outside the network's subnet %s", req.Name, ip, p)
 		}
 	}
-	if remote && m.n.Type == NetworkOverlay && !req.ProviderAddress().IsValid() {
+	if remote && m.n.Type == windows.NetworkOverlay && !req.ProviderAddress().IsValid() {
 		return nil, fmt.Errorf("HNS endpoint create %q: a remote endpoint needs a ProviderAddress policy", req.Name)
 	}
 	for _, ep := range h.endpoints {
 		if ep.HostComputeNetwork == m.n.ID && ep.IP() == ip {
-			return nil, fmt.Errorf("HNS endpoint create %q: address %s is used by %s: %w", req.Name, ip, ep.Name, ErrExists)
+			return nil, fmt.Errorf("HNS endpoint create %q: address %s is used by %s: %w", req.Name, ip, ep.Name, windows.ErrExists)
 		}
 	}
 	h.record("CreateEndpoint", "", req)
@@ -457,36 +456,37 @@ func (h *MemHNS) CreateEndpoint(req *HostComputeEndpoint) (*HostComputeEndpoint,
 	return deepCopy(ep), nil
 }
 
-// DeleteEndpoint implements Client.
-func (h *MemHNS) DeleteEndpoint(id string) error {
+// DeleteEndpoint implements windows.Client.
+func (h *HNS) DeleteEndpoint(id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	i := slices.IndexFunc(h.endpoints, func(ep *HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, id) })
+	h.count("DeleteEndpoint")
+	i := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, id) })
 	if i < 0 {
-		return fmt.Errorf("HNS endpoint %s: %w", id, ErrNotFound)
+		return fmt.Errorf("HNS endpoint %s: %w", id, windows.ErrNotFound)
 	}
 	h.record("DeleteEndpoint", id, nil)
 	h.dropEndpoint(h.endpoints[i])
 	return nil
 }
 
-func (h *MemHNS) dropEndpoint(ep *HostComputeEndpoint) {
+func (h *HNS) dropEndpoint(ep *windows.HostComputeEndpoint) {
 	if ep.HostComputeNamespace != "" {
 		h.detach(ep)
 	}
-	h.endpoints = slices.DeleteFunc(h.endpoints, func(x *HostComputeEndpoint) bool { return x == ep })
+	h.endpoints = slices.DeleteFunc(h.endpoints, func(x *windows.HostComputeEndpoint) bool { return x == ep })
 }
 
-func (h *MemHNS) detach(ep *HostComputeEndpoint) {
+func (h *HNS) detach(ep *windows.HostComputeEndpoint) {
 	for _, ns := range h.namespaces {
 		if ns.ID != ep.HostComputeNamespace {
 			continue
 		}
-		ns.Resources = slices.DeleteFunc(ns.Resources, func(r NamespaceResource) bool {
-			var d NamespaceResourceEndpoint
+		ns.Resources = slices.DeleteFunc(ns.Resources, func(r windows.NamespaceResource) bool {
+			var d windows.NamespaceResourceEndpoint
 			return r.Type == "Endpoint" && json.Unmarshal(r.Data, &d) == nil && strings.EqualFold(d.ID, ep.ID)
 		})
-		if ns.Type == NamespaceHostDefault && h.opts.Host != nil {
+		if ns.Type == windows.NamespaceHostDefault && h.opts.Host != nil {
 			h.opts.Host.dropVNIC(vnicName(ep.Name))
 		}
 	}
@@ -495,26 +495,28 @@ func (h *MemHNS) detach(ep *HostComputeEndpoint) {
 
 func vnicName(endpoint string) string { return "vEthernet (" + endpoint + ")" }
 
-// HostDefaultNamespace implements Client.
-func (h *MemHNS) HostDefaultNamespace() (*HostComputeNamespace, error) {
+// HostDefaultNamespace implements windows.Client.
+func (h *HNS) HostDefaultNamespace() (*windows.HostComputeNamespace, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("HostDefaultNamespace")
 	for _, ns := range h.namespaces {
-		if ns.Type == NamespaceHostDefault {
+		if ns.Type == windows.NamespaceHostDefault {
 			return deepCopy(ns), nil
 		}
 	}
-	return nil, fmt.Errorf("HNS host default namespace: %w", ErrNotFound)
+	return nil, fmt.Errorf("HNS host default namespace: %w", windows.ErrNotFound)
 }
 
-// CreateNamespace implements Client.
-func (h *MemHNS) CreateNamespace(req *HostComputeNamespace) (*HostComputeNamespace, error) {
+// CreateNamespace implements windows.Client.
+func (h *HNS) CreateNamespace(req *windows.HostComputeNamespace) (*windows.HostComputeNamespace, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.count("CreateNamespace")
 	if req.Type == "" || req.ID != "" || len(req.Resources) > 0 {
 		return nil, fmt.Errorf("HNS namespace create: needs a type, and neither an ID nor resources")
 	}
-	if req.SchemaVersion != schemaV2() {
+	if req.SchemaVersion != windows.SchemaV2() {
 		return nil, fmt.Errorf("HNS namespace create: schema version %s, want 2.0", req.SchemaVersion)
 	}
 	h.record("CreateNamespace", "", req)
@@ -524,54 +526,55 @@ func (h *MemHNS) CreateNamespace(req *HostComputeNamespace) (*HostComputeNamespa
 	return deepCopy(ns), nil
 }
 
-// ModifyNamespaceSettings implements Client.
-func (h *MemHNS) ModifyNamespaceSettings(namespaceID string, req *ModifyNamespaceSettingRequest) error {
+// ModifyNamespaceSettings implements windows.Client.
+func (h *HNS) ModifyNamespaceSettings(namespaceID string, req *windows.ModifyNamespaceSettingRequest) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	i := slices.IndexFunc(h.namespaces, func(ns *HostComputeNamespace) bool { return strings.EqualFold(ns.ID, namespaceID) })
+	h.count("ModifyNamespaceSettings")
+	i := slices.IndexFunc(h.namespaces, func(ns *windows.HostComputeNamespace) bool { return strings.EqualFold(ns.ID, namespaceID) })
 	if i < 0 {
-		return fmt.Errorf("HNS namespace %s: %w", namespaceID, ErrNotFound)
+		return fmt.Errorf("HNS namespace %s: %w", namespaceID, windows.ErrNotFound)
 	}
 	ns := h.namespaces[i]
 	if req.ResourceType != "Endpoint" {
-		return fmt.Errorf("HNS namespace %s: modify %q: %w", namespaceID, req.ResourceType, ErrNotSupported)
+		return fmt.Errorf("HNS namespace %s: modify %q: %w", namespaceID, req.ResourceType, windows.ErrNotSupported)
 	}
-	var d NamespaceResourceEndpoint
+	var d windows.NamespaceResourceEndpoint
 	if err := json.Unmarshal(req.Settings, &d); err != nil {
 		return fmt.Errorf("HNS namespace %s: settings %s: %w", namespaceID, req.Settings, err)
 	}
-	j := slices.IndexFunc(h.endpoints, func(ep *HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, d.ID) })
+	j := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, d.ID) })
 	if j < 0 {
-		return fmt.Errorf("HNS namespace %s: endpoint %s: %w", namespaceID, d.ID, ErrNotFound)
+		return fmt.Errorf("HNS namespace %s: endpoint %s: %w", namespaceID, d.ID, windows.ErrNotFound)
 	}
 	ep := h.endpoints[j]
 	switch req.RequestType {
-	case RequestAdd:
+	case windows.RequestAdd:
 		if ep.HostComputeNamespace != "" {
-			return fmt.Errorf("This requested operation is invalid as endpoint is already part of a network namespace: %w", ErrExists)
+			return fmt.Errorf("This requested operation is invalid as endpoint is already part of a network namespace: %w", windows.ErrExists)
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
-		data, _ := json.Marshal(NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
-		ns.Resources = append(ns.Resources, NamespaceResource{Type: "Endpoint", Data: data})
+		data, _ := json.Marshal(windows.NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
+		ns.Resources = append(ns.Resources, windows.NamespaceResource{Type: "Endpoint", Data: data})
 		ep.HostComputeNamespace = ns.ID
-		if ns.Type == NamespaceHostDefault && h.opts.Host != nil {
+		if ns.Type == windows.NamespaceHostDefault && h.opts.Host != nil {
 			if p, ok := endpointPrefix(ep); ok {
 				h.opts.Host.addVNIC(vnicName(ep.Name), p)
 			}
 		}
-	case RequestRemove:
+	case windows.RequestRemove:
 		if !strings.EqualFold(ep.HostComputeNamespace, ns.ID) {
-			return fmt.Errorf("HNS namespace %s: endpoint %s is not attached: %w", namespaceID, ep.ID, ErrNotFound)
+			return fmt.Errorf("HNS namespace %s: endpoint %s is not attached: %w", namespaceID, ep.ID, windows.ErrNotFound)
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
 		h.detach(ep)
 	default:
-		return fmt.Errorf("HNS namespace %s: request type %q: %w", namespaceID, req.RequestType, ErrNotSupported)
+		return fmt.Errorf("HNS namespace %s: request type %q: %w", namespaceID, req.RequestType, windows.ErrNotSupported)
 	}
 	return nil
 }
 
-func endpointPrefix(ep *HostComputeEndpoint) (netip.Prefix, bool) {
+func endpointPrefix(ep *windows.HostComputeEndpoint) (netip.Prefix, bool) {
 	for _, c := range ep.IPConfigurations {
 		if a, err := netip.ParseAddr(c.IPAddress); err == nil && a.Is4() {
 			bits := int(c.PrefixLength)
@@ -586,11 +589,11 @@ func endpointPrefix(ep *HostComputeEndpoint) (netip.Prefix, bool) {
 
 // Reboot is a host restart: non-persistent networks and their endpoints are gone, and so
 // are namespaces (the host default one comes back empty when asked for).
-func (h *MemHNS) Reboot() {
+func (h *HNS) Reboot() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, m := range slices.Clone(h.networks) {
-		if m.n.Flags&EnableNonPersistent != 0 {
+		if m.n.Flags&windows.EnableNonPersistent != 0 {
 			h.dropNetwork(m)
 		}
 	}
@@ -610,7 +613,7 @@ func (h *MemHNS) Reboot() {
 
 // Render describes the whole state, one line per object or policy, in an order that does
 // not depend on the order of requests (except IDs, which count up).
-func (h *MemHNS) Render() string {
+func (h *HNS) Render() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var b strings.Builder
@@ -628,7 +631,7 @@ func (h *MemHNS) Render() string {
 					l += fmt.Sprintf(" route %s via %s", r.DestinationPrefix, r.NextHop)
 				}
 				for _, p := range sn.Policies {
-					l += fmt.Sprintf(" %s %s", p.Type, canonicalJSON(p.Settings))
+					l += fmt.Sprintf(" %s %s", p.Type, CanonicalJSON(p.Settings))
 				}
 				lines = append(lines, l)
 			}
@@ -637,7 +640,7 @@ func (h *MemHNS) Render() string {
 			lines = append(lines, "  dns "+strings.Join(n.DNS.ServerList, ","))
 		}
 		for _, p := range n.Policies {
-			lines = append(lines, fmt.Sprintf("  policy %s %s", p.Type, canonicalJSON(p.Settings)))
+			lines = append(lines, fmt.Sprintf("  policy %s %s", p.Type, CanonicalJSON(p.Settings)))
 		}
 		for _, ep := range h.endpoints {
 			if ep.HostComputeNetwork != n.ID {
@@ -651,7 +654,7 @@ func (h *MemHNS) Render() string {
 				}
 			}
 			l += " mac " + ep.MacAddress
-			if ep.Flags&EndpointRemote != 0 {
+			if ep.Flags&windows.EndpointRemote != 0 {
 				l += " remote"
 			}
 			if pa := ep.ProviderAddress(); pa.IsValid() {
