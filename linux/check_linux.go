@@ -9,7 +9,7 @@ import (
 	"github.com/weftnet/weft/backend"
 )
 
-// Report is what Reconcile would change to make the kernel match a State, and how the overlay
+// Report is what a full Apply would change to make the kernel match a State, and how the overlay
 // device differs from what EnsureVXLAN would make. Diff produces it without writing anything,
 // so an operator's tool (weftctl doctor) can show the drift that weftd would repair.
 type Report struct {
@@ -21,7 +21,7 @@ type Report struct {
 	Addrs     []Change[netip.Prefix] // of the overlay device
 }
 
-// Change is one entry Reconcile would write: Want is the entry it would set and Have the
+// Change is one entry a full Apply would write: Want is the entry it would set and Have the
 // kernel's entry it would overwrite or delete. A zero Want is a deletion, a zero Have an
 // addition of something missing.
 type Change[T comparable] struct {
@@ -40,7 +40,7 @@ type DeviceReport struct {
 	Incompatible string
 }
 
-// Converged reports whether Reconcile and EnsureVXLAN would find nothing to do.
+// Converged reports whether a full Apply and EnsureVXLAN would find nothing to do.
 func (r Report) Converged() bool {
 	if d := r.Device; d != nil && (d.Missing || !d.Up || d.Incompatible != "") {
 		return false
@@ -48,8 +48,8 @@ func (r Report) Converged() bool {
 	return len(r.Nexthops)+len(r.Routes)+len(r.Neighbors)+len(r.FDB)+len(r.Addrs) == 0
 }
 
-// Diff compares the kernel with st as Reconcile would, through the same dump and diff, and
-// reports what Reconcile would write, touching only what owned allows, without writing it.
+// Diff compares the kernel with st as a full Apply would, through the same dump and diff, and
+// reports what a full Apply would write, touching only what owned allows, without writing it.
 // The MTU is reported, not judged: EnsureVXLAN sets it, and the caller knows what it should be.
 func (p *Plane) Diff(st *backend.State) (Report, error) {
 	want, owned := WantOf(st, p.nexthops)
@@ -87,7 +87,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 		}
 	}
 	// Without the device, read dumps only routes: every neighbour, FDB entry and address of
-	// st then shows as missing, which is what Reconcile would write after EnsureVXLAN.
+	// st then shows as missing, which is what a full Apply would write after EnsureVXLAN.
 	snap, err := p.read(vx, names)
 	if err != nil {
 		return Report{}, err

@@ -9,7 +9,7 @@ import (
 	"github.com/weftnet/weft/backend"
 )
 
-// Changes counts what Reconcile wrote. A changed entry (same destination, new gateway or
+// Changes counts what an Apply wrote. A changed entry (same destination, new gateway or
 // MAC) is replaced in place and counts as one addition.
 type Changes struct {
 	NexthopsAdded, NexthopsRemoved   int
@@ -232,7 +232,7 @@ type kernelFDB struct {
 	Permanent bool
 }
 
-// kernelState is what Reconcile dumped, in portable form, so the diff can be tested anywhere.
+// kernelState is what a full Apply dumped, in portable form, so the diff can be tested anywhere.
 type kernelState struct {
 	Nexthops  []kernelNexthop
 	Routes    []kernelRoute
@@ -241,7 +241,7 @@ type kernelState struct {
 	Addrs     []netip.Prefix // of the VXLAN device
 }
 
-// plan is what Reconcile must write: entries to add or replace, and the indexes (into the
+// plan is what a full Apply must write: entries to add or replace, and the indexes (into the
 // kernelState slices) of entries to delete. Indexes rather than values, so the delete can
 // name the exact kernel entry (metric, protocol, scope) that was dumped.
 type plan struct {
