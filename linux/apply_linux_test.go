@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/subnet"
@@ -185,13 +186,15 @@ func TestWatchModel(t *testing.T) {
 			return netlink.NeighDel(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, IP: net.ParseIP("10.244.11.0")})
 		},
 		"an FDB entry deleted by hand": func() error {
-			return netlink.NeighDel(fdbNeigh(FDBEntry{MAC: backend.MAC{0xaa, 1, 0, 0, 0, 2}, Dst: ip("192.168.50.12")}, vxl.Attrs().Index))
+			return netlink.NeighDel(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+				IP: net.ParseIP("192.168.50.12"), HardwareAddr: backend.MAC{0xaa, 1, 0, 0, 0, 2}.HardwareAddr()})
 		},
 		"a stray route on the device": func() error {
 			return netlink.RouteAdd(&netlink.Route{LinkIndex: vxl.Attrs().Index, Dst: ipNet(pfx("10.244.99.0/24")), Gw: net.ParseIP("10.244.99.0"), Flags: int(netlink.FLAG_ONLINK)})
 		},
 		"a stray permanent neighbour on the device": func() error {
-			return netlink.NeighAdd(ipNeigh(Neighbor{IP: ip("10.244.98.0"), MAC: mac("aa:cc:00:00:00:01")}, vxl.Attrs().Index))
+			return netlink.NeighAdd(&netlink.Neigh{LinkIndex: vxl.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+				IP: net.ParseIP("10.244.98.0"), HardwareAddr: mac("aa:cc:00:00:00:01").HardwareAddr()})
 		},
 		"the device set down": func() error { return netlink.LinkSetDown(vxl) },
 	} {

@@ -60,19 +60,6 @@ func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
 	return k
 }
 
-func toRoute(r Route, link int) *netlink.Route {
-	nr := &netlink.Route{LinkIndex: link, Dst: ipNet(r.Dst.Masked()), Table: unix.RT_TABLE_MAIN}
-	if r.Gw.IsValid() {
-		nr.Gw = r.Gw.AsSlice()
-	} else {
-		nr.Scope = netlink.SCOPE_LINK // as ip-route gives a device route
-	}
-	if r.Onlink {
-		nr.SetFlag(netlink.FLAG_ONLINK)
-	}
-	return nr
-}
-
 func routeString(r Route) string {
 	s := r.Dst.String()
 	if r.NH != 0 {
@@ -94,20 +81,6 @@ func familyOf(a netip.Addr) int {
 		return unix.AF_INET6
 	}
 	return unix.AF_INET
-}
-
-func ipNeigh(n Neighbor, link int) *netlink.Neigh {
-	return &netlink.Neigh{
-		LinkIndex: link, Family: familyOf(n.IP), State: netlink.NUD_PERMANENT, Type: unix.RTN_UNICAST,
-		IP: n.IP.AsSlice(), HardwareAddr: n.MAC.HardwareAddr(),
-	}
-}
-
-func fdbNeigh(f FDBEntry, link int) *netlink.Neigh {
-	return &netlink.Neigh{
-		LinkIndex: link, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF, State: netlink.NUD_PERMANENT,
-		IP: f.Dst.AsSlice(), HardwareAddr: f.MAC.HardwareAddr(),
-	}
 }
 
 // deleted reads the result of a delete: 1 when it removed the entry, 0 when the entry was

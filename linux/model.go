@@ -107,13 +107,6 @@ func (m *model) layoutLocked() layout {
 	return layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
 }
 
-// invalidate makes the next Apply a full one.
-func (m *model) invalidate() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.valid = false
-}
-
 // fits reports whether an incremental Apply of st can start from the model: the device,
 // underlay and subnets are those of the last full Apply.
 func (m *model) fits(st *backend.State) bool {
