@@ -30,6 +30,12 @@ const (
 	// underlayBridge is the bridge in the underlay namespace that every node's eth0 is
 	// plugged into.
 	underlayBridge = "br0"
+	// underlayBridgeMAC is the underlay bridge's MAC, set when it is made. A bridge without
+	// one set takes the lowest MAC of its ports, so it changed as nodes joined: a node that
+	// had resolved the gateway before a lower MAC joined sent to a MAC no port has, and its
+	// connections to etcd and the API server stalled until its neighbour entry went stale
+	// (about 30 s).
+	underlayBridgeMAC = "02:77:65:66:74:01"
 	// underlayGateway is the underlay bridge's own address; etcd listens on it.
 	underlayGateway = "192.0.2.1"
 	underlayBits    = 24
@@ -219,7 +225,7 @@ func (c *Cluster) start() error {
 	for _, args := range [][]string{
 		{"netns", "add", c.ul},
 		{"-n", c.ul, "link", "set", "lo", "up"},
-		{"-n", c.ul, "link", "add", underlayBridge, "type", "bridge"},
+		{"-n", c.ul, "link", "add", underlayBridge, "address", underlayBridgeMAC, "type", "bridge"},
 		{"-n", c.ul, "addr", "add", fmt.Sprintf("%s/%d", underlayGateway, underlayBits), "dev", underlayBridge},
 		{"-n", c.ul, "link", "set", underlayBridge, "up"},
 	} {

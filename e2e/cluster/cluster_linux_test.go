@@ -70,6 +70,16 @@ func TestHarnessWithoutWeftd(t *testing.T) {
 		t.Fatalf("etcd from node n2: %v", err)
 	}
 	conn.Close()
+	// The gateway keeps its MAC as nodes join, so what n1 resolved before n3 joined holds.
+	if _, err := c.AddNode("n3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*Node{n1, n2} {
+		out, err := n.Exec("ip", "neigh", "show", underlayGateway, "dev", "eth0")
+		if err != nil || !strings.Contains(out, "lladdr "+underlayBridgeMAC) {
+			t.Errorf("node %s's neighbour entry of the gateway after n3 joined: %q %v, want lladdr %s", n.Name, out, err, underlayBridgeMAC)
+		}
+	}
 	if out, _ := n1.Exec("cat", "/proc/sys/net/ipv4/ip_forward"); strings.TrimSpace(out) != "1" {
 		t.Errorf("ip_forward in n1 = %q, want 1", out)
 	}
