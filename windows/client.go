@@ -36,4 +36,7 @@ var (
 	ErrExists = errors.New("already exists")
 	// ErrNotSupported: this HNS version does not have the feature.
 	ErrNotSupported = errors.New("not supported by this HNS version")
+	// ErrStopped: the HNS service is not running (stopped, or restarting); what weft
+	// programmed in it may be gone when it is back.
+	ErrStopped = errors.New("HNS is not running")
 )
