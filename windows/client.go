@@ -23,8 +23,9 @@ type Client interface {
 	// yet (CreateNamespace makes it).
 	HostDefaultNamespace() (*HostComputeNamespace, error)
 	CreateNamespace(ns *HostComputeNamespace) (*HostComputeNamespace, error)
-	// ModifyNamespaceSettings attaches or detaches an endpoint (see AttachRequest).
-	ModifyNamespaceSettings(namespaceID string, req *ModifyNamespaceSettingRequest) error
+	// AttachEndpoint attaches an endpoint to a namespace (see AttachRequest); an endpoint
+	// attached already is an error matching ErrExists.
+	AttachEndpoint(namespaceID, endpointID string) error
 }
 
 // Errors that HNS's answers map to, for errors.Is.

@@ -2,8 +2,9 @@ package windows
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
+	"syscall"
 
 	"github.com/Microsoft/hcsshim/hcn"
 )
@@ -36,21 +37,39 @@ func convert[T any](v any) (*T, error) {
 	return out, nil
 }
 
-// hnsErr wraps an hcn error so that callers can test it with errors.Is: not-found errors
-// match ErrNotFound, a second attachment ErrExists.
+// hnsErr turns an hcn error into an *Error carrying HNS's HRESULT, so that callers tell
+// errors apart by code (errors.Is with ErrNotFound, ErrExists, ErrNotSupported, ErrStopped)
+// and never by the message, which is in the language of the Windows installation. hcn's
+// own errors (an empty listing by name or ID) match ErrNotFound.
 func hnsErr(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
-	what := fmt.Sprintf(format, args...)
-	switch {
-	case hcn.IsNotFoundError(err) || hcn.IsElementNotFoundError(err):
-		return fmt.Errorf("%s: %w: %w", what, ErrNotFound, err)
-	// hcn has no code for it; flanneld matches the message too.
-	case strings.Contains(err.Error(), "already part of a network namespace") || strings.Contains(err.Error(), "already attached"):
-		return fmt.Errorf("%s: %w: %w", what, ErrExists, err)
+	op := fmt.Sprintf(format, args...)
+	if code, ok := hresultOf(err); ok {
+		return &Error{Op: op, Code: code, Record: err.Error()}
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	if hcn.IsNotFoundError(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrNotFound, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// hresultOf returns the HRESULT of an error from an HNS call. hcsshim's generated calls
+// return it as a syscall.Errno, with the HRESULTs of Win32 errors (facility 7) turned back
+// into the Win32 code, which this turns into the HRESULT again.
+func hresultOf(err error) (HResult, bool) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		var he *hcn.HcnError
+		if !errors.As(err, &he) || he.HcsError == nil || !errors.As(he.Err, &errno) {
+			return 0, false
+		}
+	}
+	if errno <= 0xFFFF {
+		return HResult(0x80070000 | uint32(errno)), true
+	}
+	return HResult(uint32(errno)), true
 }
 
 // Version implements Client.
@@ -156,11 +175,7 @@ func (HCN) CreateNamespace(ns *HostComputeNamespace) (*HostComputeNamespace, err
 	return convert[HostComputeNamespace](made)
 }
 
-// ModifyNamespaceSettings implements Client.
-func (HCN) ModifyNamespaceSettings(namespaceID string, req *ModifyNamespaceSettingRequest) error {
-	r, err := convert[hcn.ModifyNamespaceSettingRequest](req)
-	if err != nil {
-		return err
-	}
-	return hnsErr(hcn.ModifyNamespaceSettings(namespaceID, r), "modifying HNS namespace %s", namespaceID)
+// AttachEndpoint implements Client, with hcsshim's own request ({"EndpointId": …}).
+func (HCN) AttachEndpoint(namespaceID, endpointID string) error {
+	return hnsErr(hcn.AddNamespaceEndpoint(namespaceID, endpointID), "attaching HNS endpoint %s to namespace %s", endpointID, namespaceID)
 }

@@ -119,7 +119,7 @@ func (p *Plane) attachToHost(ep *HostComputeEndpoint) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("host default namespace: %w", err)
 	}
-	err = p.hns.ModifyNamespaceSettings(ns.ID, AttachRequest(RequestAdd, ep.ID))
+	err = p.hns.AttachEndpoint(ns.ID, ep.ID)
 	if errors.Is(err, ErrExists) {
 		return false, nil // attached, though HNS did not say so in the endpoint
 	}

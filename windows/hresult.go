@@ -19,6 +19,7 @@ const (
 	HCNPolicyNotFound                HResult = 0x803B0008 // HCN_E_POLICY_NOT_FOUND
 	HCNInvalidNetworkType            HResult = 0x803B000B // HCN_E_INVALID_NETWORK_TYPE
 	HCNInvalidPolicy                 HResult = 0x803B000D // HCN_E_INVALID_POLICY
+	HCNInvalidPolicyType             HResult = 0x803B000E // HCN_E_INVALID_POLICY_TYPE
 	HCNNetworkAlreadyExists          HResult = 0x803B0010 // HCN_E_NETWORK_ALREADY_EXISTS
 	HCNPolicyAlreadyExists           HResult = 0x803B0012 // HCN_E_POLICY_ALREADY_EXISTS
 	HCNEndpointAlreadyAttached       HResult = 0x803B0014 // HCN_E_ENDPOINT_ALREADY_ATTACHED
@@ -27,6 +28,8 @@ const (
 	HCNInvalidIP                     HResult = 0x803B001E // HCN_E_INVALID_IP
 	HCNManagerStopped                HResult = 0x803B0020 // HCN_E_MANAGER_STOPPED
 	HCNEndpointNamespaceAlreadyExist HResult = 0x803B002B // HCN_E_ENDPOINT_NAMESPACE_ALREADY_EXISTS
+	HCNAddrInvalidOrReserved         HResult = 0x803B002F // HCN_E_ADDR_INVALID_OR_RESERVED
+	Fail                             HResult = 0x80004005 // E_FAIL
 	ElementNotFound                  HResult = 0x80070490 // ERROR_NOT_FOUND as an HRESULT
 	InvalidArg                       HResult = 0x80070057 // E_INVALIDARG
 	NotImpl                          HResult = 0x80004001 // E_NOTIMPL
@@ -81,7 +84,7 @@ func (e *Error) Is(target error) bool {
 		}
 	case ErrNotSupported:
 		switch e.Code {
-		case NotImpl, HCNRequestUnsupported, HCNInvalidNetworkType:
+		case NotImpl, HCNRequestUnsupported, HCNInvalidNetworkType, HCNInvalidPolicyType:
 			return true
 		}
 	case ErrStopped:

@@ -359,7 +359,7 @@ type PolicyNetworkRequest struct {
 }
 
 // ModifyNamespaceSettingRequest attaches (Add) or detaches (Remove) an endpoint
-// (ResourceType "Endpoint", Settings a NamespaceResourceEndpoint).
+// (ResourceType "Endpoint", Settings a NamespaceEndpointRequest).
 type ModifyNamespaceSettingRequest struct {
 	ResourceType string          `json:",omitempty"`
 	RequestType  RequestType     `json:",omitempty"`
@@ -372,9 +372,18 @@ func PolicyRequest(rt RequestType, policies ...Policy) *ModifyNetworkSettingRequ
 	return &ModifyNetworkSettingRequest{ResourceType: "Policy", RequestType: rt, Settings: b}
 }
 
-// AttachRequest is the request that attaches (or detaches) an endpoint to a namespace.
+// NamespaceEndpointRequest is the Settings of a request that attaches or detaches an
+// endpoint: {"EndpointId": …}, as hcsshim's AddNamespaceEndpoint sends it. (A namespace's
+// resources list the endpoint as {"ID": …}, NamespaceResourceEndpoint; HNS does not take
+// that in a request.)
+type NamespaceEndpointRequest struct {
+	EndpointID string `json:"EndpointId"`
+}
+
+// AttachRequest is the request that attaches (or detaches) an endpoint to a namespace, as
+// HNS receives it.
 func AttachRequest(rt RequestType, endpointID string) *ModifyNamespaceSettingRequest {
-	b, _ := json.Marshal(NamespaceResourceEndpoint{ID: endpointID}) // a string always marshals
+	b, _ := json.Marshal(NamespaceEndpointRequest{EndpointID: endpointID}) // a string always marshals
 	return &ModifyNamespaceSettingRequest{ResourceType: "Endpoint", RequestType: rt, Settings: b}
 }
 

@@ -161,7 +161,8 @@ func (h *HNS) NetworkByName(name string) (*windows.HostComputeNetwork, error) {
 			return h.view(m), nil
 		}
 	}
-	return nil, fmt.Errorf("HNS network %q: %w", name, windows.ErrNotFound)
+	// hcn's GetNetworkByName lists networks by name; an empty listing is its own error.
+	return nil, fmt.Errorf("Network name %q not found: %w", name, windows.ErrNotFound)
 }
 
 func (h *HNS) network(id string) (*memNetwork, error) {
@@ -170,7 +171,7 @@ func (h *HNS) network(id string) (*memNetwork, error) {
 			return m, nil
 		}
 	}
-	return nil, fmt.Errorf("HNS network %s: %w", id, windows.ErrNotFound)
+	return nil, hnsError("HcnOpenNetwork", windows.HCNNetworkNotFound, "network %s not found", id)
 }
 
 // CreateNetwork implements windows.Client.
@@ -183,7 +184,7 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 	}
 	for _, m := range h.networks {
 		if m.n.Name == req.Name {
-			return nil, fmt.Errorf("HNS network %q: %w", req.Name, windows.ErrExists)
+			return nil, hnsError("HcnCreateNetwork", windows.HCNNetworkAlreadyExists, "a network named %q exists", req.Name)
 		}
 	}
 	adapter := ""
@@ -194,7 +195,7 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 		}
 	}
 	if h.opts.Host != nil && adapter != "" && !h.opts.Host.hasAdapter(adapter) {
-		return nil, fmt.Errorf("HNS network create %q: network adapter %q: %w", req.Name, adapter, windows.ErrNotFound)
+		return nil, hnsError("HcnCreateNetwork", windows.HCNAdapterNotFound, "network %q: no network adapter %q", req.Name, adapter)
 	}
 	h.record("CreateNetwork", "", req)
 	m := &memNetwork{n: *deepCopy(req), mgmtAt: h.opts.Now().Add(h.opts.Blip), adapter: adapter}
@@ -212,18 +213,18 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 // checkNewNetwork refuses what hcn's Create and HNS refuse.
 func checkNewNetwork(n *windows.HostComputeNetwork) error {
 	if n.ID != "" {
-		return fmt.Errorf("HNS network create: ID %s given: HNS assigns IDs", n.ID)
+		return hnsError("HcnCreateNetwork", windows.InvalidArg, "ID %s given: HNS assigns IDs", n.ID)
 	}
 	if n.Name == "" {
-		return fmt.Errorf("HNS network create: no name")
+		return hnsError("HcnCreateNetwork", windows.InvalidArg, "no name")
 	}
 	if n.SchemaVersion != windows.SchemaV2() {
-		return fmt.Errorf("HNS network create %q: schema version %s, want 2.0", n.Name, n.SchemaVersion)
+		return hnsError("HcnCreateNetwork", windows.HCNInvalidJSON, "network %q: schema version %s, want 2.0", n.Name, n.SchemaVersion)
 	}
 	switch n.Type {
 	case windows.NetworkOverlay, windows.NetworkL2Bridge:
 	default:
-		return fmt.Errorf("HNS network create %q: type %q: %w", n.Name, n.Type, windows.ErrNotSupported)
+		return hnsError("HcnCreateNetwork", windows.HCNInvalidNetworkType, "network %q: type %q", n.Name, n.Type)
 	}
 	subnets := 0
 	for _, ipam := range n.Ipams {
@@ -233,9 +234,10 @@ func checkNewNetwork(n *windows.HostComputeNetwork) error {
 				continue
 			}
 			if _, err := netip.ParsePrefix(sn.IPAddressPrefix); err != nil {
-				return fmt.Errorf("HNS network create %q: subnet %q: %w", n.Name, sn.IPAddressPrefix, err)
+				return hnsError("HcnCreateNetwork", windows.HCNInvalidIP, "network %q: subnet %q: %v", n.Name, sn.IPAddressPrefix, err)
 			}
-			// hcn's Create: a subnet with a prefix needs gateways, and a default route.
+			// hcn's Create refuses these before calling HNS, with errors of its own: a
+			// subnet with a prefix needs gateways, and a default route.
 			hasDefault := false
 			for _, r := range sn.Routes {
 				if r.NextHop == "" {
@@ -259,12 +261,12 @@ func checkNewNetwork(n *windows.HostComputeNetwork) error {
 				}
 			}
 			if !found || vsid.IsolationID < 4096 || vsid.IsolationID > 1<<24-1 {
-				return fmt.Errorf("HNS network create %q: an Overlay subnet needs a VSID policy with an IsolationId of 4096 or more", n.Name)
+				return hnsError("HcnCreateNetwork", windows.HCNInvalidPolicy, "network %q: an Overlay subnet needs a VSID policy with an IsolationId of 4096 or more", n.Name)
 			}
 		}
 	}
 	if subnets == 0 {
-		return fmt.Errorf("HNS network create %q: no subnet", n.Name)
+		return hnsError("HcnCreateNetwork", windows.InvalidArg, "network %q: no subnet", n.Name)
 	}
 	return nil
 }
@@ -306,18 +308,18 @@ func (h *HNS) ModifyNetworkSettings(networkID string, req *windows.ModifyNetwork
 		return err
 	}
 	if req.ResourceType != "Policy" {
-		return fmt.Errorf("HNS network %s: modify %q: %w", networkID, req.ResourceType, windows.ErrNotSupported)
+		return hnsError("HcnModifyNetwork", windows.HCNRequestUnsupported, "network %s: modify %q", networkID, req.ResourceType)
 	}
 	var pr windows.PolicyNetworkRequest
 	if err := json.Unmarshal(req.Settings, &pr); err != nil {
-		return fmt.Errorf("HNS network %s: policy request %s: %w", networkID, req.Settings, err)
+		return hnsError("HcnModifyNetwork", windows.HCNInvalidJSON, "network %s: policy request %s: %v", networkID, req.Settings, err)
 	}
 	switch req.RequestType {
 	case windows.RequestAdd:
 		added := slices.Clone(m.added)
 		for _, p := range pr.Policies {
 			if err := h.checkAdd(m, added, p); err != nil {
-				return fmt.Errorf("HNS network %s: add %s policy: %w", m.n.Name, p.Type, err)
+				return err
 			}
 			added = append(added, p)
 		}
@@ -328,41 +330,44 @@ func (h *HNS) ModifyNetworkSettings(networkID string, req *windows.ModifyNetwork
 		for _, p := range pr.Policies {
 			i := slices.IndexFunc(added, func(x windows.Policy) bool { return samePolicy(x, p) })
 			if i < 0 {
-				return fmt.Errorf("HNS network %s: remove %s policy %s: %w", m.n.Name, p.Type, p.Settings, windows.ErrNotFound)
+				return hnsError("HcnModifyNetwork", windows.HCNPolicyNotFound, "network %s: no %s policy %s", m.n.Name, p.Type, p.Settings)
 			}
 			added = slices.Delete(added, i, i+1)
 		}
 		h.record("ModifyNetworkSettings", networkID, req)
 		m.added = added
 	default:
-		return fmt.Errorf("HNS network %s: request type %q: %w", networkID, req.RequestType, windows.ErrNotSupported)
+		return hnsError("HcnModifyNetwork", windows.HCNRequestUnsupported, "network %s: request type %q", networkID, req.RequestType)
 	}
 	return nil
 }
 
 func (h *HNS) checkAdd(m *memNetwork, added []windows.Policy, p windows.Policy) error {
+	fail := func(code windows.HResult, format string, args ...any) error {
+		return hnsError("HcnModifyNetwork", code, "network %s: add %s policy: %s", m.n.Name, p.Type, fmt.Sprintf(format, args...))
+	}
 	switch p.Type {
 	case windows.PolicyRemoteSubnetRoute:
 		if !h.opts.Version.SupportsRemoteSubnet() {
 			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
 		}
 		if m.n.Type != windows.NetworkOverlay {
-			return fmt.Errorf("on a %s network: %w", m.n.Type, windows.ErrNotSupported)
+			return fail(windows.HCNInvalidPolicyType, "on a %s network", m.n.Type)
 		}
 		var s windows.RemoteSubnetRouteSettings
 		if err := p.Decode(&s); err != nil {
-			return err
+			return fail(windows.HCNInvalidJSON, "%v", err)
 		}
 		if _, err := netip.ParsePrefix(s.DestinationPrefix); err != nil {
-			return fmt.Errorf("DestinationPrefix: %w", err)
+			return fail(windows.HCNInvalidIP, "DestinationPrefix: %v", err)
 		}
 		if _, err := netip.ParseAddr(s.ProviderAddress); err != nil {
-			return fmt.Errorf("ProviderAddress: %w", err)
+			return fail(windows.HCNInvalidIP, "ProviderAddress: %v", err)
 		}
 		for _, x := range added {
 			var xs windows.RemoteSubnetRouteSettings
 			if x.Type == windows.PolicyRemoteSubnetRoute && x.Decode(&xs) == nil && xs.DestinationPrefix == s.DestinationPrefix {
-				return fmt.Errorf("a route to %s: %w", s.DestinationPrefix, windows.ErrExists)
+				return fail(windows.HCNPolicyAlreadyExists, "a route to %s exists", s.DestinationPrefix)
 			}
 		}
 	case windows.PolicyHostRoute:
@@ -370,10 +375,10 @@ func (h *HNS) checkAdd(m *memNetwork, added []windows.Policy, p windows.Policy) 
 			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
 		}
 		if slices.ContainsFunc(added, func(x windows.Policy) bool { return x.Type == windows.PolicyHostRoute }) {
-			return windows.ErrExists
+			return fail(windows.HCNPolicyAlreadyExists, "the network has one")
 		}
 	default:
-		return fmt.Errorf("cannot be added to an existing network: %w", windows.ErrNotSupported)
+		return fail(windows.HCNInvalidPolicyType, "cannot be added to an existing network")
 	}
 	return nil
 }
@@ -421,28 +426,28 @@ func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostCom
 		return nil, fmt.Errorf("endpoint create error, endpoint json windows.HostComputeNamespace is read only and should not be set")
 	}
 	if req.ID != "" {
-		return nil, fmt.Errorf("HNS endpoint create: ID %s given: HNS assigns IDs", req.ID)
+		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "ID %s given: HNS assigns IDs", req.ID)
 	}
 	m, err := h.network(req.HostComputeNetwork)
 	if err != nil {
-		return nil, fmt.Errorf("HNS endpoint create %q: %w", req.Name, err)
+		return nil, err
 	}
 	ip := req.IP()
 	if !ip.IsValid() {
-		return nil, fmt.Errorf("HNS endpoint create %q: no IPv4 address", req.Name)
+		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "endpoint %q: no IPv4 address", req.Name)
 	}
 	remote := req.Flags&windows.EndpointRemote != 0
 	if sn := m.n.StaticSubnet(); !remote && sn != nil {
 		if p, err := netip.ParsePrefix(sn.IPAddressPrefix); err == nil && !p.Contains(ip) {
-			return nil, fmt.Errorf("HNS endpoint create %q: %s is outside the network's subnet %s", req.Name, ip, p)
+			return nil, hnsError("HcnCreateEndpoint", windows.HCNInvalidIP, "endpoint %q: %s is outside the network's subnet %s", req.Name, ip, p)
 		}
 	}
 	if remote && m.n.Type == windows.NetworkOverlay && !req.ProviderAddress().IsValid() {
-		return nil, fmt.Errorf("HNS endpoint create %q: a remote endpoint needs a ProviderAddress policy", req.Name)
+		return nil, hnsError("HcnCreateEndpoint", windows.HCNInvalidPolicy, "endpoint %q: a remote endpoint needs a ProviderAddress policy", req.Name)
 	}
 	for _, ep := range h.endpoints {
 		if ep.HostComputeNetwork == m.n.ID && ep.IP() == ip {
-			return nil, fmt.Errorf("HNS endpoint create %q: address %s is used by %s: %w", req.Name, ip, ep.Name, windows.ErrExists)
+			return nil, hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: address %s is used by %s", req.Name, ip, ep.Name)
 		}
 	}
 	h.record("CreateEndpoint", "", req)
@@ -463,7 +468,7 @@ func (h *HNS) DeleteEndpoint(id string) error {
 	h.count("DeleteEndpoint")
 	i := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, id) })
 	if i < 0 {
-		return fmt.Errorf("HNS endpoint %s: %w", id, windows.ErrNotFound)
+		return hnsError("HcnDeleteEndpoint", windows.HCNEndpointNotFound, "endpoint %s not found", id)
 	}
 	h.record("DeleteEndpoint", id, nil)
 	h.dropEndpoint(h.endpoints[i])
@@ -505,7 +510,7 @@ func (h *HNS) HostDefaultNamespace() (*windows.HostComputeNamespace, error) {
 			return deepCopy(ns), nil
 		}
 	}
-	return nil, fmt.Errorf("HNS host default namespace: %w", windows.ErrNotFound)
+	return nil, fmt.Errorf("HNS host default namespace: %w", windows.ErrNotFound) // the adapter's, after a listing
 }
 
 // CreateNamespace implements windows.Client.
@@ -514,10 +519,10 @@ func (h *HNS) CreateNamespace(req *windows.HostComputeNamespace) (*windows.HostC
 	defer h.mu.Unlock()
 	h.count("CreateNamespace")
 	if req.Type == "" || req.ID != "" || len(req.Resources) > 0 {
-		return nil, fmt.Errorf("HNS namespace create: needs a type, and neither an ID nor resources")
+		return nil, hnsError("HcnCreateNamespace", windows.InvalidArg, "needs a type, and neither an ID nor resources")
 	}
 	if req.SchemaVersion != windows.SchemaV2() {
-		return nil, fmt.Errorf("HNS namespace create: schema version %s, want 2.0", req.SchemaVersion)
+		return nil, hnsError("HcnCreateNamespace", windows.HCNInvalidJSON, "schema version %s, want 2.0", req.SchemaVersion)
 	}
 	h.record("CreateNamespace", "", req)
 	ns := deepCopy(req)
@@ -526,32 +531,50 @@ func (h *HNS) CreateNamespace(req *windows.HostComputeNamespace) (*windows.HostC
 	return deepCopy(ns), nil
 }
 
-// ModifyNamespaceSettings implements windows.Client.
-func (h *HNS) ModifyNamespaceSettings(namespaceID string, req *windows.ModifyNamespaceSettingRequest) error {
+// AttachEndpoint implements windows.Client: what hcsshim's AddNamespaceEndpoint asks of HNS,
+// which it takes as a ModifyNamespaceSettings request with {"EndpointId": …} settings.
+func (h *HNS) AttachEndpoint(namespaceID, endpointID string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.count("ModifyNamespaceSettings")
+	h.count("AttachEndpoint")
+	return h.modifyNamespace(namespaceID, windows.AttachRequest(windows.RequestAdd, endpointID))
+}
+
+// ModifyNamespace is HcnModifyNamespace: a request as HNS receives it, whose settings are
+// decoded strictly, as HNS's schema has them.
+func (h *HNS) ModifyNamespace(namespaceID string, req *windows.ModifyNamespaceSettingRequest) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("ModifyNamespace")
+	return h.modifyNamespace(namespaceID, req)
+}
+
+func (h *HNS) modifyNamespace(namespaceID string, req *windows.ModifyNamespaceSettingRequest) error {
+	const call = "HcnModifyNamespace"
 	i := slices.IndexFunc(h.namespaces, func(ns *windows.HostComputeNamespace) bool { return strings.EqualFold(ns.ID, namespaceID) })
 	if i < 0 {
-		return fmt.Errorf("HNS namespace %s: %w", namespaceID, windows.ErrNotFound)
+		return hnsError(call, windows.ElementNotFound, "namespace %s not found", namespaceID)
 	}
 	ns := h.namespaces[i]
 	if req.ResourceType != "Endpoint" {
-		return fmt.Errorf("HNS namespace %s: modify %q: %w", namespaceID, req.ResourceType, windows.ErrNotSupported)
+		return hnsError(call, windows.HCNRequestUnsupported, "namespace %s: modify %q", namespaceID, req.ResourceType)
 	}
-	var d windows.NamespaceResourceEndpoint
-	if err := json.Unmarshal(req.Settings, &d); err != nil {
-		return fmt.Errorf("HNS namespace %s: settings %s: %w", namespaceID, req.Settings, err)
+	var d windows.NamespaceEndpointRequest
+	dec := json.NewDecoder(bytes.NewReader(req.Settings))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil || d.EndpointID == "" {
+		return hnsError(call, windows.HCNInvalidJSON, "namespace %s: settings %s: want {\"EndpointId\": …} (%v)", namespaceID, req.Settings, err)
 	}
-	j := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, d.ID) })
+	j := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, d.EndpointID) })
 	if j < 0 {
-		return fmt.Errorf("HNS namespace %s: endpoint %s: %w", namespaceID, d.ID, windows.ErrNotFound)
+		return hnsError(call, windows.HCNEndpointNotFound, "namespace %s: endpoint %s not found", namespaceID, d.EndpointID)
 	}
 	ep := h.endpoints[j]
 	switch req.RequestType {
 	case windows.RequestAdd:
 		if ep.HostComputeNamespace != "" {
-			return fmt.Errorf("This requested operation is invalid as endpoint is already part of a network namespace: %w", windows.ErrExists)
+			// flannel matches this text; the code is unverified.
+			return hnsError(call, windows.HCNEndpointAlreadyAttached, "This requested operation is invalid as endpoint is already part of a network namespace.")
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
 		data, _ := json.Marshal(windows.NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
@@ -564,14 +587,19 @@ func (h *HNS) ModifyNamespaceSettings(namespaceID string, req *windows.ModifyNam
 		}
 	case windows.RequestRemove:
 		if !strings.EqualFold(ep.HostComputeNamespace, ns.ID) {
-			return fmt.Errorf("HNS namespace %s: endpoint %s is not attached: %w", namespaceID, ep.ID, windows.ErrNotFound)
+			return hnsError(call, windows.HCNEndpointNotFound, "namespace %s: endpoint %s is not attached", namespaceID, ep.ID)
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
 		h.detach(ep)
 	default:
-		return fmt.Errorf("HNS namespace %s: request type %q: %w", namespaceID, req.RequestType, windows.ErrNotSupported)
+		return hnsError(call, windows.HCNRequestUnsupported, "namespace %s: request type %q", namespaceID, req.RequestType)
 	}
 	return nil
+}
+
+// hnsError is HNS's answer to a failed call.
+func hnsError(call string, code windows.HResult, format string, args ...any) *windows.Error {
+	return windows.NewError(call, code, fmt.Sprintf(format, args...))
 }
 
 func endpointPrefix(ep *windows.HostComputeEndpoint) (netip.Prefix, bool) {

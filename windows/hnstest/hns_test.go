@@ -54,39 +54,53 @@ func TestRefuses(t *testing.T) {
 	badAdapter := overlayFor("v", "10.244.2.0/24", 4096)
 	badAdapter.Policies = []windows.Policy{windows.NetAdapterNamePolicy("Ethernet 9")}
 	rsr := windows.RemoteSubnetRoutePolicy(windows.RemoteSubnetRouteSettings{DestinationPrefix: "10.244.3.0/24", IsolationID: 4096, ProviderAddress: "192.168.1.3", DistributedRouterMacAddress: "00-15-5D-00-00-01"})
+	ns, err := h.CreateNamespace(&windows.HostComputeNamespace{Type: windows.NamespaceHostDefault, SchemaVersion: windows.SchemaV2()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := h.CreateEndpoint(&windows.HostComputeEndpoint{Name: "local", HostComputeNetwork: net.ID, IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.9", PrefixLength: 24}}, SchemaVersion: windows.SchemaV2()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ResetRequests()
 	for _, tc := range []struct {
 		name string
 		err  error
-		is   error  // nil: any error
-		text string // part of the message
+		is   error          // nil: any error
+		code windows.HResult // the HRESULT HNS answers with; 0: hcn refuses it before calling HNS
+		text string          // part of the message
 	}{
-		{"no default route", func() error { _, err := h.CreateNetwork(noDefault); return err }(), nil, "no default gateway"},
-		{"route without gateway", func() error { _, err := h.CreateNetwork(noGateway); return err }(), nil, "no gateway specified"},
-		{"overlay without VSID", func() error { _, err := h.CreateNetwork(noVSID); return err }(), nil, "VSID"},
-		{"VSID below 4096", func() error { _, err := h.CreateNetwork(lowVSID); return err }(), nil, "4096"},
-		{"unknown adapter", func() error { _, err := h.CreateNetwork(badAdapter); return err }(), windows.ErrNotFound, "Ethernet 9"},
-		{"duplicate name", func() error { _, err := h.CreateNetwork(overlayFor("flannel.4096", "10.244.9.0/24", 4096)); return err }(), windows.ErrExists, ""},
-		{"delete unknown network", h.DeleteNetwork("00000000-0000-4000-8000-0000000000FF"), windows.ErrNotFound, ""},
-		{"modify unknown network", h.ModifyNetworkSettings("nope", windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotFound, ""},
-		{"endpoints of unknown network", func() error { _, err := h.NetworkEndpoints("nope"); return err }(), windows.ErrNotFound, ""},
-		{"network by unknown name", func() error { _, err := h.NetworkByName("cbr0"); return err }(), windows.ErrNotFound, ""},
-		{"delete unknown endpoint", h.DeleteEndpoint("nope"), windows.ErrNotFound, ""},
-		{"remote subnet route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotSupported, "9.1"},
-		{"host route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, windows.HostRoutePolicy())), windows.ErrNotSupported, ""},
-		{"remove a policy it does not have", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestRemove, rsr)), windows.ErrNotFound, ""},
+		{"no default route", func() error { _, err := h.CreateNetwork(noDefault); return err }(), nil, 0, "no default gateway"},
+		{"route without gateway", func() error { _, err := h.CreateNetwork(noGateway); return err }(), nil, 0, "no gateway specified"},
+		{"overlay without VSID", func() error { _, err := h.CreateNetwork(noVSID); return err }(), nil, windows.HCNInvalidPolicy, "VSID"},
+		{"VSID below 4096", func() error { _, err := h.CreateNetwork(lowVSID); return err }(), nil, windows.HCNInvalidPolicy, "4096"},
+		{"unknown adapter", func() error { _, err := h.CreateNetwork(badAdapter); return err }(), nil, windows.HCNAdapterNotFound, "Ethernet 9"},
+		{"duplicate name", func() error { _, err := h.CreateNetwork(overlayFor("flannel.4096", "10.244.9.0/24", 4096)); return err }(), windows.ErrExists, windows.HCNNetworkAlreadyExists, ""},
+		{"delete unknown network", h.DeleteNetwork("00000000-0000-4000-8000-0000000000FF"), windows.ErrNotFound, windows.HCNNetworkNotFound, ""},
+		{"modify unknown network", h.ModifyNetworkSettings("nope", windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotFound, windows.HCNNetworkNotFound, ""},
+		{"endpoints of unknown network", func() error { _, err := h.NetworkEndpoints("nope"); return err }(), windows.ErrNotFound, windows.HCNNetworkNotFound, ""},
+		{"network by unknown name", func() error { _, err := h.NetworkByName("cbr0"); return err }(), windows.ErrNotFound, 0, ""},
+		{"delete unknown endpoint", h.DeleteEndpoint("nope"), windows.ErrNotFound, windows.HCNEndpointNotFound, ""},
+		{"remote subnet route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotSupported, 0, "9.1"},
+		{"host route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, windows.HostRoutePolicy())), windows.ErrNotSupported, 0, ""},
+		{"remove a policy it does not have", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestRemove, rsr)), windows.ErrNotFound, windows.HCNPolicyNotFound, ""},
 		{"namespace in endpoint create", func() error {
 			_, err := h.CreateEndpoint(&windows.HostComputeEndpoint{HostComputeNetwork: net.ID, HostComputeNamespace: "x", IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.5"}}})
 			return err
-		}(), nil, "read only"},
+		}(), nil, 0, "read only"},
 		{"local endpoint outside the subnet", func() error {
 			_, err := h.CreateEndpoint(&windows.HostComputeEndpoint{HostComputeNetwork: net.ID, IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.2.5"}}})
 			return err
-		}(), nil, "outside"},
+		}(), nil, windows.HCNInvalidIP, "outside"},
 		{"remote endpoint without provider address", func() error {
 			_, err := h.CreateEndpoint(&windows.HostComputeEndpoint{HostComputeNetwork: net.ID, Flags: windows.EndpointRemote, IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.2.5"}}})
 			return err
-		}(), nil, "ProviderAddress"},
-		{"attach to unknown namespace", h.ModifyNamespaceSettings("nope", windows.AttachRequest(windows.RequestAdd, "x")), windows.ErrNotFound, ""},
+		}(), nil, windows.HCNInvalidPolicy, "ProviderAddress"},
+		{"attach to unknown namespace", h.AttachEndpoint("nope", local.ID), windows.ErrNotFound, windows.ElementNotFound, ""},
+		{"attach an unknown endpoint", h.AttachEndpoint(ns.ID, "nope"), windows.ErrNotFound, windows.HCNEndpointNotFound, ""},
+		// A namespace lists its endpoints as {"ID": …}; a request names one as {"EndpointId": …}.
+		{"attach with the resource's shape", h.ModifyNamespace(ns.ID, &windows.ModifyNamespaceSettingRequest{ResourceType: "Endpoint", RequestType: windows.RequestAdd,
+			Settings: json.RawMessage(`{"ID":"` + local.ID + `"}`)}), nil, windows.HCNInvalidJSON, "EndpointId"},
 	} {
 		if tc.err == nil {
 			t.Errorf("%s: accepted", tc.name)
@@ -95,11 +109,14 @@ func TestRefuses(t *testing.T) {
 		if tc.is != nil && !errors.Is(tc.err, tc.is) {
 			t.Errorf("%s: %v, want errors.Is %v", tc.name, tc.err, tc.is)
 		}
+		if code, ok := windows.CodeOf(tc.err); code != tc.code || ok != (tc.code != 0) {
+			t.Errorf("%s: %v: HRESULT %v (%v), want %v", tc.name, tc.err, code, ok, tc.code)
+		}
 		if !strings.Contains(tc.err.Error(), tc.text) {
 			t.Errorf("%s: %v, want it to mention %q", tc.name, tc.err, tc.text)
 		}
 	}
-	if r := h.Requests(); len(r) != 1 || r[0].Op != "CreateNetwork" {
+	if r := h.Requests(); len(r) != 0 {
 		t.Errorf("refused requests were recorded: %+v", r)
 	}
 
@@ -118,17 +135,13 @@ func TestRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.CreateEndpoint(ep); !errors.Is(err, windows.ErrExists) {
-		t.Errorf("second endpoint on 10.244.1.5: %v", err)
+	if _, err := h.CreateEndpoint(ep); err == nil {
+		t.Errorf("second endpoint on 10.244.1.5 accepted")
 	}
-	ns, err := h.CreateNamespace(&windows.HostComputeNamespace{Type: windows.NamespaceHostDefault, SchemaVersion: windows.SchemaV2()})
-	if err != nil {
+	if err := h.AttachEndpoint(ns.ID, made.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.ModifyNamespaceSettings(ns.ID, windows.AttachRequest(windows.RequestAdd, made.ID)); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.ModifyNamespaceSettings(ns.ID, windows.AttachRequest(windows.RequestAdd, made.ID)); !errors.Is(err, windows.ErrExists) {
+	if err := h.AttachEndpoint(ns.ID, made.ID); !errors.Is(err, windows.ErrExists) {
 		t.Errorf("second attach: %v", err)
 	}
 	// Removing a policy as HNS reported it works even if HNS wrote it differently.
