@@ -245,5 +245,3 @@ func roundTripRaw[T any](t *testing.T, what string, b []byte) *T {
 	sameJSON(t, what, b, marshal(t, out))
 	return out
 }
-
-

@@ -66,7 +66,7 @@ func TestRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		is   error          // nil: any error
+		is   error           // nil: any error
 		code windows.HResult // the HRESULT HNS answers with; 0: hcn refuses it before calling HNS
 		text string          // part of the message
 	}{
