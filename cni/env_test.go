@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/weftnet/weft/windows"
 )
 
 const fullEnv = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
@@ -111,5 +114,26 @@ func TestReadHNSNetwork(t *testing.T) {
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("%s and %s: %s; want %s", tc.hns, tc.vip, got, tc.want)
 		}
+	}
+}
+
+// TestReadsWhatWeftdWrites: the files weftd on Windows writes next to subnet.env are what the
+// plugin reads.
+func TestReadsWhatWeftdWrites(t *testing.T) {
+	dir := t.TempDir()
+	subnetFile := filepath.Join(dir, "subnet.env")
+	sn := netip.MustParsePrefix("10.244.1.0/24")
+	if err := windows.WriteNetworkFile(filepath.Join(dir, HNSFile), "flannel.4096", windows.NetworkOverlay); err != nil {
+		t.Fatal(err)
+	}
+	if err := windows.WriteSourceVIP(filepath.Join(dir, SourceVIPFile), sn); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ReadHNSNetwork(subnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name != "flannel.4096" || n.Type != HNSOverlay || n.SourceVIP != windows.SourceVIP(sn) {
+		t.Errorf("read %+v, want flannel.4096, %s, source VIP %s", n, HNSOverlay, windows.SourceVIP(sn))
 	}
 }

@@ -117,7 +117,9 @@ func (n *winNode) restart() {
 		}
 	}
 	c := n.pcfg
-	c.Sleep = n.clock.Sleep
+	if c.Sleep == nil {
+		c.Sleep = n.clock.Sleep
+	}
 	n.plane = windows.New(n.hns, n.host, c, testLogger(n.t))
 	node := backend.Node{Underlay: n.underlay, Addr: n.pub, MTU: 1500, PublicIP: n.pub,
 		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}}

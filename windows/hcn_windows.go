@@ -16,13 +16,11 @@ type HCN struct{}
 
 var _ Client = HCN{}
 
-// NewHCN checks that HNS has the v2 API weft speaks (HNS 9.2, Windows Server 2019).
-func NewHCN() (HCN, error) {
-	if err := hcn.V2ApiSupported(); err != nil {
-		return HCN{}, fmt.Errorf("HNS v2 API (Windows Server 2019 or later): %w", err)
-	}
-	return HCN{}, nil
-}
+// NewHCN returns the client. It does not ask HNS anything: HNS may not be running yet (a
+// weftd started before it), and hcn caches the answer of its feature probe for the life of
+// the process. Version asks afresh each time, and the plane's Prepare, which the lease
+// acquisition retries, starts with it.
+func NewHCN() HCN { return HCN{} }
 
 // convert moves a value between weft's model and hcn's types through their common JSON.
 func convert[T any](v any) (*T, error) {
@@ -74,11 +72,15 @@ func hresultOf(err error) (HResult, bool) {
 
 // Version implements Client.
 func (HCN) Version() (Version, error) {
-	g, err := hcn.GetGlobals()
+	g, err := hcn.GetGlobals() // not cached, unlike hcn's feature checks
 	if err != nil {
 		return Version{}, hnsErr(err, "HNS version")
 	}
-	return Version{Major: g.Version.Major, Minor: g.Version.Minor}, nil
+	v := Version{Major: g.Version.Major, Minor: g.Version.Minor}
+	if !v.AtLeast(9, 2) {
+		return Version{}, fmt.Errorf("HNS %s has no v2 API (HNS 9.2, Windows Server 2019 or later): %w", v, ErrNotSupported)
+	}
+	return v, nil
 }
 
 // NetworkByName implements Client.

@@ -37,40 +37,43 @@ func hostEndpointIP(sn netip.Prefix) netip.Addr { return gateway(sn).Next() }
 // ensureBridge makes or adopts the L2Bridge network for st's subnet, its host endpoint at .2
 // attached to the host's default namespace, and forwarding on the host's vNICs. It counts
 // what it changed into ch.
-func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.Changes) error {
+func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.Changes) (string, error) {
 	sn := st.Own
 	if err := checkSubnet(sn); err != nil {
-		return err
+		return "", err
 	}
 	if p.host == nil {
-		return errors.New("host-gw needs the host's route table")
+		return "", errors.New("host-gw needs the host's route table")
 	}
 	name := networkName(st)
 	n, created, err := p.ensureNetwork(ctx, name, sn, func(n *HostComputeNetwork) string { return subnetMismatch(n, NetworkL2Bridge, sn) },
 		func() *HostComputeNetwork { return bridgeNetwork(name, st.Underlay, dnsServers(st), sn) })
 	if err != nil {
-		return err
+		return "", err
 	}
 	if created {
 		ch[changeNetwork]++
 	}
 	ep, made, err := p.ensureHostEndpoint(n, sn)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if made {
 		ch[changeEndpoint]++
 	}
 	attached, err := p.attachToHost(ep)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if attached {
 		ch[changeNamespace]++
 	}
 	turned, err := p.ensureForwarding(ctx, n.ManagementIP(), hostEndpointIP(sn))
 	ch[changeForward] += turned
-	return err
+	if err != nil {
+		return "", err
+	}
+	return n.ID, p.writeNetworkFile(n)
 }
 
 // ensureHostEndpoint returns the network's host endpoint, "<network>_ep" at .2, making it
@@ -193,14 +196,15 @@ func peerRoute(ifs []Interface, key string, pr backend.Peer) (HostRoute, error) 
 // applyHostGW is a full Apply of a host-gw State: the bridge, then the routes.
 func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.Changes) error {
 	p.m = model{}
-	if err := p.ensureBridge(ctx, st, ch); err != nil {
+	id, err := p.ensureBridge(ctx, st, ch)
+	if err != nil {
 		return err
 	}
 	ifs, err := p.host.Interfaces()
 	if err != nil {
 		return fmt.Errorf("listing interfaces: %w", err)
 	}
-	m := model{own: st.Own, network: networkName(st), macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
+	m := model{own: st.Own, network: networkName(st), networkID: id, macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
 	var errs []error
 	var want []HostRoute
 	peers := maps.Collect(st.Peers.All())

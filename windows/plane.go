@@ -45,13 +45,19 @@ func ParsePeerMode(s string) (PeerMode, error) {
 // value is flanneld's behaviour.
 type Config struct {
 	Peers PeerMode
-	// SourceVIPFile, if set, is where the overlay's kube-proxy source VIP is written
-	// (see WriteSourceVIP), each time the network is made or adopted.
-	SourceVIPFile string
+	// SourceVIPFiles are where the overlay's kube-proxy source VIP is written (see
+	// WriteSourceVIP), each time the network is made or adopted: next to subnet.env for the
+	// weft CNI plugin, and where kube-proxy's start-up reads it.
+	SourceVIPFiles []string
+	// NetworkFile, if set, is where the HNS network's name and type are written for the
+	// weft CNI plugin (see WriteNetworkFile), each time the network is made or adopted.
+	NetworkFile string
 	// BlipTimeout bounds the wait for the host network after HNS makes a network (30 s);
 	// PollInterval is how often it looks (500 ms).
 	BlipTimeout  time.Duration
 	PollInterval time.Duration
+	// WatchInterval is how often Watch looks at the network (5 s).
+	WatchInterval time.Duration
 	// Sleep waits d or until ctx ends; tests pass a fake clock's.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// HostReady, if set, waits until the host has an interface with the management IP
@@ -65,6 +71,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = 5 * time.Second
 	}
 	if c.Sleep == nil {
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
@@ -179,7 +188,8 @@ func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, er
 	defer p.mu.Unlock()
 	p.m = model{}
 	if st.Device == nil {
-		return backend.MAC{}, p.ensureBridge(ctx, st, backend.Changes{})
+		_, err := p.ensureBridge(ctx, st, backend.Changes{})
+		return backend.MAC{}, err
 	}
 	return p.ensureOverlay(ctx, st)
 }
@@ -225,8 +235,12 @@ func physicalAdapter(name string) string {
 }
 
 // subnetMismatch says why a network does not serve subnet sn of the given type ("" if it
-// does). The adapter is not compared: once HNS made a vSwitch the interface weftd finds is
-// its vNIC, "vEthernet (<adapter>)", and a restart must still adopt the network.
+// does). As flanneld does, it compares the type and the subnet's prefix; what else it looks
+// at (the default route) counts only where HNS reports it: a query need not echo what the
+// network was made with, and replacing a network that serves the node costs a host NIC
+// blink, a new DR MAC and the local endpoints. The adapter is not compared: once HNS made a
+// vSwitch the interface weftd finds is its vNIC, "vEthernet (<adapter>)", and a restart
+// must still adopt the network.
 func subnetMismatch(n *HostComputeNetwork, typ NetworkType, sn netip.Prefix) string {
 	if n.Type != typ {
 		return fmt.Sprintf("type %s, want %s", n.Type, typ)
@@ -239,27 +253,26 @@ func subnetMismatch(n *HostComputeNetwork, typ NetworkType, sn netip.Prefix) str
 		return fmt.Sprintf("subnet %s, the node holds %s", s.IPAddressPrefix, sn)
 	}
 	for _, r := range s.Routes {
-		if r.DestinationPrefix == "0.0.0.0/0" && r.NextHop == gateway(sn).String() {
-			return ""
+		if r.DestinationPrefix == "0.0.0.0/0" && r.NextHop != gateway(sn).String() {
+			return fmt.Sprintf("default route via %s, want %s", r.NextHop, gateway(sn))
 		}
 	}
-	return fmt.Sprintf("no default route via %s", gateway(sn))
+	return ""
 }
 
+// overlayMismatch is subnetMismatch for an Overlay network of VNI vni: a VSID that HNS
+// reports must be vni; one it does not report is taken to be.
 func overlayMismatch(n *HostComputeNetwork, vni uint32, sn netip.Prefix) string {
 	if why := subnetMismatch(n, NetworkOverlay, sn); why != "" {
 		return why
 	}
 	for _, pol := range n.StaticSubnet().Policies {
 		var s VSIDSettings
-		if pol.Type == PolicyVSID && pol.Decode(&s) == nil {
-			if s.IsolationID != vni {
-				return fmt.Sprintf("VSID %d, want %d", s.IsolationID, vni)
-			}
-			return ""
+		if pol.Type == PolicyVSID && pol.Decode(&s) == nil && s.IsolationID != vni {
+			return fmt.Sprintf("VSID %d, want %d", s.IsolationID, vni)
 		}
 	}
-	return "no VSID"
+	return ""
 }
 
 func resolveMode(m PeerMode, v Version) (PeerMode, error) {
@@ -312,10 +325,13 @@ func (p *Plane) ensureOverlay(ctx context.Context, st *backend.State) (backend.M
 	if !mac.IsUsable() {
 		return backend.MAC{}, fmt.Errorf("network %s: DR MAC %s cannot be a VTEP MAC", name, mac)
 	}
-	if p.cfg.SourceVIPFile != "" {
-		if err := WriteSourceVIP(p.cfg.SourceVIPFile, sn); err != nil {
+	for _, path := range p.cfg.SourceVIPFiles {
+		if err := WriteSourceVIP(path, sn); err != nil {
 			return backend.MAC{}, err
 		}
+	}
+	if err := p.writeNetworkFile(n); err != nil {
+		return backend.MAC{}, err
 	}
 	p.mode = mode
 	p.log.Info("HNS overlay network ready", "network", name, "id", n.ID, "subnet", sn, "vtep_mac", mac,
@@ -386,6 +402,14 @@ func (p *Plane) waitManagementIP(ctx context.Context, n *HostComputeNetwork) (*H
 		p.log.Info("host network back", "network", n.Name, "management_ip", n.ManagementIP(), "after", waited)
 	}
 	return n, nil
+}
+
+// writeNetworkFile writes the network's name and type to NetworkFile, if set.
+func (p *Plane) writeNetworkFile(n *HostComputeNetwork) error {
+	if p.cfg.NetworkFile == "" {
+		return nil
+	}
+	return WriteNetworkFile(p.cfg.NetworkFile, n.Name, n.Type)
 }
 
 // Kinds of backend.Changes the plane counts.
@@ -694,9 +718,43 @@ func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error 
 
 // Watch implements backend.Plane: HNS tells nobody of changes, so drift is found by the
 // periodic resync; it waits for ctx.
+//
+// HNS tells no one of changes, so the plane looks at its network every WatchInterval (one
+// query): a network that is gone or was made again (HNS restarted: non-persistent networks
+// do not survive it; someone deleted it) is drift, and so is HNS answering again after it
+// was stopped, since what it held may be gone. The daemon's full Apply that follows finds
+// what is missing (a missing network is a MissingDeviceError: Prepare makes it again).
 func (p *Plane) Watch(ctx context.Context, drift func()) error {
-	<-ctx.Done()
-	return nil
+	stopped := false
+	for {
+		if err := p.cfg.Sleep(ctx, p.cfg.WatchInterval); err != nil {
+			return nil
+		}
+		p.mu.Lock()
+		name, id, valid := p.m.network, p.m.networkID, p.m.valid
+		p.mu.Unlock()
+		if !valid {
+			continue // no full Apply yet, or one failed: the daemon retries it anyway
+		}
+		n, err := p.hns.NetworkByName(name)
+		switch {
+		case errors.Is(err, ErrStopped):
+			if !stopped {
+				p.log.Warn("HNS is not running; pods' traffic may stop until it is back", "network", name, "err", err)
+			}
+			stopped = true
+		case errors.Is(err, ErrNotFound) || err == nil && !strings.EqualFold(n.ID, id):
+			p.log.Warn("HNS network gone or made again; repairing", "network", name, "id", id)
+			stopped = false
+			drift()
+		case err != nil:
+			p.log.Debug("looking at the HNS network failed", "network", name, "err", err)
+		case stopped:
+			p.log.Info("HNS is back; checking what it holds", "network", name)
+			stopped = false
+			drift()
+		}
+	}
 }
 
 // Close implements backend.Plane. It releases nothing: HNS and the host keep their state,

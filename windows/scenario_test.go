@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -52,9 +53,18 @@ func TestOverlayColdStart(t *testing.T) {
 }
 
 // TestOverlayRestartAdoption: a restarted weftd adopts the network and its policies; with
-// everything right it sends HNS nothing at all.
+// everything right it sends HNS nothing at all, also when HNS's query does not echo the
+// VSID the network was made with.
 func TestOverlayRestartAdoption(t *testing.T) {
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{})
+	for _, omits := range []bool{false, true} {
+		t.Run(fmt.Sprintf("query omits subnet policies=%v", omits), func(t *testing.T) {
+			testOverlayRestartAdoption(t, func(o *hnstest.Options) { o.QueryOmitsSubnetPolicies = omits })
+		})
+	}
+}
+
+func testOverlayRestartAdoption(t *testing.T, opt func(*hnstest.Options)) {
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{}, opt)
 	n.mustAcquire("10.244.1.0/24")
 	mac := n.vtepMAC()
 	peers := []subnet.Lease{
@@ -352,9 +362,11 @@ func TestHostGW(t *testing.T) {
 	tr.check("hostgw")
 }
 
-// TestSourceVIPFile: the overlay writes kube-proxy's source VIP next to subnet.env, in the
-// form kube-proxy's start-up scripts read.
-func TestSourceVIPFile(t *testing.T) {
+// TestNodeFiles: the overlay writes kube-proxy's source VIP, in the form kube-proxy's
+// start-up scripts read, next to subnet.env and where those scripts look (a directory made
+// if missing); and the network's name and type for the CNI plugin. host-gw writes the
+// network file alone.
+func TestNodeFiles(t *testing.T) {
 	// Not t.TempDir: under Wine 8 its cleanup fails (Go's RemoveAll uses a file
 	// disposition call Wine does not have), and these tests also run there.
 	dir, err := os.MkdirTemp("", "weft-sourcevip")
@@ -362,15 +374,35 @@ func TestSourceVIPFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	path := filepath.Join(dir, "sourceVip.json")
-	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{SourceVIPFile: path})
-	n.mustAcquire("10.244.1.0/24")
-	b, err := os.ReadFile(path)
-	if err != nil {
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	vips := []string{filepath.Join(dir, "run", "sourceVip.json"), filepath.Join(dir, "k", "sourceVip.json")}
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(b), `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}`+"\n"; got != want {
-		t.Errorf("source VIP file %q, want %q", got, want)
+	netFile := filepath.Join(dir, "run", "hns.json")
+	n := newWinNode(t, mustConfig(t, vxlanConf), "192.168.1.10", hns10, windows.Config{SourceVIPFiles: vips, NetworkFile: netFile})
+	n.mustAcquire("10.244.1.0/24")
+	for _, path := range vips {
+		if got, want := read(path), `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}`+"\n"; got != want {
+			t.Errorf("source VIP file %s: %q, want %q", path, got, want)
+		}
+	}
+	if got, want := read(netFile), `{"name":"flannel.4096","type":"Overlay"}`+"\n"; got != want {
+		t.Errorf("network file %q, want %q", got, want)
+	}
+
+	hostgw := filepath.Join(dir, "hostgw.json")
+	g := newWinNode(t, mustConfig(t, hostgwConf), "192.168.1.10", hns10, windows.Config{NetworkFile: hostgw})
+	g.mustAcquire("10.244.1.0/24")
+	if got, want := read(hostgw), `{"name":"cbr0","type":"L2Bridge"}`+"\n"; got != want {
+		t.Errorf("host-gw network file %q, want %q", got, want)
 	}
 }
 

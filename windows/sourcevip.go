@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	"github.com/weftnet/weft/internal/atomicfile"
 )
@@ -23,6 +25,26 @@ type sourceVIPFile struct {
 	} `json:"ip4"`
 }
 
+// NetworkFile is what the weft CNI plugin reads of the pods' HNS network (hns.json next to
+// subnet.env): its name, which win-overlay and win-bridge look the network up by, and its
+// type, which picks the delegate.
+type NetworkFile struct {
+	Name string      `json:"name"`
+	Type NetworkType `json:"type"`
+}
+
+// WriteNetworkFile writes a NetworkFile to path, atomically: a pod may start at any moment.
+func WriteNetworkFile(path, name string, typ NetworkType) error {
+	b, err := json.Marshal(NetworkFile{Name: name, Type: typ})
+	if err != nil {
+		return fmt.Errorf("HNS network file: %w", err)
+	}
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("HNS network file: %w", err)
+	}
+	return nil
+}
+
 // WriteSourceVIP writes the source VIP of sn, with the subnet's prefix length, to path,
 // atomically: kube-proxy's start-up may read it at any moment.
 func WriteSourceVIP(path string, sn netip.Prefix) error {
@@ -31,6 +53,9 @@ func WriteSourceVIP(path string, sn netip.Prefix) error {
 	f.IP4.IP = netip.PrefixFrom(SourceVIP(sn), sn.Bits()).String()
 	b, err := json.Marshal(f)
 	if err != nil {
+		return fmt.Errorf("source VIP file: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("source VIP file: %w", err)
 	}
 	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {

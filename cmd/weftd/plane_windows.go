@@ -11,7 +11,8 @@ import (
 
 // planeFlags are the data plane's own flags on this OS.
 type planeFlags struct {
-	hnsPeers windows.PeerMode
+	hnsPeers      windows.PeerMode
+	sourceVIPFile string
 }
 
 func (f *planeFlags) addFlags(fs *flag.FlagSet) {
@@ -19,20 +20,24 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 		f.hnsPeers, err = windows.ParsePeerMode(v)
 		return err
 	})
+	fs.StringVar(&f.sourceVIPFile, "source-vip-file", `C:\k\sourceVip.json`, "vxlan: where kube-proxy's start-up reads the overlay's source VIP (microsoft/SDN's scripts: C:\\k\\sourceVip.json); it is also written next to --subnet-file. \"\" writes it there alone")
 }
 
-// newPlane opens HNS (its v2 API) and the host's IP Helper. kube-proxy's start-up reads the
-// overlay's source VIP from sourceVip.json, next to subnet.env.
+// newPlane opens HNS (its v2 API) and the host's IP Helper. Next to subnet.env go the files
+// the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
+// kube-proxy's start-up reads it.
 func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, error) {
-	hns, err := windows.NewHCN()
-	if err != nil {
-		return nil, err
+	dir := filepath.Dir(subnetFile)
+	vips := []string{filepath.Join(dir, "sourceVip.json")}
+	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vips[0] {
+		vips = append(vips, f.sourceVIPFile)
 	}
 	host := windows.NewIPHelper()
-	return windows.New(hns, host, windows.Config{
-		Peers:         f.hnsPeers,
-		SourceVIPFile: filepath.Join(filepath.Dir(subnetFile), "sourceVip.json"),
-		HostReady:     host.HostReady,
+	return windows.New(windows.NewHCN(), host, windows.Config{
+		Peers:          f.hnsPeers,
+		SourceVIPFiles: vips,
+		NetworkFile:    filepath.Join(dir, "hns.json"),
+		HostReady:      host.HostReady,
 	}, log), nil
 }
 

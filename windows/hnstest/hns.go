@@ -29,6 +29,7 @@ type HNS struct {
 	endpoints  []*windows.HostComputeEndpoint
 	namespaces []*windows.HostComputeNamespace
 	seq        int // IDs and DR MACs
+	stopped    bool
 	requests   []Request
 	calls
 }
@@ -44,6 +45,10 @@ type Options struct {
 	// MACByte is the fourth byte of the DR MACs this HNS gives (default 0xC0): HNS takes
 	// them from the host's MAC pool, so two hosts' differ.
 	MACByte byte
+	// QueryOmitsSubnetPolicies makes queries answer without the policies of the networks'
+	// subnets (the VSID an Overlay network was made with): a query need not echo them, and
+	// whether HNS does, and which versions, is unverified.
+	QueryOmitsSubnetPolicies bool
 	// Host, if set, sees what HNS does to the host: the adapter a network binds moves to a
 	// vSwitch vNIC ("vEthernet (<adapter>)"), an endpoint attached to the host namespace gets
 	// a vNIC, and Reboot drops both.
@@ -124,6 +129,9 @@ func (h *HNS) Version() (windows.Version, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("Version")
+	if h.stopped {
+		return windows.Version{}, stoppedError()
+	}
 	return h.opts.Version, nil
 }
 
@@ -135,7 +143,15 @@ func (h *HNS) view(m *memNetwork) *windows.HostComputeNetwork {
 		n.Policies = append(n.Policies, windows.ProviderAddressPolicy(h.opts.ManagementIP))
 	}
 	n.Policies = append(n.Policies, m.added...)
-	return deepCopy(&n)
+	out := deepCopy(&n)
+	if h.opts.QueryOmitsSubnetPolicies {
+		for i := range out.Ipams {
+			for j := range out.Ipams[i].Subnets {
+				out.Ipams[i].Subnets[j].Policies = nil
+			}
+		}
+	}
+	return out
 }
 
 // deepCopy hands out copies, so callers cannot change the stored state by mutating results.
@@ -156,6 +172,9 @@ func (h *HNS) NetworkByName(name string) (*windows.HostComputeNetwork, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("NetworkByName")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	for _, m := range h.networks {
 		if m.n.Name == name {
 			return h.view(m), nil
@@ -179,6 +198,9 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("CreateNetwork")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	if err := checkNewNetwork(req); err != nil {
 		return nil, err
 	}
@@ -276,6 +298,9 @@ func (h *HNS) DeleteNetwork(id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("DeleteNetwork")
+	if h.stopped {
+		return stoppedError()
+	}
 	m, err := h.network(id)
 	if err != nil {
 		return err
@@ -303,6 +328,9 @@ func (h *HNS) ModifyNetworkSettings(networkID string, req *windows.ModifyNetwork
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("ModifyNetworkSettings")
+	if h.stopped {
+		return stoppedError()
+	}
 	m, err := h.network(networkID)
 	if err != nil {
 		return err
@@ -404,6 +432,9 @@ func (h *HNS) NetworkEndpoints(networkID string) ([]windows.HostComputeEndpoint,
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("NetworkEndpoints")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	if _, err := h.network(networkID); err != nil {
 		return nil, err
 	}
@@ -421,6 +452,9 @@ func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostCom
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("CreateEndpoint")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	if req.HostComputeNamespace != "" {
 		// hcn refuses it before asking HNS.
 		return nil, fmt.Errorf("endpoint create error, endpoint json windows.HostComputeNamespace is read only and should not be set")
@@ -466,6 +500,9 @@ func (h *HNS) DeleteEndpoint(id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("DeleteEndpoint")
+	if h.stopped {
+		return stoppedError()
+	}
 	i := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, id) })
 	if i < 0 {
 		return hnsError("HcnDeleteEndpoint", windows.HCNEndpointNotFound, "endpoint %s not found", id)
@@ -505,6 +542,9 @@ func (h *HNS) HostDefaultNamespace() (*windows.HostComputeNamespace, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("HostDefaultNamespace")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	for _, ns := range h.namespaces {
 		if ns.Type == windows.NamespaceHostDefault {
 			return deepCopy(ns), nil
@@ -518,6 +558,9 @@ func (h *HNS) CreateNamespace(req *windows.HostComputeNamespace) (*windows.HostC
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("CreateNamespace")
+	if h.stopped {
+		return nil, stoppedError()
+	}
 	if req.Type == "" || req.ID != "" || len(req.Resources) > 0 {
 		return nil, hnsError("HcnCreateNamespace", windows.InvalidArg, "needs a type, and neither an ID nor resources")
 	}
@@ -537,6 +580,9 @@ func (h *HNS) AttachEndpoint(namespaceID, endpointID string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("AttachEndpoint")
+	if h.stopped {
+		return stoppedError()
+	}
 	return h.modifyNamespace(namespaceID, windows.AttachRequest(windows.RequestAdd, endpointID))
 }
 
@@ -546,6 +592,9 @@ func (h *HNS) ModifyNamespace(namespaceID string, req *windows.ModifyNamespaceSe
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("ModifyNamespace")
+	if h.stopped {
+		return stoppedError()
+	}
 	return h.modifyNamespace(namespaceID, req)
 }
 
@@ -615,11 +664,47 @@ func endpointPrefix(ep *windows.HostComputeEndpoint) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
+// Stop stops the HNS service: until Start, every call fails with HCN_E_MANAGER_STOPPED
+// (which code a stopped HNS answers with, and whether a call starts it again, is
+// unverified).
+func (h *HNS) Stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+}
+
+// Start starts the HNS service again, as it comes back from a restart: non-persistent
+// networks and their endpoints are gone, and so are namespaces (unverified: what a restart
+// of the service keeps is taken to be what a reboot keeps).
+func (h *HNS) Start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = false
+	h.forget()
+}
+
+func stoppedError() error {
+	return windows.NewError("HNS call", windows.HCNManagerStopped, "The Host Networking Service is stopped.")
+}
+
 // Reboot is a host restart: non-persistent networks and their endpoints are gone, and so
 // are namespaces (the host default one comes back empty when asked for).
 func (h *HNS) Reboot() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.forget()
+	if h.opts.Host != nil {
+		h.opts.Host.reboot()
+		for _, m := range h.networks {
+			if m.adapter != "" {
+				h.opts.Host.vSwitch(m.adapter)
+			}
+		}
+	}
+}
+
+// forget drops what HNS does not keep across its own restart.
+func (h *HNS) forget() {
 	for _, m := range slices.Clone(h.networks) {
 		if m.n.Flags&windows.EnableNonPersistent != 0 {
 			h.dropNetwork(m)
@@ -629,14 +714,6 @@ func (h *HNS) Reboot() {
 		ep.HostComputeNamespace = ""
 	}
 	h.namespaces = nil
-	if h.opts.Host != nil {
-		h.opts.Host.reboot()
-		for _, m := range h.networks {
-			if m.adapter != "" {
-				h.opts.Host.vSwitch(m.adapter)
-			}
-		}
-	}
 }
 
 // Render describes the whole state, one line per object or policy, in an order that does
