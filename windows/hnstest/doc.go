@@ -1,7 +1,61 @@
 // Package hnstest is test support for the HNS data plane: HNS, an in-memory HNS that refuses
-// what HNS refuses, plays what HNS does to the host (the vSwitch, the blip, a reboot),
-// records every request and counts every call; and Host, an in-memory host IP stack.
+// what HNS refuses, answers with HNS's HRESULTs and error records (windows.Error), plays what
+// HNS does to the host (the vSwitch, the blip, a reboot, a restart of the service), records
+// every request and counts every call; and Host, an in-memory host IP stack.
 //
 // Only tests import it: weftd's production code talks to HNS through windows.Client, which
 // the hcn adapter implements on Windows.
+//
+// # What it enforces, and where each rule comes from
+//
+// hcsshim is github.com/Microsoft/hcsshim v0.15.0; flannel is flannel-io/flannel's Windows
+// backends (backend/vxlan/vxlan_windows.go, backend/hostgw/hostgw_windows.go). The codes are
+// winerror.h's, as golang.org/x/sys/windows names them; which code HNS answers a given
+// refusal with is verified only where a source is named.
+//
+//   - A subnet with an address prefix needs routes with a next hop, one of them a default
+//     route: hcn refuses it before calling HNS, with its own error (hcsshim
+//     hcn/hcnnetwork.go, createNetwork).
+//   - An endpoint to create must not name a namespace: hcn refuses it (hcsshim
+//     hcn/hcnendpoint.go, createEndpoint).
+//   - A network looked up by a name no network has: hcn's own NetworkNotFoundError after an
+//     empty listing (hcsshim hcn/hcnnetwork.go, GetNetworkByName).
+//   - Attaching an endpoint to a namespace takes {"EndpointId": …} settings (hcsshim
+//     hcn/hcnnamespace.go, AddNamespaceEndpoint); a namespace lists its endpoints as
+//     {"ID": …} (NamespaceResourceEndpoint). Other settings: HCN_E_INVALID_JSON (the code is
+//     unverified).
+//   - A second attachment of an endpoint fails with "This requested operation is invalid as
+//     endpoint is already part of a network namespace." (flannel's host-gw matches this
+//     text; flannel issue 1391). The code, HCN_E_ENDPOINT_ALREADY_ATTACHED, is unverified.
+//   - RemoteSubnetRoute and HostRoute policies need HNS 9.2 (hcsshim hcn/hcnglobals.go,
+//     RemoteSubnetVersion, HostRouteVersion).
+//   - An Overlay network gets a DR MAC (a DrMacAddress network policy) and reports its
+//     ManagementIP only once the host vNIC is back after its creation (flannel's vxlan
+//     waits for the management IP and publishes the DR MAC as the VtepMAC). The 00-15-5D
+//     prefix is Hyper-V's MAC range.
+//   - An Overlay subnet needs a VSID policy of 4096 or more (flannel refuses VNIs below
+//     4096 on Windows). The code, HCN_E_INVALID_POLICY, is unverified.
+//   - Networks made with EnableNonPersistent are gone after a reboot (hcsshim
+//     hcn/hcnnetwork.go, NetworkFlags; flannel makes its networks so). That a restart of
+//     the HNS service drops them too, and that a stopped HNS answers
+//     HCN_E_MANAGER_STOPPED, are unverified.
+//   - Unknown network and endpoint IDs: HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND;
+//     an unknown namespace: ERROR_NOT_FOUND. hcsshim's IsElementNotFoundError tests for the
+//     latter; which object answers which code is unverified.
+//
+// Unverified, each a guess at what HNS does that weft must survive either way:
+//   - a second network of a name (HCN_E_NETWORK_ALREADY_EXISTS);
+//   - a second RemoteSubnetRoute to a destination, a second HostRoute
+//     (HCN_E_POLICY_ALREADY_EXISTS);
+//   - removing a policy matches it by its JSON value, whatever the key order and spacing,
+//     and removing one the network lacks fails (HCN_E_POLICY_NOT_FOUND);
+//   - a local endpoint outside the network's subnet (HCN_E_INVALID_IP), a remote Overlay
+//     endpoint without a ProviderAddress policy (HCN_E_INVALID_POLICY), two endpoints of an
+//     address on a network (HCN_E_ADDR_INVALID_OR_RESERVED);
+//   - HNS assigns every ID (a request naming one: E_INVALIDARG); a network or namespace needs
+//     schema version 2.0;
+//   - a query answers with the subnets' policies (Options.QueryOmitsSubnetPolicies plays an
+//     HNS that does not, as reported for some versions);
+//   - the host sees a network's adapter move to a vSwitch vNIC "vEthernet (<adapter>)",
+//     and an endpoint attached to the host namespace as a vNIC "vEthernet (<endpoint>)".
 package hnstest

@@ -14,13 +14,12 @@ import (
 )
 
 // HNS is an in-memory HNS. It refuses what HNS (and hcn, which checks some things before
-// calling HNS) refuses: a subnet without a default route, a second network of a name,
-// unknown IDs (windows.ErrNotFound), policies this version lacks (windows.ErrNotSupported),
-// a second RemoteSubnetRoute for a destination (windows.ErrExists). It behaves as HNS does
-// where weft depends on it: it gives each Overlay network a DR MAC (00-15-5D-xx-xx-xx),
-// reports a network's management IP only once the host vNIC is back (Blip after creation),
-// and forgets non-persistent networks on Reboot. It records every request that changes
-// something (Requests), counts every call (Calls) and renders its state as text (Render).
+// calling HNS) refuses, with HNS's HRESULTs (the package doc lists each rule and its
+// source). It behaves as HNS does where weft depends on it: it gives each Overlay network a
+// DR MAC (00-15-5D-xx-xx-xx), reports a network's management IP only once the host vNIC is
+// back (Blip after creation), forgets non-persistent networks on Reboot and on a restart of
+// the service (Stop, Start). It records every request that changes something (Requests),
+// counts every call (Calls) and renders its state as text (Render).
 type HNS struct {
 	opts Options
 
