@@ -25,7 +25,10 @@ type Deps struct {
 	Plane      backend.Plane
 	Interfaces func() ([]netif.Interface, error)
 	DefaultIf  func() (string, error)
-	metrics    *metrics // made by RunWith when nil
+	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
+	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
+	GOOS    string
+	metrics *metrics // made by RunWith when nil
 }
 
 // Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
@@ -83,7 +86,10 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	defer wg.Wait()
 	defer cancel()
 
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, m: deps.metrics,
+	if deps.GOOS == "" {
+		deps.GOOS = runtime.GOOS
+	}
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, m: deps.metrics, goos: deps.GOOS,
 		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
@@ -116,6 +122,7 @@ type daemon struct {
 	plane  backend.Plane
 	health *health
 	m      *metrics
+	goos   string
 
 	net *subnet.Config
 	ext netif.External
@@ -156,7 +163,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
 	d.b, err = backend.New(d.net, backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, MTU: d.ext.MTU,
-		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP}, runtime.GOOS)
+		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP}, d.goos)
 	if err != nil {
 		return err
 	}
@@ -205,7 +212,7 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 			return nil, true, err
 		}
 		if err == nil {
-			if err = cfg.CheckFor(runtime.GOOS); err != nil {
+			if err = cfg.CheckFor(d.goos); err != nil {
 				return nil, true, err
 			}
 			if cfg.EnableIPv6 {

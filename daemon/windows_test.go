@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/subnet/etcd"
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnstest"
+)
+
+// windowsConf is flannel's vxlan config for a cluster with Windows nodes: VNI 4096, port 4789.
+const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+
+// winDaemon is weftd on a Windows node, run on Linux: the daemon with the Windows plane over
+// an in-memory HNS (which outlives the daemon, as HNS outlives weftd).
+type winDaemon struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startWindowsDaemon(t *testing.T, cli *clientv3.Client, dir string, hns *hnstest.HNS, host *hnstest.Host) *winDaemon {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.ResyncInterval = time.Minute
+	cfg.Ifaces = []string{"Ethernet"}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	plane := windows.New(hns, host, windows.Config{
+		PollInterval:  10 * time.Millisecond,
+		WatchInterval: 50 * time.Millisecond,
+		NetworkFile:   filepath.Join(dir, "hns.json"),
+	}, log)
+	ifs := []netif.Interface{{Name: "Ethernet", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &winDaemon{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		d.done <- RunWith(ctx, cfg, log, Deps{
+			Manager:    etcd.New(cli, etcd.Options{Logger: log}),
+			Plane:      plane,
+			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
+			DefaultIf:  func() (string, error) { return "Ethernet", nil },
+			GOOS:       "windows",
+		})
+	}()
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+func (d *winDaemon) stop(t *testing.T) {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	if err := <-d.done; err != nil {
+		t.Errorf("weftd ended with %v", err)
+	}
+}
+
+func putWindowsPeer(t *testing.T, cli *clientv3.Client, key, ip, mac string) {
+	t.Helper()
+	v := fmt.Sprintf(`{"PublicIP":%q,"BackendType":"vxlan","BackendData":{"VNI":4096,"VtepMAC":%q}}`, ip, mac)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/subnets/"+key, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// routesOf is the network's RemoteSubnetRoute policies, "subnet via PA (DR MAC)", sorted.
+func routesOf(t *testing.T, hns *hnstest.HNS) []string {
+	n, err := hns.NetworkByName("flannel.4096")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, p := range n.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
+		var s windows.RemoteSubnetRouteSettings
+		if err := p.Decode(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s via %s (%s, VSID %d)", s.DestinationPrefix, s.ProviderAddress, s.DistributedRouterMacAddress, s.IsolationID))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestDaemonWindowsPlane: weftd on a Windows node, the daemon with the Windows plane over the
+// in-memory HNS and a real etcd. The Overlay network is made inside the one acquisition and
+// its DR MAC published as the VtepMAC in the lease's first write; RemoteSubnetRoute policies
+// follow peers that join and leave; a restarted weftd adopts the network and sends HNS
+// nothing.
+func TestDaemonWindowsPlane(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", windowsConf); err != nil {
+		t.Fatal(err)
+	}
+	putWindowsPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
+	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 100 * time.Millisecond, Host: host})
+	dir := t.TempDir()
+	d := startWindowsDaemon(t, cli, dir, hns, host)
+
+	const peer7 = "10.244.7.0/24 via 192.0.2.17 (0e:00:00:00:00:07, VSID 4096)"
+	eventually(t, "the RemoteSubnetRoute of the peer", func() bool {
+		return fmt.Sprint(routesOf(t, hns)) == "["+peer7+"]"
+	})
+	n, err := hns.NetworkByName("flannel.4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac, err := n.DRMAC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := subnet.ReadEnv(filepath.Join(dir, "subnet.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sn := n.StaticSubnet(); sn == nil || sn.IPAddressPrefix != env.Subnet.Masked().String() {
+		t.Errorf("network subnet %+v, subnet.env has %s", sn, env.Subnet)
+	}
+	sn, _ := env.LeaseSubnets()
+	resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/"+subnet.Key(sn, netip.Prefix{}))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("own lease in etcd: %v %v", err, resp)
+	}
+	kv := resp.Kvs[0]
+	if want := fmt.Sprintf(`"BackendData":{"VNI":4096,"VtepMAC":%q}`, mac.String()); !strings.Contains(string(kv.Value), want) {
+		t.Errorf("own lease %s, want %s (the DR MAC)", kv.Value, want)
+	}
+	if kv.Version != 1 {
+		t.Errorf("own lease written %d times, want once: the MAC goes in the acquisition's write", kv.Version)
+	}
+
+	putWindowsPeer(t, cli, "10.244.8.0-24", "192.0.2.18", "0e:00:00:00:00:08")
+	const peer8 = "10.244.8.0/24 via 192.0.2.18 (0e:00:00:00:00:08, VSID 4096)"
+	eventually(t, "the second peer's route", func() bool {
+		return fmt.Sprint(routesOf(t, hns)) == "["+peer7+" "+peer8+"]"
+	})
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.7.0-24"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first peer's route gone", func() bool {
+		return fmt.Sprint(routesOf(t, hns)) == "["+peer8+"]"
+	})
+
+	// A restart adopts the network: no request to HNS, the same network and DR MAC.
+	d.stop(t)
+	hns.ResetRequests()
+	start := time.Now()
+	startWindowsDaemon(t, cli, dir, hns, host)
+	eventually(t, "the restarted weftd's subnet.env", func() bool {
+		e, err := subnet.ReadEnv(filepath.Join(dir, "subnet.env"))
+		return err == nil && e.Subnet == env.Subnet && time.Since(start) > 300*time.Millisecond
+	})
+	if r := hns.Requests(); len(r) != 0 {
+		t.Errorf("restart sent HNS %d requests, want none: %+v", len(r), r)
+	}
+	if after, err := hns.NetworkByName("flannel.4096"); err != nil || after.ID != n.ID {
+		t.Errorf("network after the restart: %+v %v, want %s adopted", after, err, n.ID)
+	}
+	if got := fmt.Sprint(routesOf(t, hns)); got != "["+peer8+"]" {
+		t.Errorf("routes after the restart: %s", got)
+	}
+	resp, err = cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/"+subnet.Key(sn, netip.Prefix{}))
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), mac.String()) {
+		t.Errorf("own lease after the restart: %v %v, want VtepMAC %s", err, resp, mac)
+	}
+}
