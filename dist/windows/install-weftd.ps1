@@ -87,8 +87,8 @@ Regular expressions matching the interface name or address (--iface-regex).
 The address other nodes reach this one on (--public-ip). Default: the interface's.
 
 .PARAMETER SubnetFile
-Where weftd writes subnet.env for the CNI plugin (--subnet-file); sourceVip.json goes next
-to it. Default: C:\run\flannel\subnet.env, flannel's.
+Where weftd writes subnet.env for the CNI plugin (--subnet-file); hns.json and sourceVip.json
+go next to it, and sourceVip.json also to C:\k\sourceVip.json (--source-vip-file). Default: C:\run\flannel\subnet.env, flannel's.
 
 .PARAMETER IPMasq
 Masquerade pod traffic leaving the cluster network (--ip-masq): the CNI plugin then asks
