@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -87,4 +89,42 @@ func (e *etcdPeers) batches(ctx context.Context, from, to int, op func(i int) (c
 		}
 	}
 	return nil
+}
+
+// arrivals watches the peers' leases from the harness, as a daemon's watch sees them, and
+// notes when each put arrives: the floor of a daemon's event latency, since no daemon can
+// program a route before etcd tells it of the lease. It watches until ctx ends.
+type arrivals struct {
+	mu sync.Mutex
+	at map[string]time.Time // by key
+}
+
+func (e *etcdPeers) watchArrivals(ctx context.Context) *arrivals {
+	a := &arrivals{at: map[string]time.Time{}}
+	wc := e.cli.Watch(ctx, e.dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	<-wc // the watch is in place before the first put
+	go func() {
+		for resp := range wc {
+			now := time.Now()
+			a.mu.Lock()
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypePut {
+					if _, seen := a.at[string(ev.Kv.Key)]; !seen {
+						a.at[string(ev.Kv.Key)] = now
+					}
+				}
+			}
+			a.mu.Unlock()
+		}
+	}()
+	return a
+}
+
+// of returns when peer i's lease arrived.
+func (a *arrivals) of(e *etcdPeers, i int) (time.Time, bool) {
+	sn, _ := peer(i)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.at[e.key(sn)]
+	return t, ok
 }

@@ -11,15 +11,21 @@ import (
 type events struct {
 	p50, p99 Value
 	timeouts int
+	// floor50 and floor99 are the same percentiles of etcd's delivery of the puts to a
+	// watcher in the harness: the part of the latency that is not the daemon's.
+	floor50, floor99 Value
 }
 
 // eventLatency puts the leases of cfg.Events new peers, from the first on, one every
 // EventInterval whatever the daemon does meanwhile, and measures from each put's
 // acknowledgement to its route in the kernel. A route not seen within EventTimeout of its put
 // is a timeout.
-func (r *daemonRun) eventLatency(ctx context.Context, put func(ctx context.Context, i int) error, first int) (events, error) {
+// arrived, if not nil, says when the datastore delivered put i to a watcher in the harness:
+// the same percentiles of that are the floor.
+func (r *daemonRun) eventLatency(ctx context.Context, put func(ctx context.Context, i int) error, first int, arrived func(i int) (time.Time, bool)) (events, error) {
 	cfg := r.b.cfg
 	type sent struct {
+		i   int
 		sn  netip.Prefix
 		ack time.Time
 	}
@@ -32,7 +38,7 @@ func (r *daemonRun) eventLatency(ctx context.Context, put func(ctx context.Conte
 			return events{}, fmt.Errorf("event %d: %w", k+1, err)
 		}
 		sn, _ := peer(i)
-		puts = append(puts, sent{sn: sn, ack: time.Now()})
+		puts = append(puts, sent{i: i, sn: sn, ack: time.Now()})
 		if k == cfg.Events-1 {
 			break
 		}
@@ -87,9 +93,25 @@ func (r *daemonRun) eventLatency(ctx context.Context, put func(ctx context.Conte
 		p50:      percentile(lat, timeouts, cfg.EventTimeout, 0.50),
 		p99:      percentile(lat, timeouts, cfg.EventTimeout, 0.99),
 		timeouts: timeouts,
+		floor50:  missing("not measured"),
+		floor99:  missing("not measured"),
+	}
+	if arrived != nil {
+		var floor []time.Duration
+		lost := 0
+		for _, p := range puts {
+			if at, ok := arrived(p.i); ok {
+				floor = append(floor, max(0, at.Sub(p.ack)))
+			} else {
+				lost++
+			}
+		}
+		ev.floor50 = percentile(floor, lost, cfg.EventTimeout, 0.50)
+		ev.floor99 = percentile(floor, lost, cfg.EventTimeout, 0.99)
 	}
 	r.b.log.Info("event latency", "daemon", r.daemon, "events", len(puts), "p50", ev.p50.Format(Duration),
-		"p99", ev.p99.Format(Duration), "timeouts", timeouts)
+		"p99", ev.p99.Format(Duration), "timeouts", timeouts,
+		"etcd_delivery_p50", ev.floor50.Format(Duration), "etcd_delivery_p99", ev.floor99.Format(Duration))
 	return ev, nil
 }
 

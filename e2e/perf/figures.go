@@ -92,6 +92,12 @@ func figP50(n int) figure {
 func figP99(n int) figure {
 	return figure{groupEvent, n, 1, "lease put -> route, " + count(n) + " peers: p99", Duration}
 }
+func figFloor50(n int) figure {
+	return figure{groupEvent, n, 2, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p50", Duration}
+}
+func figFloor99(n int) figure {
+	return figure{groupEvent, n, 3, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p99", Duration}
+}
 func figBulk(base, n int) figure {
 	return figure{groupBulk, base, 0, "bulk join of " + count(n) + " at " + count(base) + " peers: all routes", Duration}
 }

@@ -198,16 +198,21 @@ func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeer
 	}
 	var evErr error
 	if withEvents {
-		ev := events{p50: missing("no cold start"), p99: missing("no cold start")}
+		ev := events{p50: missing("no cold start"), p99: missing("no cold start"), floor50: missing("no cold start"), floor99: missing("no cold start")}
 		if res.ok {
-			ev, evErr = r.eventLatency(ctx, peers.putOne, n+1)
+			wctx, stop := context.WithCancel(ctx)
+			arr := peers.watchArrivals(wctx)
+			ev, evErr = r.eventLatency(ctx, peers.putOne, n+1, func(i int) (time.Time, bool) { return arr.of(peers, i) })
+			stop()
 			if evErr != nil {
 				b.fail("%s: event latency with %d peers: %v", daemon, n, evErr)
-				ev = events{p50: missing("failed"), p99: missing("failed")}
+				ev = events{p50: missing("failed"), p99: missing("failed"), floor50: missing("failed"), floor99: missing("failed")}
 			}
 		}
 		b.figs.add(figP50(n), daemon, ev.p50)
 		b.figs.add(figP99(n), daemon, ev.p99)
+		b.figs.add(figFloor50(n), daemon, ev.floor50)
+		b.figs.add(figFloor99(n), daemon, ev.floor99)
 		if ev.timeouts > 0 {
 			b.figs.note(figP50(n), daemon, fmt.Sprintf("%d of %d events timed out after %v", ev.timeouts, b.cfg.Events, b.cfg.EventTimeout))
 		}
