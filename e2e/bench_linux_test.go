@@ -33,9 +33,10 @@ func TestBenchSmoke(t *testing.T) {
 	if len(rep.Errors) > 0 {
 		t.Fatalf("the run had errors: %q", rep.Errors)
 	}
-	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99, bulk join.
-	if len(rep.Rows) != 7 {
-		t.Errorf("%d figures, want 7: %+v", len(rep.Rows), rep.Rows)
+	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99 and those of etcd's
+	// delivery (the floor), bulk join.
+	if len(rep.Rows) != 9 {
+		t.Errorf("%d figures, want 9: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]
