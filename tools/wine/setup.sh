@@ -44,3 +44,13 @@ dll="$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
 if [ ! -f "$dll" ] || [ "$here/processprng.c" -nt "$dll" ]; then
 	"$cc" -shared -O2 -s -o "$dll" "$here/processprng.c" -ladvapi32
 fi
+
+# The simulated HNS DLLs (tools/wine/hns): computenetwork.dll and vmcompute.dll, which hand
+# hcsshim's calls to the simulated HNS service (windows/hnssim). Wine has no builtin of either
+# name; WINEDLLOVERRIDES=computenetwork,vmcompute=n is set by whoever runs them anyway.
+for name in computenetwork vmcompute; do
+	out="$WINEPREFIX/drive_c/windows/system32/$name.dll"
+	if [ ! -f "$out" ] || [ "$here/hns/$name.c" -nt "$out" ] || [ "$here/hns/call.h" -nt "$out" ]; then
+		"$cc" -shared -O2 -s -Wall -Werror -o "$out" "$here/hns/$name.c" -lws2_32 -lole32
+	fi
+done

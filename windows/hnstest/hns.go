@@ -779,3 +779,49 @@ func (h *HNS) Render() string {
 	}
 	return b.String()
 }
+
+// Networks lists every network as a query shows it (HcnEnumerateNetworks and a query of
+// each).
+func (h *HNS) Networks() ([]windows.HostComputeNetwork, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("Networks")
+	if h.stopped {
+		return nil, stoppedError()
+	}
+	out := make([]windows.HostComputeNetwork, 0, len(h.networks))
+	for _, m := range h.networks {
+		out = append(out, *h.view(m))
+	}
+	return out, nil
+}
+
+// Endpoints lists every endpoint, of every network.
+func (h *HNS) Endpoints() ([]windows.HostComputeEndpoint, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("Endpoints")
+	if h.stopped {
+		return nil, stoppedError()
+	}
+	out := make([]windows.HostComputeEndpoint, 0, len(h.endpoints))
+	for _, ep := range h.endpoints {
+		out = append(out, *deepCopy(ep))
+	}
+	return out, nil
+}
+
+// Namespaces lists every namespace.
+func (h *HNS) Namespaces() ([]windows.HostComputeNamespace, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("Namespaces")
+	if h.stopped {
+		return nil, stoppedError()
+	}
+	out := make([]windows.HostComputeNamespace, 0, len(h.namespaces))
+	for _, ns := range h.namespaces {
+		out = append(out, *deepCopy(ns))
+	}
+	return out, nil
+}

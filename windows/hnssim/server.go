@@ -1,0 +1,444 @@
+package hnssim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnstest"
+)
+
+// Server serves the DLLs' calls from the in-memory HNS.
+type Server struct {
+	hns *hnstest.HNS
+	log *slog.Logger
+
+	mu      sync.Mutex
+	handles map[uint64]object
+	next    uint64
+}
+
+// object is what a handle refers to.
+type object struct {
+	kind string // "Network", "Endpoint", "Namespace"
+	id   string
+}
+
+// New returns a server of hns.
+func New(hns *hnstest.HNS, log *slog.Logger) *Server {
+	return &Server{hns: hns, log: log, handles: map[uint64]object{}}
+}
+
+// Serve answers calls on l until it is closed.
+func (s *Server) Serve(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("hnssim: accept: %w", err)
+		}
+		go s.conn(c)
+	}
+}
+
+func (s *Server) conn(c net.Conn) {
+	defer c.Close()
+	b, err := readFrame(c)
+	if err != nil {
+		s.log.Warn("hnssim: reading a call", "err", err)
+		return
+	}
+	req, err := decodeRequest(b)
+	var a answer
+	if err != nil {
+		a = fail(windows.NewError("call", windows.InvalidArg, err.Error()))
+	} else {
+		a = s.Call(req)
+	}
+	s.log.Debug("hnssim", "call", req.call, "id", req.id, "handle", req.handle, "hr", fmt.Sprintf("0x%08X", a.hr))
+	if err := a.write(c); err != nil {
+		s.log.Warn("hnssim: answering a call", "call", req.call, "err", err)
+	}
+}
+
+// fail is the answer of a failed call: its HRESULT and error record.
+func fail(err error) answer {
+	var e *windows.Error
+	if errors.As(err, &e) {
+		return answer{hr: uint32(e.Code), record: e.Record}
+	}
+	ne := windows.NewError("call", windows.Fail, err.Error())
+	return answer{hr: uint32(ne.Code), record: ne.Record}
+}
+
+func invalidJSON(call string, err error) answer {
+	return fail(windows.NewError(call, windows.HCNInvalidJSON, err.Error()))
+}
+
+func notImpl(call string) answer {
+	return fail(windows.NewError(call, windows.NotImpl, call+" is not simulated"))
+}
+
+func ok(result any) answer {
+	b, err := json.Marshal(result)
+	if err != nil {
+		return fail(err)
+	}
+	return answer{result: string(b)}
+}
+
+func (s *Server) open(kind, id string) answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	s.handles[s.next] = object{kind: kind, id: id}
+	return answer{handle: s.next}
+}
+
+func (s *Server) object(kind string, h uint64) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, found := s.handles[h]
+	return o.id, found && o.kind == kind
+}
+
+func (s *Server) close(h uint64) answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.handles, h)
+	return answer{}
+}
+
+// filterOf decodes a query strictly and returns its filter.
+func filterOf(q string) (map[string]string, error) {
+	if q == "" {
+		return nil, nil
+	}
+	var hq query
+	if err := strict(q, &hq); err != nil {
+		return nil, err
+	}
+	if hq.Filter == "" {
+		return nil, nil
+	}
+	var f map[string]string
+	if err := strict(hq.Filter, &f); err != nil {
+		return nil, fmt.Errorf("filter: %w", err)
+	}
+	return f, nil
+}
+
+// matches reports whether an object's fields match every key of the filter.
+func matches(f map[string]string, fields map[string]string) bool {
+	for k, v := range f {
+		if have, found := fields[k]; !found || !strings.EqualFold(have, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Call answers one call.
+func (s *Server) Call(r request) answer {
+	switch r.call {
+	case "HNSCall":
+		return s.hnsCall(r)
+	case "HcnEnumerateNetworks", "HcnEnumerateEndpoints", "HcnEnumerateNamespaces":
+		return s.enumerate(r)
+	case "HcnEnumerateLoadBalancers", "HcnEnumerateSdnRoutes":
+		if _, err := filterOf(r.a); err != nil {
+			return invalidJSON(r.call, err)
+		}
+		return ok([]string{})
+	case "HcnOpenNetwork":
+		if _, err := s.network(r.id); err != nil {
+			return fail(err)
+		}
+		return s.open("Network", r.id)
+	case "HcnOpenEndpoint":
+		if _, err := s.endpoint(r.id); err != nil {
+			return fail(err)
+		}
+		return s.open("Endpoint", r.id)
+	case "HcnOpenNamespace":
+		if _, err := s.namespace(r.id); err != nil {
+			return fail(err)
+		}
+		return s.open("Namespace", r.id)
+	case "HcnCloseNetwork", "HcnCloseEndpoint", "HcnCloseNamespace", "HcnCloseLoadBalancer", "HcnCloseSdnRoute":
+		return s.close(r.handle)
+	case "HcnQueryNetworkProperties", "HcnQueryEndpointProperties", "HcnQueryNamespaceProperties":
+		return s.query(r)
+	case "HcnCreateNetwork":
+		return s.createNetwork(r)
+	case "HcnCreateEndpoint":
+		return s.createEndpoint(r)
+	case "HcnCreateNamespace":
+		return s.createNamespace(r)
+	case "HcnModifyNetwork":
+		return s.modifyNetwork(r)
+	case "HcnModifyNamespace":
+		return s.modifyNamespace(r)
+	case "HcnDeleteNetwork":
+		if err := s.hns.DeleteNetwork(r.id); err != nil {
+			return fail(err)
+		}
+		return answer{}
+	case "HcnDeleteEndpoint":
+		if err := s.hns.DeleteEndpoint(r.id); err != nil {
+			return fail(err)
+		}
+		return answer{}
+	}
+	return notImpl(r.call)
+}
+
+// hnsCall answers vmcompute's HNSCall, HNS's v1 API, in its envelope: the version alone.
+func (s *Server) hnsCall(r request) answer {
+	type envelope struct {
+		Success bool
+		Error   string          `json:",omitempty"`
+		Output  json.RawMessage `json:",omitempty"`
+	}
+	if r.a != "GET" || !strings.EqualFold(r.id, "/globals/version") {
+		return ok(envelope{Error: fmt.Sprintf("%s %s is not simulated", r.a, r.id)})
+	}
+	v, err := s.hns.Version()
+	if err != nil {
+		return fail(err)
+	}
+	out, _ := json.Marshal(v) // two ints
+	return ok(envelope{Success: true, Output: out})
+}
+
+func (s *Server) network(id string) (*windows.HostComputeNetwork, error) {
+	all, err := s.hns.Networks()
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if strings.EqualFold(all[i].ID, id) {
+			return &all[i], nil
+		}
+	}
+	return nil, windows.NewError("HcnOpenNetwork", windows.HCNNetworkNotFound, "network "+id+" not found")
+}
+
+func (s *Server) endpoint(id string) (*windows.HostComputeEndpoint, error) {
+	all, err := s.hns.Endpoints()
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if strings.EqualFold(all[i].ID, id) {
+			return &all[i], nil
+		}
+	}
+	return nil, windows.NewError("HcnOpenEndpoint", windows.HCNEndpointNotFound, "endpoint "+id+" not found")
+}
+
+func (s *Server) namespace(id string) (*windows.HostComputeNamespace, error) {
+	all, err := s.hns.Namespaces()
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if strings.EqualFold(all[i].ID, id) {
+			return &all[i], nil
+		}
+	}
+	return nil, windows.NewError("HcnOpenNamespace", windows.ElementNotFound, "namespace "+id+" not found")
+}
+
+// enumerate lists the IDs of the objects a query's filter selects (by ID and Name; an
+// endpoint also by VirtualNetwork, hcn's key for its network).
+func (s *Server) enumerate(r request) answer {
+	f, err := filterOf(r.a)
+	if err != nil {
+		return invalidJSON(r.call, err)
+	}
+	ids := []string{}
+	switch r.call {
+	case "HcnEnumerateNetworks":
+		all, err := s.hns.Networks()
+		if err != nil {
+			return fail(err)
+		}
+		for _, n := range all {
+			if matches(f, map[string]string{"ID": n.ID, "Name": n.Name}) {
+				ids = append(ids, n.ID)
+			}
+		}
+	case "HcnEnumerateEndpoints":
+		all, err := s.hns.Endpoints()
+		if err != nil {
+			return fail(err)
+		}
+		for _, ep := range all {
+			if matches(f, map[string]string{"ID": ep.ID, "Name": ep.Name, "VirtualNetwork": ep.HostComputeNetwork, "HostComputeNetwork": ep.HostComputeNetwork}) {
+				ids = append(ids, ep.ID)
+			}
+		}
+	case "HcnEnumerateNamespaces":
+		all, err := s.hns.Namespaces()
+		if err != nil {
+			return fail(err)
+		}
+		for _, ns := range all {
+			if matches(f, map[string]string{"ID": ns.ID}) {
+				ids = append(ids, ns.ID)
+			}
+		}
+	}
+	return ok(ids)
+}
+
+func (s *Server) query(r request) answer {
+	if _, err := filterOf(r.a); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	kind := strings.TrimSuffix(strings.TrimPrefix(r.call, "HcnQuery"), "Properties")
+	id, found := s.object(kind, r.handle)
+	if !found {
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open "+strings.ToLower(kind)))
+	}
+	var v any
+	var err error
+	switch kind {
+	case "Network":
+		v, err = s.network(id)
+	case "Endpoint":
+		v, err = s.endpoint(id)
+	default:
+		v, err = s.namespace(id)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return ok(v)
+}
+
+// asModel decodes a request HNS's schema accepted into weft's model of it, for the in-memory
+// HNS (whose JSON is HNS's).
+func asModel[T any](call, settings string) (*T, *answer) {
+	out := new(T)
+	if err := json.Unmarshal([]byte(settings), out); err != nil {
+		a := invalidJSON(call, err)
+		return nil, &a
+	}
+	return out, nil
+}
+
+func (s *Server) createNetwork(r request) answer {
+	var n networkSchema
+	if err := strict(r.a, &n); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	if err := checkNetwork(&n); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	m, bad := asModel[windows.HostComputeNetwork](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	made, err := s.hns.CreateNetwork(m)
+	if err != nil {
+		return fail(err)
+	}
+	return s.open("Network", made.ID)
+}
+
+func (s *Server) createEndpoint(r request) answer {
+	netID, found := s.object("Network", r.handle)
+	if !found {
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
+	}
+	var ep endpointSchema
+	if err := strict(r.a, &ep); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	if err := checkPolicies(ep.Policies); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	m, bad := asModel[windows.HostComputeEndpoint](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	m.HostComputeNetwork = netID
+	made, err := s.hns.CreateEndpoint(m)
+	if err != nil {
+		return fail(err)
+	}
+	return s.open("Endpoint", made.ID)
+}
+
+func (s *Server) createNamespace(r request) answer {
+	var ns namespaceSchema
+	if err := strict(r.a, &ns); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	m, bad := asModel[windows.HostComputeNamespace](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	made, err := s.hns.CreateNamespace(m)
+	if err != nil {
+		return fail(err)
+	}
+	return s.open("Namespace", made.ID)
+}
+
+func (s *Server) modifyNetwork(r request) answer {
+	id, found := s.object("Network", r.handle)
+	if !found {
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
+	}
+	var mr modifyRequest
+	if err := strict(r.a, &mr); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	if mr.ResourceType == "Policy" {
+		var pr policyRequest
+		if err := strict(string(mr.Settings), &pr); err != nil {
+			return invalidJSON(r.call, err)
+		}
+		if err := checkPolicies(pr.Policies); err != nil {
+			return invalidJSON(r.call, err)
+		}
+	}
+	m, bad := asModel[windows.ModifyNetworkSettingRequest](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	if err := s.hns.ModifyNetworkSettings(id, m); err != nil {
+		return fail(err)
+	}
+	return answer{}
+}
+
+func (s *Server) modifyNamespace(r request) answer {
+	id, found := s.object("Namespace", r.handle)
+	if !found {
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open namespace"))
+	}
+	var mr modifyRequest
+	if err := strict(r.a, &mr); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	m, bad := asModel[windows.ModifyNamespaceSettingRequest](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	// The in-memory HNS decodes the settings strictly: {"EndpointId": …}.
+	if err := s.hns.ModifyNamespace(id, m); err != nil {
+		return fail(err)
+	}
+	return answer{}
+}
