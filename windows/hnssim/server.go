@@ -219,42 +219,32 @@ func (s *Server) hnsCall(r request) answer {
 }
 
 func (s *Server) network(id string) (*windows.HostComputeNetwork, error) {
-	all, err := s.hns.Networks()
-	if err != nil {
-		return nil, err
-	}
-	for i := range all {
-		if strings.EqualFold(all[i].ID, id) {
-			return &all[i], nil
-		}
-	}
-	return nil, windows.NewError("HcnOpenNetwork", windows.HCNNetworkNotFound, "network "+id+" not found")
+	return find(s.hns.Networks, func(n windows.HostComputeNetwork) string { return n.ID }, id,
+		windows.NewError("HcnOpenNetwork", windows.HCNNetworkNotFound, "network "+id+" not found"))
 }
 
 func (s *Server) endpoint(id string) (*windows.HostComputeEndpoint, error) {
-	all, err := s.hns.Endpoints()
-	if err != nil {
-		return nil, err
-	}
-	for i := range all {
-		if strings.EqualFold(all[i].ID, id) {
-			return &all[i], nil
-		}
-	}
-	return nil, windows.NewError("HcnOpenEndpoint", windows.HCNEndpointNotFound, "endpoint "+id+" not found")
+	return find(s.hns.Endpoints, func(ep windows.HostComputeEndpoint) string { return ep.ID }, id,
+		windows.NewError("HcnOpenEndpoint", windows.HCNEndpointNotFound, "endpoint "+id+" not found"))
 }
 
 func (s *Server) namespace(id string) (*windows.HostComputeNamespace, error) {
-	all, err := s.hns.Namespaces()
+	return find(s.hns.Namespaces, func(ns windows.HostComputeNamespace) string { return ns.ID }, id,
+		windows.NewError("HcnOpenNamespace", windows.ElementNotFound, "namespace "+id+" not found"))
+}
+
+// find returns the object of list whose ID is id, or notFound.
+func find[T any](list func() ([]T, error), idOf func(T) string, id string, notFound error) (*T, error) {
+	all, err := list()
 	if err != nil {
 		return nil, err
 	}
 	for i := range all {
-		if strings.EqualFold(all[i].ID, id) {
+		if strings.EqualFold(idOf(all[i]), id) {
 			return &all[i], nil
 		}
 	}
-	return nil, windows.NewError("HcnOpenNamespace", windows.ElementNotFound, "namespace "+id+" not found")
+	return nil, notFound
 }
 
 // enumerate lists the IDs of the objects a query's filter selects (by ID and Name; an
