@@ -1,23 +1,22 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	weftbackend "github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
-	"github.com/weftnet/weft/internal/etcdtest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnssim"
@@ -27,85 +26,51 @@ import (
 // wine64 is Debian's Wine loader (tools/wine/setup.sh installs it).
 const wine64 = "/usr/lib/wine/wine64"
 
-// winNode is the real weftd.exe running under Wine, its HNS calls going through hcsshim's
-// hcn, the simulated computenetwork.dll and vmcompute.dll, to the simulated HNS service.
-type winNode struct {
-	t      *testing.T
-	exe    string
-	dir    string
-	env    []string
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func (n *winNode) start() {
-	n.t.Helper()
-	logf, err := os.OpenFile(filepath.Join(n.dir, "weftd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	defer logf.Close()
-	n.cmd = exec.Command(wine64, append([]string{n.exe}, n.args...)...)
-	n.cmd.Env = n.env
-	n.cmd.Stdout, n.cmd.Stderr = logf, logf
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	n.exited = make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(n.cmd, n.exited)
-}
-
-// stop kills weftd.exe, as a crash or a service manager's kill would.
-func (n *winNode) stop() {
-	if n.cmd == nil {
-		return
-	}
-	_ = n.cmd.Process.Kill()
-	<-n.exited
-	n.cmd = nil
-}
-
-func (n *winNode) log() string {
-	b, _ := os.ReadFile(filepath.Join(n.dir, "weftd.log"))
-	return string(b)
-}
-
-// hostAddress is an IPv4 address of this machine other than loopback: what weftd.exe under
-// Wine sees as its interface, and so the node's public IP and the network's management IP.
-func hostAddress(t *testing.T) netip.Addr {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-				return p.Addr()
-			}
-		}
-	}
-	t.Skip("no IPv4 interface besides loopback for weftd.exe to use")
-	return netip.Addr{}
-}
-
 // winPath is a Linux path as a Windows program under Wine names it (drive Z: is /).
 func winPath(p string) string { return `Z:` + strings.ReplaceAll(p, "/", `\`) }
 
-// TestWindowsNodeUnderWine runs the real weftd.exe (GOOS=windows) under Wine against a real
-// etcd, its HNS calls going through hcsshim's hcn package and its generated syscalls into
-// our simulated computenetwork.dll and vmcompute.dll, which hand them to the simulated HNS
-// service (windows/hnssim: HNS's schema, HNS's HRESULTs, the in-memory HNS's rules). The
-// Windows node's lease carries VNI 4096 and the Overlay network's DR MAC; the network
-// flannel.4096 gets one RemoteSubnetRoute per peer, following a peer that joins and one that
-// leaves; a restart of weftd.exe adopts the network without a request to HNS. (host-gw
-// cannot run under Wine 8: its iphlpapi lacks GetIpInterfaceEntry. The Linux nodes' view of
-// a Windows peer is the same lease, tested in the netns cluster with Linux nodes.)
+// windowsConf is flannel's vxlan config for a cluster with Windows nodes, on every node.
+const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+
+// windowsDevice is the Linux nodes' VXLAN device of VNI 4096.
+const windowsDevice = "flannel.4096"
+
+// winePrefix makes a Wine prefix of the node's own from the one tools/wine/setup.sh made
+// (hard links: no copy of its 700 MB), so that the node's wineserver, which makes the
+// sockets of its programs, starts in the node's network namespace.
+func winePrefix(t *testing.T, repo, dir string) string {
+	t.Helper()
+	src := filepath.Join(repo, ".cache", "wine")
+	dst := filepath.Join(dir, "wineprefix")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
+		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
+		{"sh", "-c", "cp " + src + "/*.reg " + dst},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	return dst
+}
+
+// TestWindowsNodeUnderWine: in the netns cluster, beside a Linux node running weftd and one
+// running flanneld, a Windows node runs the real weftd.exe (GOOS=windows) under Wine against
+// the same etcd. Its HNS calls go through hcsshim's hcn package and its generated syscalls
+// into our simulated computenetwork.dll and vmcompute.dll, which hand them to the simulated
+// HNS service (windows/hnssim: HNS's schema, HNS's HRESULTs, the in-memory HNS's rules),
+// listening on the node's loopback. Checked: the Windows node's lease (VNI 4096, its address,
+// the Overlay network's DR MAC as VtepMAC, written once); every Linux node's route, neighbour
+// and FDB entry toward it; the network flannel.4096 with the node's subnet and one
+// RemoteSubnetRoute per Linux peer, following a peer that joins and one that leaves; a
+// restart of weftd.exe adopting the network with no request to HNS. (No packet crosses to
+// the Windows node: it has no data plane. host-gw cannot run under Wine 8, whose iphlpapi
+// lacks GetIpInterfaceEntry; it stays with the in-memory tests.)
 func TestWindowsNodeUnderWine(t *testing.T) {
+	bins := needBinaries(t)
 	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -113,16 +78,16 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
 		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
 	}
-	dir, err := os.MkdirTemp("", "weft-wine-")
+	c, err := cluster.New(t, cluster.Options{NetConf: windowsConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = os.RemoveAll(dir)
+		if t.Failed() {
+			dumpCluster(t, c)
 		}
 	})
-	exe := filepath.Join(dir, "weftd.exe")
+	exe := filepath.Join(c.Dir(), "weftd.exe")
 	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
 	build.Dir = repo
 	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
@@ -130,46 +95,59 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 		t.Fatalf("building weftd.exe: %v\n%s", err, out)
 	}
 
-	srv := etcdtest.Start(t, etcdtest.Options{})
-	cli := srv.Client(t)
-	const prefix = "/coreos.com/network"
-	put := func(key, value string) {
+	addNode := func(name string) *cluster.Node {
 		t.Helper()
-		if _, err := cli.Put(t.Context(), prefix+key, value); err != nil {
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	linux := addNode("n1")
+	if err := linux.StartDaemon(append([]string{bins.weftd}, linux.WeftdArgs()...)...); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*cluster.Node{linux}
+	if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
+		fl := addNode("n2")
+		if err := fl.StartDaemon(append([]string{flanneld}, fl.FlanneldArgs()...)...); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, fl)
+	} else {
+		t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
+	}
+	for _, n := range nodes {
+		if err := n.WaitReady(readyTimeout); err != nil {
 			t.Fatal(err)
 		}
 	}
-	peer := func(sn, ip, mac string) {
-		put("/subnets/"+strings.ReplaceAll(sn, "/", "-"),
-			fmt.Sprintf(`{"PublicIP":%q,"BackendType":"vxlan","BackendData":{"VNI":4096,"VtepMAC":%q}}`, ip, mac))
-	}
-	put("/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`)
-	peer("10.244.7.0/24", "192.0.2.17", "0e:00:00:00:00:07")
 
-	addr := hostAddress(t)
-	hns := hnstest.New(hnstest.Options{ManagementIP: addr, Blip: 300 * time.Millisecond})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	win := addNode("w3")
+	hns := hnstest.New(hnstest.Options{ManagementIP: win.IP, Blip: 300 * time.Millisecond})
+	l, err := win.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := hnssim.New(hns, slog.New(slog.NewTextHandler(t.Output(), nil)))
-	go func() { _ = sim.Serve(l) }()
+	go func() { _ = hnssim.New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
 	t.Cleanup(func() { l.Close() })
-
-	n := &winNode{t: t, exe: exe, dir: dir,
-		env: append(os.Environ(), "WINEPREFIX="+filepath.Join(repo, ".cache", "wine"), "WINEDEBUG=-all",
-			"WINEDLLOVERRIDES=computenetwork,vmcompute=n", "WEFT_HNS_ADDR="+l.Addr().String()),
-		args: []string{"--etcd-endpoints=" + srv.Endpoints()[0], "--iface=" + addr.String(),
-			"--subnet-file=" + winPath(filepath.Join(dir, "subnet.env")), "--source-vip-file=",
-			"--healthz-port=0"},
-	}
-	n.start()
-	t.Cleanup(n.stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("weftd.exe's log:\n%s\nHNS:\n%s", n.log(), hns.Render())
-		}
+	prefix := winePrefix(t, repo, win.Dir)
+	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
+		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
+		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix)
+		_ = cmd.Run()
 	})
+	argv := []string{"env", "WINEPREFIX=" + prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=computenetwork,vmcompute=n",
+		"WEFT_HNS_ADDR=" + l.Addr().String(), wine64, exe,
+		"--etcd-endpoints=" + cluster.EtcdURL, "--iface=" + win.IP.String(),
+		"--subnet-file=" + winPath(win.SubnetFile), "--source-vip-file=", "--healthz-port=0"}
+	startWin := func() {
+		t.Helper()
+		if err := win.StartDaemon(argv...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWin()
 
 	routes := func() string {
 		net, err := hns.NetworkByName("flannel.4096")
@@ -187,26 +165,38 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 		slices.Sort(out)
 		return strings.Join(out, "; ")
 	}
+	// want is the RemoteSubnetRoute of every Linux node as its lease says.
+	want := func(ns []*cluster.Node) string {
+		t.Helper()
+		var out []string
+		for _, n := range ns {
+			env, err := subnet.ReadEnv(n.SubnetFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sn, _ := env.LeaseSubnets()
+			mac := leaseMAC(t, c, sn)
+			out = append(out, fmt.Sprintf("%s via %s (%s, VSID 4096)", sn, n.IP, mac))
+		}
+		slices.Sort(out)
+		return strings.Join(out, "; ")
+	}
 	wait := func(what, want string) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for got := routes(); got != want; got = routes() {
-			select {
-			case <-n.exited:
-				t.Fatalf("%s: weftd.exe exited", what)
-			default:
+			if !win.Running() {
+				t.Fatalf("%s: weftd.exe exited: %v\n%s", what, win.ExitState(), win.LogTail(30))
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: routes %q, want %q", what, got, want)
+				t.Fatalf("%s: routes %q, want %q\nHNS:\n%s", what, got, want, hns.Render())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	const r7 = "10.244.7.0/24 via 192.0.2.17 (0e:00:00:00:00:07, VSID 4096)"
-	const r8 = "10.244.8.0/24 via 192.0.2.18 (0e:00:00:00:00:08, VSID 4096)"
-	wait("the first peer", r7)
+	wait("the Linux nodes", want(nodes))
 
-	// The lease: VNI 4096, the network's DR MAC as VtepMAC, the host's address, one write.
+	// The Windows node's lease: VNI 4096, its address, the DR MAC as VtepMAC, one write.
 	network, err := hns.NetworkByName("flannel.4096")
 	if err != nil {
 		t.Fatal(err)
@@ -215,60 +205,86 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := subnet.ReadEnv(filepath.Join(dir, "subnet.env"))
+	env, err := subnet.ReadEnv(win.SubnetFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sn, _ := env.LeaseSubnets()
-	resp, err := cli.Get(t.Context(), prefix+"/subnets/"+subnet.Key(sn, netip.Prefix{}))
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("the Windows node's lease: %v %v", err, resp)
-	}
+	winSN, _ := env.LeaseSubnets()
+	value, version := leaseValue(t, c, winSN)
 	var lease struct {
 		PublicIP    string
 		BackendType string
 		BackendData json.RawMessage
 	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &lease); err != nil {
-		t.Fatalf("the Windows node's lease %s: %v", resp.Kvs[0].Value, err)
+	if err := json.Unmarshal(value, &lease); err != nil {
+		t.Fatalf("the Windows node's lease %s: %v", value, err)
 	}
 	data, err := weftbackend.DecodeVXLANData(lease.BackendData)
 	if err != nil {
 		t.Fatalf("the Windows node's backend data %s: %v", lease.BackendData, err)
 	}
-	if lease.PublicIP != addr.String() || lease.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
-		t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", resp.Kvs[0].Value, addr, drMAC)
+	if lease.PublicIP != win.IP.String() || lease.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
+		t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", value, win.IP, drMAC)
 	}
-	if resp.Kvs[0].Version != 1 {
-		t.Errorf("the lease was written %d times, want once", resp.Kvs[0].Version)
+	if version != 1 {
+		t.Errorf("the Windows node's lease was written %d times, want once", version)
 	}
-	if sub := network.StaticSubnet(); sub == nil || sub.IPAddressPrefix != sn.String() {
-		t.Errorf("network subnet %+v, lease %s", sub, sn)
+	if sub := network.StaticSubnet(); sub == nil || sub.IPAddressPrefix != winSN.String() {
+		t.Errorf("network subnet %+v, lease %s", sub, winSN)
 	}
 
-	peer("10.244.8.0/24", "192.0.2.18", "0e:00:00:00:00:08")
-	wait("a peer joins", r7+"; "+r8)
-	if _, err := cli.Delete(t.Context(), prefix+"/subnets/10.244.7.0-24"); err != nil {
+	// Every Linux node, weftd's and flanneld's, reaches the Windows node's subnet through its
+	// VXLAN device: a route, a neighbour and an FDB entry with the DR MAC.
+	mac := strings.ToLower(drMAC.String())
+	for _, n := range nodes {
+		deadline := time.Now().Add(convergeTimeout)
+		for {
+			route, _ := n.RouteTo(winSN)
+			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", winSN.Addr().String(), "dev", windowsDevice))
+			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
+			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s with %s", n.Name, route, neigh, fdb, windowsDevice, mac)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// A Linux node joins, one leaves: the routes follow.
+	late := addNode("n4")
+	if err := late.StartDaemon(append([]string{bins.weftd}, late.WeftdArgs()...)...); err != nil {
 		t.Fatal(err)
 	}
-	wait("a peer leaves", r8)
+	if err := late.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	wait("a node joins", want(append(slices.Clone(nodes), late)))
+	if _, err := late.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	lateEnv, err := subnet.ReadEnv(late.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateSN, _ := lateEnv.LeaseSubnets()
+	deleteLease(t, c, lateSN)
+	wait("a node leaves", want(nodes))
 
 	// A restart adopts the network: no request changes HNS.
-	n.stop()
+	if _, err := win.Stop(syscall.SIGKILL); err == nil {
+		t.Log("weftd.exe killed")
+	}
 	hns.ResetRequests()
-	calls := func() int { return hns.Calls()["Networks"] }
-	before := calls()
-	n.start()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	for calls() < before+3 { // lookups of the network by the restarted weftd.exe: it has converged
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the restarted weftd.exe did not look at HNS: %v", ctx.Err())
-		case <-n.exited:
-			t.Fatal("the restarted weftd.exe exited")
-		case <-time.After(100 * time.Millisecond):
+	before := hns.Calls()["Networks"]
+	startWin()
+	deadline := time.Now().Add(60 * time.Second)
+	for hns.Calls()["Networks"] < before+3 { // the restarted weftd.exe looked up its network
+		if !win.Running() || time.Now().After(deadline) {
+			t.Fatalf("the restarted weftd.exe did not look at HNS\n%s", win.LogTail(30))
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // its first convergence, had it anything to write
 	if r := hns.Requests(); len(r) != 0 {
@@ -277,7 +293,41 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if after, err := hns.NetworkByName("flannel.4096"); err != nil || after.ID != network.ID {
 		t.Errorf("network after the restart: %v %v, want %s adopted", after, err, network.ID)
 	}
-	if got := routes(); got != r8 {
-		t.Errorf("routes after the restart: %q, want %q", got, r8)
+	if got, w := routes(), want(nodes); got != w {
+		t.Errorf("routes after the restart: %q, want %q", got, w)
+	}
+}
+
+// leaseValue returns the value of the lease of sn in the cluster's etcd and how many times
+// it was written.
+func leaseValue(t *testing.T, c *cluster.Cluster, sn netip.Prefix) ([]byte, int64) {
+	t.Helper()
+	resp, err := c.Etcd().Get(t.Context(), c.EtcdPrefix()+"/subnets/"+subnet.Key(sn, netip.Prefix{}))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the lease of %s: %v %v", sn, err, resp)
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].Version
+}
+
+// leaseMAC is the VtepMAC of the lease of sn, as HNS writes a DR MAC's peer: lower case.
+func leaseMAC(t *testing.T, c *cluster.Cluster, sn netip.Prefix) string {
+	t.Helper()
+	value, _ := leaseValue(t, c, sn)
+	var l struct{ BackendData json.RawMessage }
+	if err := json.Unmarshal(value, &l); err != nil {
+		t.Fatal(err)
+	}
+	d, err := weftbackend.DecodeVXLANData(l.BackendData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.VtepMAC.String()
+}
+
+// deleteLease removes the lease of sn, as its expiry would.
+func deleteLease(t *testing.T, c *cluster.Cluster, sn netip.Prefix) {
+	t.Helper()
+	if _, err := c.Etcd().Delete(t.Context(), c.EtcdPrefix()+"/subnets/"+subnet.Key(sn, netip.Prefix{})); err != nil {
+		t.Fatal(err)
 	}
 }

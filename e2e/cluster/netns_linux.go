@@ -185,3 +185,7 @@ func destroyNetns(name string) error {
 	}
 	return nil
 }
+
+// Listen opens a TCP listener on addr inside the node's network namespace: a service its
+// programs reach on the node's loopback (the simulated HNS of a Windows node).
+func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.NS, addr) }
