@@ -112,7 +112,15 @@ func TestDaemonWindowsPlane(t *testing.T) {
 	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
 	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 100 * time.Millisecond, Host: host})
 	dir := t.TempDir()
+	// weftd starts before HNS: it retries the acquisition (asking HNS afresh) until HNS
+	// answers, and publishes nothing meanwhile.
+	hns.Stop()
 	d := startWindowsDaemon(t, cli, dir, hns, host)
+	time.Sleep(1500 * time.Millisecond)
+	if resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("leases while HNS is stopped: %v %v, want the peer's alone", err, resp)
+	}
+	hns.Start()
 
 	const peer7 = "10.244.7.0/24 via 192.0.2.17 (0e:00:00:00:00:07, VSID 4096)"
 	eventually(t, "the RemoteSubnetRoute of the peer", func() bool {
