@@ -36,15 +36,17 @@ const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":
 const windowsDevice = "flannel.4096"
 
 // winePrefix makes a Wine prefix of the node's own from the one tools/wine/setup.sh made
-// (hard links: no copy of its 700 MB), so that the node's wineserver, which makes the
-// sockets of its programs, starts in the node's network namespace.
-func winePrefix(t *testing.T, repo, dir string) string {
+// (hard links: no copy of its 700 MB; so it is made next to it, on the same file system), so
+// that the node's wineserver, which makes the sockets of its programs, starts in the node's
+// network namespace. It is removed when the test ends.
+func winePrefix(t *testing.T, repo string) string {
 	t.Helper()
 	src := filepath.Join(repo, ".cache", "wine")
-	dst := filepath.Join(dir, "wineprefix")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	dst, err := os.MkdirTemp(filepath.Join(repo, ".cache"), "wine-node-")
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = os.RemoveAll(dst) })
 	for _, args := range [][]string{
 		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
 		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
@@ -131,7 +133,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	}
 	go func() { _ = hnssim.New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
 	t.Cleanup(func() { l.Close() })
-	prefix := winePrefix(t, repo, win.Dir)
+	prefix := winePrefix(t, repo)
 	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
 		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
 		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix)

@@ -51,6 +51,6 @@ fi
 for name in computenetwork vmcompute; do
 	out="$WINEPREFIX/drive_c/windows/system32/$name.dll"
 	if [ ! -f "$out" ] || [ "$here/hns/$name.c" -nt "$out" ] || [ "$here/hns/call.h" -nt "$out" ]; then
-		"$cc" -shared -O2 -s -Wall -Werror -o "$out" "$here/hns/$name.c" -lws2_32 -lole32
+		"$cc" -shared -O2 -s -Wall -o "$out" "$here/hns/$name.c" -lws2_32 -lole32
 	fi
 done
