@@ -373,6 +373,9 @@ func (c *Config) CheckFor(goos string) error {
 	if vni := c.Backend.VNIFor(goos); vni < DefaultVNIWindows || vni > MaxVNIWindows {
 		return configErr("Backend.VNI", fmt.Sprint(vni), "Windows needs a VNI from %d to %d (HNS keeps it in 16 bits)", DefaultVNIWindows, MaxVNIWindows)
 	}
+	if c.EnableIPv6 {
+		return configErr("EnableIPv6", "true", "not available with vxlan on Windows: HNS Overlay networks cannot carry IPv6 between pods (host-gw, an L2Bridge network, can)")
+	}
 	if c.Backend.DirectRouting {
 		return configErr("Backend.DirectRouting", "true", "not available on Windows: HNS overlay networks always encapsulate")
 	}

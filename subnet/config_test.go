@@ -165,8 +165,9 @@ func TestParseConfigSyntax(t *testing.T) {
 
 func TestCheckForWindows(t *testing.T) {
 	for conf, key := range map[string]string{
-		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":1}}`:                "Backend.VNI",
-		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":8472}}`: "Backend.Port",
+		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":1}}`:                                                   "Backend.VNI",
+		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":8472}}`:                                    "Backend.Port",
+		`{"Network":"10.0.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan","VNI":4096}}`: "EnableIPv6",
 	} {
 		c, err := ParseConfig([]byte(conf))
 		if err != nil {
