@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,6 +22,52 @@ type Server struct {
 	mu      sync.Mutex
 	handles map[uint64]object
 	next    uint64
+	calls   []Call
+}
+
+// Call is one call the service answered, as the DLL handed it over: the export, its GUID
+// argument (HNSCall: the path), the ID of the object its handle stood for, the settings or
+// query as hcn wrote them (HNS's JSON, not weft's model), and the HRESULT it got back. The
+// log holds refused calls too: a test can tell that weftd asked nothing of a kind, not just
+// that HNS changed nothing.
+type Call struct {
+	Name    string
+	ID      string          `json:",omitempty"`
+	Object  string          `json:",omitempty"`
+	Body    string          `json:",omitempty"`
+	HResult windows.HResult `json:",omitempty"`
+}
+
+// Mutates reports whether the call asks HNS to change something (a create, modify or delete).
+func (c Call) Mutates() bool {
+	for _, verb := range []string{"HcnCreate", "HcnModify", "HcnDelete"} {
+		if strings.HasPrefix(c.Name, verb) {
+			return true
+		}
+	}
+	return false
+}
+
+// Calls returns the calls answered since the last ResetCalls, oldest first.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
+// ResetCalls forgets the logged calls.
+func (s *Server) ResetCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = nil
+}
+
+// logCall logs a call with its answer; the handle's object is looked up before the call, as
+// a Close forgets it.
+func (s *Server) logCall(r request, object string, a answer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)})
 }
 
 // object is what a handle refers to.
@@ -60,7 +107,9 @@ func (s *Server) conn(c net.Conn) {
 	if err != nil {
 		a = fail(windows.NewError("call", windows.InvalidArg, err.Error()))
 	} else {
+		object := s.handleObject(req.handle)
 		a = s.Call(req)
+		s.logCall(req, object, a)
 	}
 	s.log.Debug("hnssim", "call", req.call, "id", req.id, "handle", req.handle, "hr", fmt.Sprintf("0x%08X", a.hr))
 	if err := a.write(c); err != nil {
@@ -107,6 +156,13 @@ func (s *Server) object(kind string, h uint64) (string, bool) {
 	defer s.mu.Unlock()
 	o, found := s.handles[h]
 	return o.id, found && o.kind == kind
+}
+
+// handleObject is the ID of the object handle h stands for, "" if none.
+func (s *Server) handleObject(h uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handles[h].id
 }
 
 func (s *Server) close(h uint64) answer {

@@ -138,3 +138,61 @@ func TestServer(t *testing.T) {
 	hns.Stop()
 	refused("enumerate while HNS is stopped", call(request{call: "HcnEnumerateNetworks", a: q}), windows.HCNManagerStopped)
 }
+
+// TestCallLog: the log holds every call as hcn wrote it, refused ones too, with the HRESULT
+// it got and the object its handle stood for; Mutates tells the calls that ask for a change.
+func TestCallLog(t *testing.T) {
+	hns := hnstest.New(hnstest.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := New(hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { _ = s.Serve(l) }()
+	call := func(r request) answer { return dial(t, l.Addr().String(), r) }
+
+	made := call(request{call: "HcnCreateNetwork", a: overlay})
+	if made.hr != 0 {
+		t.Fatalf("create: 0x%08X %s", made.hr, made.record)
+	}
+	nets, err := hns.Networks()
+	if err != nil || len(nets) != 1 {
+		t.Fatalf("networks: %v %v", nets, err)
+	}
+	netID := nets[0].ID
+	bad := `{"ResourceType":"Policy","RequestType":"Add","Settings":{"Policies":[{"Type":"RemoteSubnetRoute","Settings":{"Destination":"10.244.2.0/24"}}]}}`
+	call(request{call: "HcnModifyNetwork", handle: made.handle, a: bad})
+	call(request{call: "HcnCloseNetwork", handle: made.handle})
+	q := `{"SchemaVersion":{"Major":2,"Minor":0},"Filter":"{\"Name\":\"flannel.4096\"}"}`
+	call(request{call: "HcnEnumerateNetworks", a: q})
+
+	got := s.Calls()
+	want := []Call{
+		{Name: "HcnCreateNetwork", Body: overlay},
+		{Name: "HcnModifyNetwork", Object: netID, Body: bad, HResult: windows.HCNInvalidJSON},
+		{Name: "HcnCloseNetwork", Object: netID},
+		{Name: "HcnEnumerateNetworks", Body: q},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("logged %d calls, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("call %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	var mutating []string
+	for _, c := range got {
+		if c.Mutates() {
+			mutating = append(mutating, c.Name)
+		}
+	}
+	if strings.Join(mutating, " ") != "HcnCreateNetwork HcnModifyNetwork" {
+		t.Errorf("mutating calls %v, want the create and the (refused) modify", mutating)
+	}
+	s.ResetCalls()
+	if c := s.Calls(); len(c) != 0 {
+		t.Errorf("after ResetCalls: %+v", c)
+	}
+}
