@@ -4,5 +4,7 @@
 #   GOOS=windows go test -exec "$PWD/tools/wine/exec.sh" ./windows/...
 here=$(cd "$(dirname "$0")" && pwd)
 : "${WINEPREFIX:=$(cd "$here/../.." && pwd)/.cache/wine}"
-export WINEPREFIX WINEDEBUG=-all
+# Our computenetwork.dll and vmcompute.dll (setup.sh builds them into the prefix), not any
+# builtin a later Wine may bring.
+export WINEPREFIX WINEDEBUG=-all WINEDLLOVERRIDES="computenetwork,vmcompute=n"
 exec /usr/lib/wine/wine64 "$@"

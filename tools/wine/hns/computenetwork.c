@@ -221,3 +221,10 @@ EXPORT HRESULT WINAPI HcnCloseSdnRoute(HCN_HANDLE object)
 {
 	return call("HcnCloseSdnRoute", NULL, (uint64_t)(uintptr_t)object, NULL, NULL, NULL, NULL, NULL);
 }
+
+/* WeftSimulatedHNS is no HNS export: it tells a test that this computenetwork.dll is the
+ * simulation, so that a test meant for it never runs against a real HNS on Windows. */
+EXPORT BOOL WINAPI WeftSimulatedHNS(void)
+{
+	return TRUE;
+}
