@@ -50,7 +50,8 @@ func winePrefix(t *testing.T, repo string) string {
 	for _, args := range [][]string{
 		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
 		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
-		{"sh", "-c", "cp " + src + "/*.reg " + dst},
+		// .update-timestamp too: without it Wine updates the prefix first (wineboot, ~12 s).
+		{"sh", "-c", "cp -p " + src + "/*.reg " + src + "/.update-timestamp " + dst},
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out)
@@ -68,7 +69,8 @@ func winePrefix(t *testing.T, repo string) string {
 // the Overlay network's DR MAC as VtepMAC, written once); every Linux node's route, neighbour
 // and FDB entry toward it; the network flannel.4096 with the node's subnet and one
 // RemoteSubnetRoute per Linux peer, following a peer that joins and one that leaves; a
-// restart of weftd.exe adopting the network with no request to HNS. (No packet crosses to
+// restart of weftd.exe adopting the network: once ready again it has asked HNS for no change
+// (no create, modify or delete call, not even a refused one). (No packet crosses to
 // the Windows node: it has no data plane. host-gw cannot run under Wine 8, whose iphlpapi
 // lacks GetIpInterfaceEntry; it stays with the in-memory tests.)
 func TestWindowsNodeUnderWine(t *testing.T) {
@@ -131,7 +133,8 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = hnssim.New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
+	srv := hnssim.New(hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { l.Close() })
 	prefix := winePrefix(t, repo)
 	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
@@ -142,7 +145,8 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	argv := []string{"env", "WINEPREFIX=" + prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=computenetwork,vmcompute=n",
 		"WEFT_HNS_ADDR=" + l.Addr().String(), wine64, exe,
 		"--etcd-endpoints=" + cluster.EtcdURL, "--iface=" + win.IP.String(),
-		"--subnet-file=" + winPath(win.SubnetFile), "--source-vip-file=", "--healthz-port=0"}
+		"--subnet-file=" + winPath(win.SubnetFile), "--source-vip-file="} // /readyz on the node's 127.0.0.1:8285, as the Linux nodes'
+
 	startWin := func() {
 		t.Helper()
 		if err := win.StartDaemon(argv...); err != nil {
@@ -150,6 +154,9 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 		}
 	}
 	startWin()
+	if err := win.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
 
 	routes := func() string {
 		net, err := hns.NetworkByName("flannel.4096")
@@ -236,7 +243,8 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	}
 
 	// Every Linux node, weftd's and flanneld's, reaches the Windows node's subnet through its
-	// VXLAN device: a route, a neighbour and an FDB entry with the DR MAC.
+	// VXLAN device (VNI 4096, port 4789: the net-conf they share with it): a route, a
+	// neighbour and an FDB entry with the DR MAC.
 	mac := strings.ToLower(drMAC.String())
 	for _, n := range nodes {
 		deadline := time.Now().Add(convergeTimeout)
@@ -244,11 +252,14 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 			route, _ := n.RouteTo(winSN)
 			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", winSN.Addr().String(), "dev", windowsDevice))
 			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
-			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) {
+			dev := nodeExec(t, n, "ip", "-d", "link", "show", windowsDevice)
+			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) &&
+				strings.Contains(dev, "vxlan id 4096 ") && strings.Contains(dev, "dstport 4789 ") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s with %s", n.Name, route, neigh, fdb, windowsDevice, mac)
+				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s (VNI 4096, port 4789: %q) with %s",
+					n.Name, route, neigh, fdb, windowsDevice, dev, mac)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -274,23 +285,27 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	deleteLease(t, c, lateSN)
 	wait("a node leaves", want(nodes))
 
-	// A restart adopts the network: no request changes HNS.
+	// A restart adopts the network: weftd.exe asks HNS for no change at all (no create,
+	// delete or policy request, not even one HNS refuses), as the calls hcn made show.
 	if _, err := win.Stop(syscall.SIGKILL); err == nil {
 		t.Log("weftd.exe killed")
 	}
 	hns.ResetRequests()
-	before := hns.Calls()["Networks"]
+	srv.ResetCalls()
 	startWin()
-	deadline := time.Now().Add(60 * time.Second)
-	for hns.Calls()["Networks"] < before+3 { // the restarted weftd.exe looked up its network
-		if !win.Running() || time.Now().After(deadline) {
-			t.Fatalf("the restarted weftd.exe did not look at HNS\n%s", win.LogTail(30))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := win.WaitReady(readyTimeout); err != nil { // converged once: anything to write is written
+		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // its first convergence, had it anything to write
+	if n := lookups(srv.Calls(), network.ID); n == 0 {
+		t.Fatalf("the restarted weftd.exe is ready without having read its network from HNS: %+v", srv.Calls())
+	}
+	for _, call := range srv.Calls() {
+		if call.Mutates() {
+			t.Errorf("the restart asked HNS for a change: %s %s %s (%v)", call.Name, call.Object, call.Body, call.HResult)
+		}
+	}
 	if r := hns.Requests(); len(r) != 0 {
-		t.Errorf("the restart sent HNS %d requests, want none: %+v", len(r), r)
+		t.Errorf("the restart changed HNS with %d requests, want none: %+v", len(r), r)
 	}
 	if after, err := hns.NetworkByName("flannel.4096"); err != nil || after.ID != network.ID {
 		t.Errorf("network after the restart: %v %v, want %s adopted", after, err, network.ID)
@@ -298,6 +313,18 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if got, w := routes(), want(nodes); got != w {
 		t.Errorf("routes after the restart: %q, want %q", got, w)
 	}
+}
+
+// lookups counts the times weftd.exe read the network id from HNS (hcn's query of its
+// properties).
+func lookups(calls []hnssim.Call, id string) int {
+	n := 0
+	for _, c := range calls {
+		if c.Name == "HcnQueryNetworkProperties" && strings.EqualFold(c.Object, id) {
+			n++
+		}
+	}
+	return n
 }
 
 // leaseValue returns the value of the lease of sn in the cluster's etcd and how many times
