@@ -7,6 +7,48 @@
 // HCN_E_INVALID_JSON, as a request weft's model would let through but HNS would not. It
 // answers with HNS's HRESULTs and error records, results as HNS's JSON, and opaque handles.
 //
+// # What it adds to the in-memory HNS's rules, and where each comes from
+//
+// hcsshim is github.com/Microsoft/hcsshim v0.15.0. The rules of hnstest (its doc names their
+// sources) apply unchanged behind these.
+//
+//   - Every function hcn binds from computenetwork.dll is exported, since hcn panics on a
+//     missing one (hcsshim hcn/zsyscall_windows.go; seen under Wine). The
+//     load balancer and SDN route listings are empty, their other calls E_NOTIMPL: weft
+//     makes none.
+//   - A successful call leaves the error record NULL: hcn's checkForErrors takes any
+//     non-empty record for an error, whatever the HRESULT (hcsshim hcn/hcnerrors.go). A
+//     failed one returns the HRESULT and a record {"Error":…,"ErrorMessage":…}; that HNS's
+//     record has that shape is unverified (it is the Host Compute Service's, hcsshim
+//     internal/hcs/errors.go).
+//   - Results and records are UTF-16 strings hcn frees with CoTaskMemFree (hcsshim
+//     internal/interop, ConvertAndFreeCoTaskMemString).
+//   - HNSCall answers GET /globals/version in HNS v1's envelope {"Success":…,"Error":…,
+//     "Output":…} (hcsshim internal/hns/hnsnetwork.go, hnsResponse; hcn/hcnglobals.go,
+//     GetGlobals); any other v1 call answers Success false.
+//   - Create*, Open* hand out handles, Query*Properties and Modify* take them; a handle is
+//     opaque and stands for one object until Close*. A handle that is not open answers
+//     E_INVALIDARG: unverified (HNS may answer E_HANDLE; hcn never uses a closed one).
+//   - Create* ignores the GUID argument: hcn passes the zero GUID and HNS assigns the ID
+//     (hcsshim hcn/hcnnetwork.go, createNetwork).
+//   - Enumerate* reads hcn's HostComputeQuery {"SchemaVersion","Flags","Filter"}, whose Filter
+//     is a JSON object of strings in a string (hcsshim hcn/hcn.go, defaultQuery), and
+//     filters by the keys hcn writes: ID and Name (GetNetworkByID/ByName), VirtualNetwork for
+//     an endpoint's network (ListEndpointsOfNetwork). That HNS compares IDs and names
+//     without regard to case is unverified.
+//   - Query*Properties answers the object as HNS's JSON (hcn decodes it into its types),
+//     each network reporting the ManagementIP hnstest was given: in the e2e test, the
+//     node's real underlay address.
+//   - Requests are decoded by HNS's schema (schema.go), strictly: a field the schema lacks,
+//     a value of the wrong type or trailing data is refused with HCN_E_INVALID_JSON, and so
+//     is a namespace attachment that is not {"EndpointId": …} (hcsshim hcn/hcnnamespace.go,
+//     AddNamespaceEndpoint). That HNS refuses unknown fields, and with that code, is
+//     unverified: the simulation is stricter than what is known, so that weft sends only
+//     what HNS's schema names.
+//   - A call while HNS is stopped, or while the service is unreachable, fails:
+//     HCN_E_MANAGER_STOPPED from the service (hnstest.Stop), RPC_S_SERVER_UNAVAILABLE from
+//     the DLL when it cannot reach the service. Both codes are unverified for HNS.
+//
 // The DLLs and the service speak a small framing over TCP on loopback, one call per
 // connection: a request is a little-endian uint32 length and as many bytes of fields
 // separated by NUL (call, GUID, handle, first string, second string); an answer is framed
