@@ -290,6 +290,14 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	if _, err := win.Stop(syscall.SIGKILL); err == nil {
 		t.Log("weftd.exe killed")
 	}
+	// Nothing weftd.exe sent so far was refused as a request HNS does not take (its JSON,
+	// an argument, a call HNS lacks): the plane would have logged and retried, not stopped.
+	for _, call := range srv.Calls() {
+		switch call.HResult {
+		case windows.HCNInvalidJSON, windows.InvalidArg, windows.NotImpl:
+			t.Errorf("HNS refused %s %s %s: %v", call.Name, call.Object, call.Body, call.HResult)
+		}
+	}
 	hns.ResetRequests()
 	srv.ResetCalls()
 	startWin()
