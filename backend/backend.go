@@ -47,7 +47,9 @@ type State struct {
 	// Config is the network config in force; planes read its Network and the backend keys
 	// of their OS (the HNS network name, DNS servers).
 	Config *subnet.Config
-	// Own is the node's subnet; invalid before the lease is known.
+	// Family is the IP family the State programs: its network, subnets and device.
+	Family Family
+	// Own is the node's subnet in the family; invalid before the lease is known.
 	Own netip.Prefix
 	// Underlay is the external interface: host-gw and DirectRouting routes go out of it,
 	// and on Windows the HNS network is bound to its adapter.
@@ -76,10 +78,22 @@ func (m PeerMap) Len() int { return len(m) }
 // All yields every peer.
 func (m PeerMap) All() iter.Seq2[string, Peer] { return maps.All(m) }
 
-// Network is the cluster network.
-func (s *State) Network() netip.Prefix { return s.Config.Network }
+// Network is the family's cluster network.
+func (s *State) Network() netip.Prefix { return s.family().Network(s.Config) }
 
-// DeviceAddresses are the addresses the overlay device holds: <own subnet>.0/32.
+// SubnetLen is the length of the family's node subnets.
+func (s *State) SubnetLen() int { return s.family().SubnetLen(s.Config) }
+
+// family is the State's family; a State built by hand without one is IPv4.
+func (s *State) family() Family {
+	if s.Family == 0 {
+		return IPv4
+	}
+	return s.Family
+}
+
+// DeviceAddresses are the addresses the overlay device holds: the own subnet's first
+// address, alone (<subnet>.0/32, <subnet>::/128), as flannel gives it.
 func (s *State) DeviceAddresses() []netip.Prefix {
 	if s.Device == nil || !s.Own.IsValid() {
 		return nil
@@ -89,10 +103,10 @@ func (s *State) DeviceAddresses() []netip.Prefix {
 
 // VXLANDevice is the overlay device, flannel.<VNI> on Linux.
 type VXLANDevice struct {
-	Name     string
+	Name     string // flannel.<VNI>, flannel-v6.<VNI>
 	VNI      uint32
 	Port     uint16     // UDP destination port; 0 is the kernel's default (8472)
-	Local    netip.Addr // source address of the encapsulated packets: the node's public IP
+	Local    netip.Addr // source address of the encapsulated packets, of the device's family
 	Underlay string     // external interface the tunnel runs over
 	MTU      int
 	Learning bool
@@ -159,6 +173,7 @@ type Plane interface {
 // constants (a metric label), Reason says it for a human.
 type Skipped struct {
 	Key    string
+	Family Family // the half of the lease that is skipped: the other may be programmed
 	Code   string
 	Reason string
 }

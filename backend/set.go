@@ -123,7 +123,7 @@ func (e *entry) skipped() *Skipped {
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
 		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC)}
-	s.st = b.State(own.Subnet, masquerade)
+	s.st = b.State(b.fam.Subnet(own), masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.claim = own, b.ownClaims(own)
 	return s
@@ -205,9 +205,9 @@ func (s *Set) Remove(key string, r *Result) {
 // is weighed again. It reports whether the State's device or own subnet changed, which only a
 // full Apply covers.
 func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
-	ownChanged = own.Subnet != s.own.Subnet
+	ownChanged = s.b.fam.Subnet(own) != s.b.fam.Subnet(s.own)
 	s.own, s.claim = own, s.b.ownClaims(own)
-	s.st.Own = own.Subnet
+	s.st.Own = s.b.fam.Subnet(own)
 	if e := s.entries[own.Key()]; e != nil { // a peer lease that is now our own
 		s.Remove(e.key, r)
 	}
@@ -277,14 +277,14 @@ func before(a, b *entry) int {
 func (s *Set) rival(e *entry) *Skipped {
 	p := e.c.peer
 	if w := s.bySubnet.first(p.Subnet.Addr()); w != e {
-		return &Skipped{Key: e.key, Code: SkipOverlapsPeer, Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
+		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipOverlapsPeer, Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
 	}
 	if w := s.byIP.first(p.PublicIP); w != e {
-		return &Skipped{Key: e.key, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
+		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
 	}
 	if e.c.mac != (MAC{}) {
 		if w := s.byMAC.first(e.c.mac); w != e {
-			return &Skipped{Key: e.key, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
+			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
 		}
 	}
 	return nil

@@ -10,11 +10,21 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// VXLANOverhead is what VXLAN encapsulation adds to a packet (IPv4 underlay).
+// VXLANOverhead is what VXLAN encapsulation adds to a packet over an IPv4 underlay: outer
+// IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14) headers.
 const VXLANOverhead = 50
 
-// VXLANDeviceName is flannel's name for the overlay device of a VNI.
+// VXLAN6Overhead is the same over an IPv6 underlay (a 40-byte outer header); the kernel
+// refuses a larger MTU on a VXLAN device bound to an IPv6 underlay.
+const VXLAN6Overhead = 70
+
+// VXLANDeviceName is flannel's name for the IPv4 overlay device of a VNI.
 func VXLANDeviceName(vni uint32) string { return "flannel." + strconv.FormatUint(uint64(vni), 10) }
+
+// VXLAN6DeviceName is flannel's name for the IPv6 overlay device of a VNI.
+func VXLAN6DeviceName(vni uint32) string {
+	return "flannel-v6." + strconv.FormatUint(uint64(vni), 10)
+}
 
 // VXLANData is the BackendData of a vxlan lease: {"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}.
 type VXLANData struct {
@@ -54,44 +64,73 @@ func DecodeVXLANData(raw json.RawMessage) (VXLANData, error) {
 
 // Node is what a backend knows of the node it runs on.
 type Node struct {
-	// Underlay is the external interface; Addr its IPv4 address (the tunnel's source), MTU
-	// its MTU, Connected the networks directly attached to it.
+	// Underlay is the external interface; Addr and Addr6 its IPv4 and IPv6 addresses (the
+	// tunnels' sources; invalid where the family is off), MTU its MTU, Connected the networks
+	// of both families directly attached to it.
 	Underlay  string
 	Addr      netip.Addr
+	Addr6     netip.Addr
 	MTU       int
 	Connected []netip.Prefix
-	// PublicIP is the address published in the lease (--public-ip, else Addr).
-	PublicIP netip.Addr
+	// PublicIP and PublicIPv6 are the addresses published in the lease (--public-ip and
+	// --public-ipv6, else Addr and Addr6).
+	PublicIP   netip.Addr
+	PublicIPv6 netip.Addr
 }
 
-// Backend translates leases for one node under one network config; it is built once, by New.
+// addr is the node's address in family f, and the one it publishes.
+func (n Node) addr(f Family) (local, public netip.Addr) {
+	if f == IPv6 {
+		return n.Addr6, n.PublicIPv6
+	}
+	return n.Addr, n.PublicIP
+}
+
+// Backend translates leases for one node under one network config, for one IP family: a
+// dual-stack node has one per family. It is built once, by New or NewFor.
 type Backend struct {
-	cfg  *subnet.Config
-	node Node
-	dev  *VXLANDevice // vxlan only
-	mtu  int
+	cfg     *subnet.Config
+	node    Node
+	fam     Family
+	network netip.Prefix // the family's cluster network
+	bits    int          // the length of the family's node subnets
+	public  netip.Addr   // the node's public address in the family
+	dev     *VXLANDevice // vxlan only
+	mtu     int
 }
 
-// New builds the backend cfg names for node on the OS goos, whose defaults differ (the VNI)
-// and whose data plane must be able to carry it (subnet.Config.CheckFor has said so).
+// New builds the IPv4 backend: NewFor(cfg, node, goos, IPv4).
 func New(cfg *subnet.Config, node Node, goos string) (*Backend, error) {
-	b := &Backend{cfg: cfg, node: node}
+	return NewFor(cfg, node, goos, IPv4)
+}
+
+// NewFor builds the backend cfg names for the family f of node on the OS goos, whose
+// defaults differ (the VNI) and whose data plane must be able to carry it
+// (subnet.Config.CheckFor has said so).
+func NewFor(cfg *subnet.Config, node Node, goos string, f Family) (*Backend, error) {
+	b := &Backend{cfg: cfg, node: node, fam: f, network: f.Network(cfg), bits: f.SubnetLen(cfg)}
+	local, public := node.addr(f)
+	b.public = public
 	switch cfg.Backend.Type {
 	case subnet.BackendVXLAN:
 		underlay := node.MTU
 		if cfg.Backend.MTU > 0 {
 			underlay = cfg.Backend.MTU // flanneld reads Backend.MTU as the underlay's
 		}
-		b.mtu = underlay - VXLANOverhead
-		if b.mtu < 68 {
-			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes", node.Underlay, underlay, VXLANOverhead)
+		overhead, name := VXLANOverhead, VXLANDeviceName
+		if f == IPv6 {
+			overhead, name = VXLAN6Overhead, VXLAN6DeviceName
+		}
+		b.mtu = underlay - overhead
+		if b.mtu < f.MinMTU() {
+			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes over %s", node.Underlay, underlay, overhead, f)
 		}
 		vni := cfg.Backend.VNIFor(goos)
-		b.dev = &VXLANDevice{Name: VXLANDeviceName(vni), VNI: vni, Port: cfg.Backend.Port, Local: node.Addr,
+		b.dev = &VXLANDevice{Name: name(vni), VNI: vni, Port: cfg.Backend.Port, Local: local,
 			Underlay: node.Underlay, MTU: b.mtu, Learning: cfg.Backend.Learning, GBP: cfg.Backend.GBP}
 	case subnet.BackendHostGW:
-		if node.PublicIP != node.Addr {
-			return nil, fmt.Errorf("--public-ip=%s differs from %s's address %s: host-gw routes to peers by their public IPs, which must be on the interface", node.PublicIP, node.Underlay, node.Addr)
+		if public != local {
+			return nil, fmt.Errorf("the public %s address %s differs from %s's address %s: host-gw routes to peers by their public IPs, which must be on the interface", f, public, node.Underlay, local)
 		}
 		b.mtu = node.MTU
 	default:
@@ -99,6 +138,9 @@ func New(cfg *subnet.Config, node Node, goos string) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// Family is the IP family the backend carries.
+func (b *Backend) Family() Family { return b.fam }
 
 // Type is the backend type published in leases.
 func (b *Backend) Type() string { return b.cfg.Backend.Type }
@@ -109,9 +151,10 @@ func (b *Backend) MTU() int { return b.mtu }
 // Config is the network config the backend was built for.
 func (b *Backend) Config() *subnet.Config { return b.cfg }
 
-// State is the State of a node holding own, before any peer is known.
+// State is the State of a node holding own (its subnet of the backend's family), before any
+// peer is known.
 func (b *Backend) State(own netip.Prefix, masquerade bool) *State {
-	st := &State{Config: b.cfg, Own: own, Underlay: b.node.Underlay, Masquerade: masquerade, Peers: PeerMap{}}
+	st := &State{Config: b.cfg, Family: b.fam, Own: own, Underlay: b.node.Underlay, Masquerade: masquerade, Peers: PeerMap{}}
 	if b.dev != nil {
 		dev := *b.dev
 		st.Device = &dev
@@ -119,13 +162,35 @@ func (b *Backend) State(own netip.Prefix, masquerade bool) *State {
 	return st
 }
 
-// Attrs are the lease attributes the node publishes once its device has the MAC vtep.
+// Attrs are the lease attributes the node publishes once its device has the MAC vtep, for
+// this family alone; AddAttrs adds another family's.
 func (b *Backend) Attrs(vtep MAC) subnet.LeaseAttrs {
-	a := subnet.LeaseAttrs{PublicIP: b.node.PublicIP, BackendType: b.Type()}
-	if b.dev != nil {
-		a.BackendData = VXLANData{VNI: b.dev.VNI, VtepMAC: vtep}.Encode()
-	}
+	var a subnet.LeaseAttrs
+	b.AddAttrs(&a, vtep)
 	return a
+}
+
+// AddAttrs sets the family's half of a: its public address and backend data (the MAC vtep
+// of its device), and the backend type.
+func (b *Backend) AddAttrs(a *subnet.LeaseAttrs, vtep MAC) {
+	a.BackendType = b.Type()
+	var data json.RawMessage
+	if b.dev != nil {
+		data = VXLANData{VNI: b.dev.VNI, VtepMAC: vtep}.Encode()
+	}
+	if b.fam == IPv6 {
+		a.PublicIPv6, a.BackendV6Data = b.public, data
+		return
+	}
+	a.PublicIP, a.BackendData = b.public, data
+}
+
+// half is the family's half of a lease: its subnet, public address and backend data.
+func (b *Backend) half(l subnet.Lease) (netip.Prefix, netip.Addr, json.RawMessage) {
+	if b.fam == IPv6 {
+		return l.IPv6Subnet, l.Attrs.PublicIPv6, l.Attrs.BackendV6Data
+	}
+	return l.Subnet, l.Attrs.PublicIP, l.Attrs.BackendData
 }
 
 // candidate is a peer lease translated on its own, before it is weighed against the node's
@@ -138,29 +203,29 @@ type candidate struct {
 
 // translate checks a lease on its own, against the config and the node.
 func (b *Backend) translate(key string, l subnet.Lease) candidate {
-	c := candidate{peer: Peer{Subnet: l.Subnet, PublicIP: l.Attrs.PublicIP}}
+	sn, ip, data := b.half(l)
+	c := candidate{peer: Peer{Subnet: sn, PublicIP: ip}}
 	fail := func(code, reason string) candidate {
-		c.skip = &Skipped{Key: key, Code: code, Reason: reason}
+		c.skip = &Skipped{Key: key, Family: b.fam, Code: code, Reason: reason}
 		return c
 	}
-	cfg := b.cfg
 	switch {
 	case l.Attrs.BackendType != b.Type():
 		return fail(SkipBackendType, fmt.Sprintf("backend type %q, this node runs %q", l.Attrs.BackendType, b.Type()))
-	case !l.Subnet.IsValid():
-		return fail(SkipNoSubnet, "no IPv4 subnet")
-	case l.Subnet.Bits() != cfg.SubnetLen || !cfg.Network.Contains(l.Subnet.Addr()):
-		return fail(SkipOutside, fmt.Sprintf("subnet %s is not a /%d of the network %s", l.Subnet, cfg.SubnetLen, cfg.Network))
-	case !PlausibleUnicast(l.Attrs.PublicIP) || !l.Attrs.PublicIP.Is4():
-		return fail(SkipBadPublicIP, fmt.Sprintf("public IP %q is not a unicast IPv4 address", l.Attrs.PublicIP))
+	case !sn.IsValid():
+		return fail(SkipNoSubnet, "no "+b.fam.String()+" subnet")
+	case sn.Bits() != b.bits || !b.network.Contains(sn.Addr()):
+		return fail(SkipOutside, fmt.Sprintf("subnet %s is not a /%d of the network %s", sn, b.bits, b.network))
+	case !PlausibleUnicast(ip) || !b.fam.Of(ip):
+		return fail(SkipBadPublicIP, fmt.Sprintf("public %s address %q is not a unicast %s address", b.fam, ip, b.fam))
 	}
 	if b.dev == nil { // host-gw
-		if !OnLink(b.node.Connected, l.Attrs.PublicIP) {
-			return fail(SkipNotOnLink, fmt.Sprintf("public IP %s is not on a network of %s: host-gw needs the nodes on one layer-2 network", l.Attrs.PublicIP, b.node.Underlay))
+		if !OnLink(b.node.Connected, ip) {
+			return fail(SkipNotOnLink, fmt.Sprintf("public IP %s is not on a network of %s: host-gw needs the nodes on one layer-2 network", ip, b.node.Underlay))
 		}
 		return c
 	}
-	d, err := DecodeVXLANData(l.Attrs.BackendData)
+	d, err := DecodeVXLANData(data)
 	switch {
 	case err != nil:
 		return fail(SkipBadData, err.Error())
@@ -168,7 +233,7 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 		return fail(SkipVNI, fmt.Sprintf("VNI %d, this node uses %d", d.VNI, b.dev.VNI))
 	}
 	c.mac = d.VtepMAC
-	if !cfg.Backend.DirectRouting || !OnLink(b.node.Connected, l.Attrs.PublicIP) {
+	if !b.cfg.Backend.DirectRouting || !OnLink(b.node.Connected, ip) {
 		c.peer.VTEPMAC = d.VtepMAC
 	}
 	return c
@@ -177,15 +242,17 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 // ownClaims is what the node's own lease claims: no peer may take its subnet, public IP or
 // VTEP MAC.
 type ownClaims struct {
+	fam    Family
 	subnet netip.Prefix
 	ip     netip.Addr
 	mac    MAC
 }
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
-	o := ownClaims{subnet: own.Subnet, ip: own.Attrs.PublicIP}
+	sn, ip, data := b.half(own)
+	o := ownClaims{fam: b.fam, subnet: sn, ip: ip}
 	if b.dev != nil {
-		if d, err := DecodeVXLANData(own.Attrs.BackendData); err == nil {
+		if d, err := DecodeVXLANData(data); err == nil {
 			o.mac = d.VtepMAC
 		}
 	}
@@ -196,11 +263,11 @@ func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 func (o ownClaims) against(key string, c candidate) *Skipped {
 	switch {
 	case o.subnet.IsValid() && c.peer.Subnet.Overlaps(o.subnet):
-		return &Skipped{Key: key, Code: SkipOverlapsOwn, Reason: fmt.Sprintf("subnet %s overlaps this node's %s", c.peer.Subnet, o.subnet)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipOverlapsOwn, Reason: fmt.Sprintf("subnet %s overlaps this node's %s", c.peer.Subnet, o.subnet)}
 	case c.peer.PublicIP == o.ip:
-		return &Skipped{Key: key, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is this node's", o.ip)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is this node's", o.ip)}
 	case c.mac != MAC{} && c.mac == o.mac:
-		return &Skipped{Key: key, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
 	}
 	return nil
 }

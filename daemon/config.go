@@ -31,6 +31,7 @@ type Config struct {
 	Ifaces      []string // names or addresses, tried in order
 	IfaceRegexs []string
 	PublicIP    string
+	PublicIPv6  string
 
 	SubnetFile     string
 	RenewMargin    time.Duration
@@ -71,6 +72,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Var(appendFlag{&c.Ifaces}, "iface", "interface (name or address) for inter-node traffic; repeat or comma-separate to try several in order")
 	fs.Var(appendFlag{&c.IfaceRegexs}, "iface-regex", "regular expression matching the interface name or address to use; repeatable")
 	fs.StringVar(&c.PublicIP, "public-ip", c.PublicIP, "IP other nodes reach this one on (default: the interface's address)")
+	fs.StringVar(&c.PublicIPv6, "public-ipv6", c.PublicIPv6, "IPv6 address other nodes reach this one on, when the network config enables IPv6 (default: the interface's global IPv6 address)")
 	fs.StringVar(&c.SubnetFile, "subnet-file", c.SubnetFile, "where to write subnet.env for the CNI plugin")
 	fs.Var(minutesFlag{&c.RenewMargin}, "subnet-lease-renew-margin", "renew the lease this many minutes before it expires")
 	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
@@ -97,6 +99,11 @@ func (c *Config) Validate() error {
 	if c.PublicIP != "" {
 		if a, err := netip.ParseAddr(c.PublicIP); err != nil || !a.Is4() {
 			return fmt.Errorf("--public-ip=%q: not an IPv4 address", c.PublicIP)
+		}
+	}
+	if c.PublicIPv6 != "" {
+		if a, err := netip.ParseAddr(c.PublicIPv6); err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" {
+			return fmt.Errorf("--public-ipv6=%q: not an IPv6 address", c.PublicIPv6)
 		}
 	}
 	if c.SubnetFile == "" {

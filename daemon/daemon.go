@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weftnet/weft/backend"
@@ -21,8 +23,11 @@ import (
 
 // Deps are what Run works with; tests put their own in.
 type Deps struct {
-	Manager    subnet.Manager
+	Manager subnet.Manager
+	// Plane programs the IPv4 family; PlaneV6 the IPv6 family, when the network enables it
+	// and the OS's data plane carries it (nil: it does not).
 	Plane      backend.Plane
+	PlaneV6    backend.Plane
 	Interfaces func() ([]netif.Interface, error)
 	DefaultIf  func() (string, error)
 	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
@@ -34,14 +39,14 @@ type Deps struct {
 // Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
 // the default route. It returns an error only when it cannot go on: a bad config, no usable
 // interface, a data plane that cannot be set up.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, plane backend.Plane, defaultIf func() (string, error)) error {
+func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backend.Plane, defaultIf func() (string, error)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	m := newMetrics()
 	var sm subnet.Manager
 	if cfg.KubeSubnetMgr {
-		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, log, m)
+		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -69,6 +74,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane backend.Plane,
 	return RunWith(ctx, cfg, log, Deps{
 		Manager:    sm,
 		Plane:      plane,
+		PlaneV6:    plane6,
 		Interfaces: netif.List,
 		DefaultIf:  defaultIf,
 		metrics:    m,
@@ -89,7 +95,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	if deps.GOOS == "" {
 		deps.GOOS = runtime.GOOS
 	}
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, plane: deps.Plane, m: deps.metrics, goos: deps.GOOS,
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, goos: deps.GOOS,
 		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
@@ -119,22 +125,20 @@ type daemon struct {
 	cfg    Config
 	log    *slog.Logger
 	sm     subnet.Manager
-	plane  backend.Plane
 	health *health
 	m      *metrics
 	goos   string
 
 	net *subnet.Config
 	ext netif.External
-	b   *backend.Backend
 	own subnet.Lease
+	mtu int // the pods' MTU: the smallest the families' backends allow
 
-	// mu guards set, which the loop changes and /status and /metrics read.
-	mu  sync.Mutex
-	set *backend.Set
+	// stacks are the families the network enables, IPv4 first; made by setUp. mu guards
+	// their sets, which the loop changes and /status and /metrics read.
+	stacks []*stack
+	mu     sync.Mutex
 
-	result  backend.Result       // peer changes not yet applied
-	full    bool                 // the next Apply must be a full one
 	pending map[string]time.Time // lease keys changed since the last convergence: when first seen
 
 	stored    subnet.LeaseAttrs // the own lease as the datastore last showed it
@@ -147,39 +151,82 @@ type daemon struct {
 	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
-// setUp does everything before the loop: config, interface, backend, lease (with the device
-// made for it), subnet.env.
+// stack is one IP family's part of the node: its backend, the peer set of the family's
+// halves of the leases, and the data plane that programs them.
+type stack struct {
+	b     *backend.Backend
+	plane backend.Plane
+	set   *backend.Set // guarded by daemon.mu
+
+	result  backend.Result // peer changes not yet applied
+	full    bool           // the next Apply must be a full one
+	drifted atomic.Bool    // the plane reported drift; the loop makes it full
+}
+
+func (st *stack) fam() backend.Family { return st.b.Family() }
+
+// busy reports whether the stack has something to apply.
+func (st *stack) busy() bool { return st.full || len(st.result.Changes) > 0 }
+
+// setUp does everything before the loop: config, interface, backends, lease (with the
+// devices made for it), subnet.env.
 func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	var err error
 	if d.net, err = d.waitConfig(ctx); err != nil {
 		return err
 	}
+	planes := map[backend.Family]backend.Plane{backend.IPv4: deps.Plane, backend.IPv6: deps.PlaneV6}
+	for _, f := range backend.Families(d.net) {
+		if planes[f] == nil {
+			return &subnet.ConfigError{Key: "EnableIPv6", Value: "true", Reason: "weftd's data plane on " + d.goos + " carries no IPv6"}
+		}
+	}
 	ifs, err := deps.Interfaces()
 	if err != nil {
 		return err
 	}
-	if d.ext, err = netif.Pick(netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, PublicIP: d.cfg.PublicIP}, ifs, deps.DefaultIf); err != nil {
+	choice := netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, PublicIP: d.cfg.PublicIP,
+		PublicIPv6: d.cfg.PublicIPv6, IPv4: d.net.EnableIPv4, IPv6: d.net.EnableIPv6}
+	if d.ext, err = netif.Pick(choice, ifs, deps.DefaultIf); err != nil {
 		return err
 	}
-	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP, "mtu", d.ext.MTU)
-	d.b, err = backend.New(d.net, backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, MTU: d.ext.MTU,
-		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP}, d.goos)
-	if err != nil {
-		return err
+	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP,
+		"addr6", d.ext.Addr6, "public_ipv6", d.ext.PublicIPv6, "mtu", d.ext.MTU)
+	node := backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, Addr6: d.ext.Addr6, MTU: d.ext.MTU,
+		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP, PublicIPv6: d.ext.PublicIPv6}
+	for _, f := range backend.Families(d.net) {
+		b, err := backend.NewFor(d.net, node, d.goos, f)
+		if err != nil {
+			return err
+		}
+		d.stacks = append(d.stacks, &stack{b: b, plane: planes[f]})
+		if d.mtu == 0 || b.MTU() < d.mtu {
+			d.mtu = b.MTU()
+		}
 	}
 	d.health.update(func(h *health) {
-		h.status.Interface, h.status.Address, h.status.PublicIP = d.ext.Name, d.ext.Addr.String(), d.ext.PublicIP.String()
-		h.status.Backend = d.net.Backend.Type
+		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type
+		if d.ext.Addr.IsValid() {
+			h.status.Address, h.status.PublicIP = d.ext.Addr.String(), d.ext.PublicIP.String()
+		}
+		if d.ext.Addr6.IsValid() {
+			h.status.Address6, h.status.PublicIPv6 = d.ext.Addr6.String(), d.ext.PublicIPv6.String()
+		}
 	})
 
-	// The device is made for the subnet the acquisition picks (HNS needs it; on Linux it is
-	// the same step), and its MAC published with that one acquisition.
-	req := subnet.AcquireRequest{Attrs: d.b.Attrs(backend.MAC{}), Prepare: func(ctx context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
-		mac, err := d.plane.Prepare(ctx, d.b.State(sn, d.cfg.IPMasq))
-		if err != nil {
-			return subnet.LeaseAttrs{}, fmt.Errorf("data plane: %w", err)
+	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
+	// is the same step), and their MACs published with that one acquisition.
+	req := subnet.AcquireRequest{Attrs: d.attrs(subnet.LeaseAttrs{}, nil), Prepare: func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+		macs := make([]backend.MAC, len(d.stacks))
+		for i, st := range d.stacks {
+			own := backend.Subnet(st.fam(), sn, sn6)
+			mac, err := st.plane.Prepare(ctx, st.b.State(own, d.cfg.IPMasq))
+			if err != nil {
+				return subnet.LeaseAttrs{}, fmt.Errorf("data plane (%s): %w", st.fam(), err)
+			}
+			macs[i] = mac
 		}
-		return d.b.Attrs(mac), nil
+		return d.attrs(subnet.LeaseAttrs{}, macs), nil
 	}}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
 	case err == nil:
@@ -191,11 +238,26 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		return err
 	}
 	d.mu.Lock() // /status may be asked already
-	d.set = backend.NewSet(d.b, d.own, d.cfg.IPMasq)
+	for _, st := range d.stacks {
+		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
+		st.full = true
+	}
 	d.mu.Unlock()
-	d.full = true
 	d.leaseChanged()
 	return d.writeEnv()
+}
+
+// attrs are the lease attributes the node publishes: a's, with each stack's half set from its
+// backend and the VTEP MAC of its device in macs (by stack; nil: zero MACs).
+func (d *daemon) attrs(a subnet.LeaseAttrs, macs []backend.MAC) subnet.LeaseAttrs {
+	for i, st := range d.stacks {
+		var mac backend.MAC
+		if macs != nil {
+			mac = macs[i]
+		}
+		st.b.AddAttrs(&a, mac)
+	}
+	return a
 }
 
 // waitConfig reads the network config, waiting while there is none or etcd cannot be
@@ -215,9 +277,6 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 			if err = cfg.CheckFor(d.goos); err != nil {
 				return nil, true, err
 			}
-			if cfg.EnableIPv6 {
-				return nil, true, &subnet.ConfigError{Key: "EnableIPv6", Value: "true", Reason: "IPv6 is not supported by weftd yet"}
-			}
 		}
 		return cfg, false, err
 	})
@@ -235,7 +294,7 @@ func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet
 		return l, errors.As(err, &ce), err
 	})
 	if err == nil {
-		d.log.Info("lease acquired", "subnet", l.Subnet, "expires", l.Expiration)
+		d.log.Info("lease acquired", "subnet", l.Subnet, "ipv6_subnet", l.IPv6Subnet, "expires", l.Expiration)
 	}
 	return l, err
 }
@@ -291,7 +350,14 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (
 }
 
 func (d *daemon) writeEnv() error {
-	env := subnet.NewEnv(d.net.Network, d.own.Subnet, netip.Prefix{}, netip.Prefix{}, d.b.MTU(), d.cfg.IPMasq)
+	var network, network6 netip.Prefix
+	if d.net.EnableIPv4 {
+		network = d.net.Network
+	}
+	if d.net.EnableIPv6 {
+		network6 = d.net.IPv6Network
+	}
+	env := subnet.NewEnv(network, d.own.Subnet, network6, d.own.IPv6Subnet, d.mtu, d.cfg.IPMasq)
 	if err := subnet.WriteEnv(d.cfg.SubnetFile, env); err != nil {
 		d.m.errors.WithLabelValues("write_subnet_env").Inc()
 		return fmt.Errorf("write %s: %w", d.cfg.SubnetFile, err)
@@ -303,7 +369,11 @@ func (d *daemon) writeEnv() error {
 // leaseChanged publishes the own lease to metrics and status.
 func (d *daemon) leaseChanged() {
 	d.m.leaseInfo.Reset()
-	d.m.leaseInfo.WithLabelValues(d.own.Subnet.String(), d.own.Attrs.PublicIP.String(), d.own.Attrs.BackendType).Set(1)
+	sn, ip := d.own.Subnet, d.own.Attrs.PublicIP
+	if !sn.IsValid() { // IPv6 only
+		sn, ip = d.own.IPv6Subnet, d.own.Attrs.PublicIPv6
+	}
+	d.m.leaseInfo.WithLabelValues(sn.String(), ip.String(), d.own.Attrs.BackendType).Set(1)
 	exp := 0.0
 	if !d.own.Expiration.IsZero() {
 		exp = float64(d.own.Expiration.Unix())
@@ -311,7 +381,13 @@ func (d *daemon) leaseChanged() {
 	d.m.leaseExpiry.Set(exp)
 	d.health.update(func(h *health) {
 		h.expiration = d.own.Expiration
-		ls := &status.Lease{Subnet: d.own.Subnet.String(), BackendData: d.own.Attrs.BackendData}
+		ls := &status.Lease{BackendData: d.own.Attrs.BackendData}
+		if d.own.Subnet.IsValid() {
+			ls.Subnet = d.own.Subnet.String()
+		}
+		if d.own.IPv6Subnet.IsValid() {
+			ls.IPv6Subnet = d.own.IPv6Subnet.String()
+		}
 		if !d.own.Expiration.IsZero() {
 			exp := d.own.Expiration
 			ls.Expiration = &exp
@@ -327,17 +403,20 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	watchDone := make(chan error, 1)
 	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
 	drift := make(chan struct{}, 1)
-	wg.Go(func() {
-		err := d.plane.Watch(ctx, func() {
-			select {
-			case drift <- struct{}{}:
-			default:
+	for _, st := range d.stacks {
+		wg.Go(func() {
+			err := st.plane.Watch(ctx, func() {
+				st.drifted.Store(true)
+				select {
+				case drift <- struct{}{}:
+				default:
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
 			}
 		})
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "err", err)
-		}
-	})
+	}
 
 	resync := time.NewTicker(d.cfg.ResyncInterval)
 	defer resync.Stop()
@@ -375,16 +454,20 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				}
 			}
 		case <-drift:
-			d.full = true
+			for _, st := range d.stacks {
+				if st.drifted.Swap(false) {
+					st.full = true
+				}
+			}
 		case <-resync.C:
-			d.full = true
+			d.setFull()
 		case <-startupGarbage.C:
 			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupEchoes {
 				debug.FreeOSMemory()
 				startupGarbage.Stop()
 			}
 		case <-retryConverge.C:
-			d.full = true
+			d.setFull()
 		case <-renew.C:
 			d.renew(ctx)
 			renew.Reset(d.renewIn())
@@ -397,7 +480,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			d.renew(ctx)
 			renew.Reset(d.renewIn())
 		}
-		if d.synced && (d.full || len(d.result.Changes) > 0) {
+		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			if err := d.converge(ctx); err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
 				retryConverge.Reset(time.Second)
@@ -406,10 +489,17 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// take folds a batch of lease events into the peer set.
+// setFull makes the next Apply of every family a full one.
+func (d *daemon) setFull() {
+	for _, st := range d.stacks {
+		st.full = true
+	}
+}
+
+// take folds a batch of lease events into every family's peer set.
 func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
-	skippedBefore := len(d.result.Skipped)
+	before := d.skippedSoFar()
 	d.mu.Lock()
 	for _, ev := range batch {
 		k := ev.Lease.Key()
@@ -421,22 +511,35 @@ func (d *daemon) take(batch []subnet.Event) {
 		if _, seen := d.pending[k]; !seen {
 			d.pending[k] = now
 		}
-		switch ev.Type {
-		case subnet.EventAdded:
-			d.set.Put(ev.Lease, &d.result)
-		case subnet.EventRemoved:
-			d.set.Remove(k, &d.result)
+		for _, st := range d.stacks {
+			switch ev.Type {
+			case subnet.EventAdded:
+				st.set.Put(ev.Lease, &st.result)
+			case subnet.EventRemoved:
+				st.set.Remove(k, &st.result)
+			}
 		}
 	}
 	d.mu.Unlock()
-	d.noteSkipped(d.result.Skipped[skippedBefore:])
+	d.noteSkipped(before)
 }
 
-// noteSkipped logs and counts leases newly skipped.
-func (d *daemon) noteSkipped(skipped []backend.Skipped) {
-	for _, s := range skipped {
-		d.log.Warn("skipping peer lease", "lease", s.Key, "reason", s.Reason)
-		d.m.skipped.WithLabelValues(s.Code).Inc()
+// skippedSoFar is how many skips each stack's pending result holds, for noteSkipped.
+func (d *daemon) skippedSoFar() []int {
+	n := make([]int, len(d.stacks))
+	for i, st := range d.stacks {
+		n[i] = len(st.result.Skipped)
+	}
+	return n
+}
+
+// noteSkipped logs and counts the leases newly skipped since skippedSoFar said before.
+func (d *daemon) noteSkipped(before []int) {
+	for i, st := range d.stacks {
+		for _, s := range st.result.Skipped[before[i]:] {
+			d.log.Warn("skipping peer lease", "lease", s.Key, "family", s.Family, "reason", s.Reason)
+			d.m.skipped.WithLabelValues(s.Code).Inc()
+		}
 	}
 }
 
@@ -464,7 +567,7 @@ func (d *daemon) renew(ctx context.Context) {
 	changed := !l.SameSubnets(d.own)
 	if changed {
 		d.m.renewals.WithLabelValues("changed").Inc()
-		d.log.Error("own subnet changed: pods on the old subnet lose connectivity until they restart", "old", d.own.Subnet, "new", l.Subnet)
+		d.log.Error("own subnet changed: pods on the old subnet lose connectivity until they restart", "old", d.own.Key(), "new", l.Key())
 	} else {
 		d.m.renewals.WithLabelValues("success").Inc()
 	}
@@ -479,13 +582,15 @@ func (d *daemon) renew(ctx context.Context) {
 // setOwn makes l the own lease: every peer is weighed against it again.
 func (d *daemon) setOwn(l subnet.Lease) {
 	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) { // not just a new expiry
-		skippedBefore := len(d.result.Skipped)
+		before := d.skippedSoFar()
 		d.mu.Lock()
-		if d.set.SetOwn(l, &d.result) {
-			d.full = true
+		for _, st := range d.stacks {
+			if st.set.SetOwn(l, &st.result) {
+				st.full = true
+			}
 		}
 		d.mu.Unlock()
-		d.noteSkipped(d.result.Skipped[skippedBefore:])
+		d.noteSkipped(before)
 	}
 	d.own = l
 	d.leaseChanged()
@@ -495,26 +600,24 @@ func (d *daemon) setOwn(l subnet.Lease) {
 // everything (dump and diff) after a drift, a failure, at the resync and at start.
 func (d *daemon) converge(ctx context.Context) error {
 	start := time.Now()
-	u := backend.Update{Full: d.full}
-	if !u.Full {
-		u.Peers = d.result.Changes
-	}
-	d.result = backend.Result{}
-	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
-	st := d.set.State()
-	changes, err := d.plane.Apply(ctx, st, u)
-	d.mu.Unlock()
-	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
-		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
-		if err = d.recreateDevice(ctx); err == nil {
-			var more backend.Changes
-			d.mu.Lock()
-			more, err = d.plane.Apply(ctx, d.set.State(), backend.Update{Full: true})
-			d.mu.Unlock()
-			changes = changes.Add(more)
+	var changes backend.Changes
+	var errs []error
+	full, peers := false, 0
+	for _, st := range d.stacks {
+		if !st.busy() {
+			continue
+		}
+		full = full || st.full
+		c, err := d.apply(ctx, st)
+		changes = changes.Add(c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", st.fam(), err))
 		}
 	}
-	d.full = err != nil
+	for _, st := range d.stacks {
+		peers = max(peers, st.set.State().Peers.Len())
+	}
+	err := errors.Join(errs...)
 	took := time.Since(start)
 	d.m.convergeDuration.Observe(took.Seconds())
 	for kind, n := range changes {
@@ -552,7 +655,7 @@ func (d *daemon) converge(ctx context.Context) error {
 	if !d.notified {
 		d.notified = true
 		d.startupDone = time.Now()
-		status := fmt.Sprintf("STATUS=subnet %s, %d peers", d.own.Subnet, st.Peers.Len())
+		status := fmt.Sprintf("STATUS=lease %s, %d peers", d.own.Key(), peers)
 		if err := sdNotify(d.cfg.NotifySocket, "READY=1\n"+status); err != nil {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
@@ -561,22 +664,53 @@ func (d *daemon) converge(ctx context.Context) error {
 		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {
-		d.log.Info("data plane converged", "changes", changes.String(), "full", u.Full, "peers", st.Peers.Len(), "took", took)
+		d.log.Info("data plane converged", "changes", changes.String(), "full", full, "peers", peers, "took", took)
 	}
 	return nil
 }
 
-// recreateDevice brings back an overlay device deleted under the daemon. A new device has a
-// new MAC, which peers must learn: the lease is published again with it.
-func (d *daemon) recreateDevice(ctx context.Context) error {
-	d.mu.Lock()
-	st := d.set.State()
+// apply applies what changed in one family since its last convergence: the changed peers
+// only, or everything after a drift, a failure, at the resync and at start. A failure makes
+// the next one full.
+func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) {
+	u := backend.Update{Full: st.full}
+	if !u.Full {
+		u.Peers = st.result.Changes
+	}
+	st.result = backend.Result{}
+	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
+	changes, err := st.plane.Apply(ctx, st.set.State(), u)
 	d.mu.Unlock()
-	mac, err := d.plane.Prepare(ctx, st)
+	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
+		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
+		if err = d.recreateDevice(ctx, st); err == nil {
+			var more backend.Changes
+			d.mu.Lock()
+			more, err = st.plane.Apply(ctx, st.set.State(), backend.Update{Full: true})
+			d.mu.Unlock()
+			changes = changes.Add(more)
+		}
+	}
+	st.full = err != nil
+	if changes.Total() > 0 {
+		d.log.Debug("family converged", "family", st.fam(), "changes", changes.String(), "full", u.Full)
+	}
+	return changes, err
+}
+
+// recreateDevice brings back a family's overlay device deleted under the daemon. A new
+// device has a new MAC, which peers must learn: the lease is published again with it.
+func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
+	d.mu.Lock()
+	state := st.set.State()
+	d.mu.Unlock()
+	mac, err := st.plane.Prepare(ctx, state)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
-	if attrs := d.b.Attrs(mac); !attrs.Equal(d.own.Attrs) {
+	attrs := d.own.Attrs
+	st.b.AddAttrs(&attrs, mac)
+	if !attrs.Equal(d.own.Attrs) {
 		l := d.own
 		l.Attrs = attrs
 		d.setOwn(l)
@@ -585,38 +719,44 @@ func (d *daemon) recreateDevice(ctx context.Context) error {
 	return nil
 }
 
-// peerStatus describes every peer for /status, from the model, when asked.
+// peerStatus describes every peer for /status, each family's half apart, from the sets, when
+// asked.
 func (d *daemon) peerStatus() []status.Peer {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.set == nil {
-		return nil
-	}
-	peers := d.set.Peers()
-	out := make([]status.Peer, 0, len(peers))
-	for _, p := range peers {
-		ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
-			BackendType: p.BackendType, State: "programmed"}
-		if p.VTEPMAC != (backend.MAC{}) {
-			ps.BackendData = backend.VXLANData{VNI: d.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
+	var out []status.Peer
+	for _, st := range d.stacks {
+		if st.set == nil {
+			return nil
 		}
-		if p.Skipped != nil {
-			ps.State, ps.Reason = "skipped", p.Skipped.Reason
+		for _, p := range st.set.Peers() {
+			ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
+				BackendType: p.BackendType, State: "programmed"}
+			if st.fam() == backend.IPv6 {
+				ps.Family = st.fam().String()
+			}
+			if p.VTEPMAC != (backend.MAC{}) {
+				ps.BackendData = backend.VXLANData{VNI: st.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
+			}
+			if p.Skipped != nil {
+				ps.State, ps.Reason = "skipped", p.Skipped.Reason
+			}
+			out = append(out, ps)
 		}
-		out = append(out, ps)
 	}
 	return out
 }
 
-// peerCounts counts the peers by backend type and state, for weft_peers when scraped.
+// peerCounts counts the peer leases by backend type and state, for weft_peers when scraped:
+// by their halves of the first family (IPv4 unless the network is IPv6 only).
 func (d *daemon) peerCounts() map[[2]string]int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := map[[2]string]int{}
-	if d.set == nil {
+	if len(d.stacks) == 0 || d.stacks[0].set == nil {
 		return n
 	}
-	for _, p := range d.set.Peers() {
+	for _, p := range d.stacks[0].set.Peers() {
 		state := "programmed"
 		if p.Skipped != nil {
 			state = "skipped"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net/netip"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/subnet"
@@ -53,11 +54,11 @@ func (k *KubeConfig) Validate() error {
 	return nil
 }
 
-// newKubeManager makes the Kubernetes-mode lease manager, its hooks feeding m. An address in
-// the node's node-public-ip annotation replaces *publicIP, as it replaces flanneld's
-// --public-ip; reading it waits, with the daemon's retry, until the API server answers and
-// the Node exists.
-func newKubeManager(ctx context.Context, k KubeConfig, publicIP *string, log *slog.Logger, m *metrics) (*kube.Manager, error) {
+// newKubeManager makes the Kubernetes-mode lease manager, its hooks feeding m. The addresses
+// in the node's node-public-ip and node-public-ipv6 annotations replace *publicIP and
+// *publicIPv6, as they replace flanneld's --public-ip and --public-ipv6; reading them waits,
+// with the daemon's retry, until the API server answers and the Node exists.
+func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *string, log *slog.Logger, m *metrics) (*kube.Manager, error) {
 	km, err := kube.New(kube.Config{
 		Kubeconfig:       k.KubeconfigFile,
 		APIURL:           k.KubeAPIURL,
@@ -72,21 +73,25 @@ func newKubeManager(ctx context.Context, k KubeConfig, publicIP *string, log *sl
 	if err != nil {
 		return nil, err
 	}
-	ip, err := retry(ctx, log, "read the node's public IP annotation", func() (string, bool, error) {
-		v4, _, err := km.NodePublicIPs(ctx)
-		if err != nil || !v4.IsValid() {
-			return "", false, err
-		}
-		return v4.String(), false, nil
+	ips, err := retry(ctx, log, "read the node's public IP annotations", func() ([2]netip.Addr, bool, error) {
+		v4, v6, err := km.NodePublicIPs(ctx)
+		return [2]netip.Addr{v4, v6}, false, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if ip != "" {
-		if *publicIP != "" && *publicIP != ip {
-			log.Info("the node's node-public-ip annotation overrides --public-ip", "annotation", ip, "flag", *publicIP)
+	for i, flag := range []struct {
+		name string
+		p    *string
+	}{{"--public-ip", publicIP}, {"--public-ipv6", publicIPv6}} {
+		if !ips[i].IsValid() {
+			continue
 		}
-		*publicIP = ip
+		ip := ips[i].String()
+		if *flag.p != "" && *flag.p != ip {
+			log.Info("the node's public IP annotation overrides "+flag.name, "annotation", ip, "flag", *flag.p)
+		}
+		*flag.p = ip
 	}
 	return km, nil
 }

@@ -91,7 +91,7 @@ current-context: test
 	k.KubeSubnetMgr, k.KubeconfigFile, k.NetConfigPath, k.NodeName = true, kubeconfig, netConf, "n1"
 	log := slog.New(slog.DiscardHandler)
 	publicIP := "192.0.2.1"
-	m, err := newKubeManager(ctx, k, &publicIP, log, newMetrics())
+	m, err := newKubeManager(ctx, k, &publicIP, new(string), log, newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,8 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	return p.applyPeers(u.Peers)
 }
 
-// masquerade makes the nftables rules that masquerade pod traffic leaving the network.
+// masquerade makes the nftables rules that masquerade pod traffic of the State's family
+// leaving the network; the other family's are the other family's plane's.
 func (p *Plane) masquerade(st *backend.State) (bool, error) {
 	if p.masq == nil {
 		m, err := masq.NewInNetNS(p.log, int(p.ns))
@@ -61,7 +62,11 @@ func (p *Plane) masquerade(st *backend.State) (bool, error) {
 		}
 		p.masq = m
 	}
-	changed, err := p.masq.Ensure(masq.Rules{Network: st.Network(), Subnet: st.Own})
+	r, v6 := masq.Rules{Network: st.Network(), Subnet: st.Own}, st.Family == backend.IPv6
+	if v6 {
+		r = masq.Rules{IPv6Network: st.Network(), IPv6Subnet: st.Own}
+	}
+	changed, err := p.masq.EnsureFamily(r, v6)
 	if err != nil {
 		return false, fmt.Errorf("masquerade: %w", err)
 	}

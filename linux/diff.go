@@ -266,7 +266,8 @@ func (p plan) empty() bool {
 func diff(want Want, have kernelState, own Ownership) plan {
 	vx, addrs := want.Device, want.Addrs
 	var p plan
-	p.SetNexthops, p.DelNexthops = diffNexthops(want.Nexthops, have.Nexthops)
+	v6 := len(own.Networks) > 0 && own.Networks[0].Addr().Is6()
+	p.SetNexthops, p.DelNexthops = diffNexthops(want.Nexthops, have.Nexthops, v6)
 	p.SetRoutes, p.DelRoutes = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
 	p.SetNeighbors, p.DelNeighbors = diffNeighbors(want.Neighbors, have.Neighbors, vx)
 	p.SetFDB, p.DelFDB = diffFDB(want.FDB, have.FDB, vx)
@@ -331,11 +332,13 @@ func sameRoute(k kernelRoute, w Route) bool {
 }
 
 // diffNexthops: weft's nexthop objects (by ID) that are missing or differ are set, those no
-// peer needs deleted (after the routes that used them moved or went).
-func diffNexthops(want []Nexthop, have []kernelNexthop) (set []Nexthop, del []int) {
+// peer needs deleted (after the routes that used them moved or went). Only the objects of the
+// plane's family (v6) are looked at: the other family's plane owns the others. (weft makes
+// IPv4 ones only; one without a gateway counts as IPv4's.)
+func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop, del []int) {
 	byID := make(map[uint32]int, len(have))
 	for i, h := range have {
-		if ownsNexthop(h.ID) {
+		if ownsNexthop(h.ID) && (h.Gw.IsValid() && h.Gw.Is6()) == v6 {
 			byID[h.ID] = i
 		}
 	}

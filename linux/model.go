@@ -38,7 +38,7 @@ func (m *model) reset(st *backend.State, nexthops bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.valid, m.nexthops = true, nexthops
-	m.dev, m.underlay, m.network, m.own, m.bits = "", st.Underlay, st.Network(), st.Own, st.Config.SubnetLen
+	m.dev, m.underlay, m.network, m.own, m.bits = "", st.Underlay, st.Network(), st.Own, st.SubnetLen()
 	if st.Device != nil {
 		m.dev = st.Device.Name
 	}

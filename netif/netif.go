@@ -12,11 +12,13 @@ import (
 
 // External is the interface other nodes are reached through.
 type External struct {
-	Name      string
-	MTU       int
-	Addr      netip.Addr     // its IPv4 address: the tunnel's source
-	PublicIP  netip.Addr     // the address published in the lease (--public-ip, else Addr)
-	Connected []netip.Prefix // networks directly attached to it
+	Name       string
+	MTU        int
+	Addr       netip.Addr     // its IPv4 address: the IPv4 tunnel's source; invalid when IPv4 is off
+	PublicIP   netip.Addr     // the IPv4 address published in the lease (--public-ip, else Addr)
+	Addr6      netip.Addr     // its global IPv6 address, when IPv6 is on
+	PublicIPv6 netip.Addr     // the IPv6 address published in the lease (--public-ipv6, else Addr6)
+	Connected  []netip.Prefix // networks of both families directly attached to it
 }
 
 // Interface is one network interface as the OS reports it.
@@ -57,11 +59,40 @@ func List() ([]Interface, error) {
 	return out, nil
 }
 
-// Choice is what the operator asked for: weftd's --iface, --iface-regex and --public-ip.
+// Choice is what the operator asked for: weftd's --iface, --iface-regex, --public-ip and
+// --public-ipv6, and the families the network config enables.
 type Choice struct {
-	Ifaces   []string // names or addresses, tried in order
-	Regexps  []string // matched against names and IPv4 addresses, tried in order
-	PublicIP string   // the address to publish instead of the interface's; empty: its own
+	Ifaces     []string // names or addresses, tried in order
+	Regexps    []string // matched against names and addresses, tried in order
+	PublicIP   string   // the IPv4 address to publish instead of the interface's; empty: its own
+	PublicIPv6 string   // the same for IPv6
+	// IPv4 and IPv6 are the families the interface must carry: it needs an address of each.
+	// Both false means IPv4 alone.
+	IPv4, IPv6 bool
+}
+
+// families are the families c asks for.
+func (c Choice) families() (v4, v6 bool) {
+	if !c.IPv4 && !c.IPv6 {
+		return true, false
+	}
+	return c.IPv4, c.IPv6
+}
+
+// publicAddr parses the value of a --public-ip flag of the family v6.
+func publicAddr(flag, s string, v6 bool) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || v6 != (a.Is6() && !a.Is4In6()) || a.Zone() != "" {
+		fam := "IPv4"
+		if v6 {
+			fam = "IPv6"
+		}
+		return netip.Addr{}, fmt.Errorf("%s=%q: not an %s address", flag, s, fam)
+	}
+	return a, nil
 }
 
 // Pick chooses the external interface among ifs as flanneld does: the first of c.Ifaces
@@ -69,14 +100,15 @@ type Choice struct {
 // whose name or an address matches one of c.Regexps, else the interface of the default
 // route, which defaultIface names.
 func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (External, error) {
-	var public netip.Addr
-	if c.PublicIP != "" {
-		a, err := netip.ParseAddr(c.PublicIP)
-		if err != nil || !a.Is4() {
-			return External{}, fmt.Errorf("--public-ip=%q: not an IPv4 address", c.PublicIP)
-		}
-		public = a
+	public, err := publicAddr("--public-ip", c.PublicIP, false)
+	if err != nil {
+		return External{}, err
 	}
+	public6, err := publicAddr("--public-ipv6", c.PublicIPv6, true)
+	if err != nil {
+		return External{}, err
+	}
+	v4, v6 := c.families()
 	regexps := make([]*regexp.Regexp, 0, len(c.Regexps))
 	for _, expr := range c.Regexps {
 		re, err := regexp.Compile(expr)
@@ -88,14 +120,17 @@ func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (Exter
 	var errs []error
 	// try returns info as the external interface if it is usable, else keeps why not.
 	try := func(info Interface, addr netip.Addr) (External, bool) {
-		ext, err := usable(info, addr)
+		ext, err := usable(info, addr, v4, v6)
 		if err != nil {
 			errs = append(errs, err)
 			return ext, false
 		}
-		ext.PublicIP = ext.Addr
-		if public.IsValid() {
+		ext.PublicIP, ext.PublicIPv6 = ext.Addr, ext.Addr6
+		if public.IsValid() && v4 {
 			ext.PublicIP = public
+		}
+		if public6.IsValid() && v6 {
+			ext.PublicIPv6 = public6
 		}
 		return ext, true
 	}
@@ -120,7 +155,7 @@ func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (Exter
 			var addr netip.Addr
 			match := re.MatchString(info.Name)
 			for _, p := range info.Prefix {
-				if !match && p.Addr().Is4() && re.MatchString(p.Addr().String()) {
+				if !match && (p.Addr().Is4() && v4 || p.Addr().Is6() && v6) && re.MatchString(p.Addr().String()) {
 					match, addr = true, p.Addr()
 				}
 			}
@@ -150,34 +185,48 @@ func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (Exter
 	return External{}, fmt.Errorf("default route interface %s not found", name)
 }
 
-// usable makes info the external interface, with want as its address when valid (else its
-// first global unicast IPv4 address); an interface that is down or has no such address is
-// not usable.
-func usable(info Interface, want netip.Addr) (External, error) {
+// usable makes info the external interface for the families v4 and v6, with want as its
+// address of want's family when valid (else its first global unicast address of the
+// family); an interface that is down or lacks an address of a family asked for is not
+// usable.
+func usable(info Interface, want netip.Addr, v4, v6 bool) (External, error) {
 	ext := External{Name: info.Name, MTU: info.MTU}
-	for _, p := range info.Prefix {
-		if !p.Addr().Is4() || (want.IsValid() && p.Addr() != want) {
-			continue
+	pick := func(dst *netip.Addr, of func(netip.Addr) bool) {
+		wanted := want.IsValid() && of(want)
+		for _, p := range info.Prefix {
+			a := p.Addr()
+			if !of(a) || wanted && a != want {
+				continue
+			}
+			if !dst.IsValid() && (wanted || a.IsGlobalUnicast()) {
+				*dst = a
+			}
 		}
-		if !ext.Addr.IsValid() && (want.IsValid() || p.Addr().IsGlobalUnicast()) {
-			ext.Addr = p.Addr()
-		}
+	}
+	if v4 {
+		pick(&ext.Addr, netip.Addr.Is4)
+	}
+	if v6 {
+		pick(&ext.Addr6, func(a netip.Addr) bool { return a.Is6() && !a.Is4In6() })
 	}
 	ext.Connected = Connected(info)
-	if !ext.Addr.IsValid() {
+	switch {
+	case v4 && !ext.Addr.IsValid():
 		return ext, fmt.Errorf("interface %s has no IPv4 address", info.Name)
-	}
-	if !info.Up {
+	case v6 && !ext.Addr6.IsValid():
+		return ext, fmt.Errorf("interface %s has no global IPv6 address, and the network config enables IPv6 (EnableIPv6)", info.Name)
+	case !info.Up:
 		return ext, fmt.Errorf("interface %s is down", info.Name)
 	}
 	return ext, nil
 }
 
-// Connected is the IPv4 networks directly attached to info.
+// Connected is the networks directly attached to info, of both families (IPv6 link-local
+// ones aside).
 func Connected(info Interface) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range info.Prefix {
-		if p.Addr().Is4() {
+		if a := p.Addr(); a.Is4() || !a.IsLinkLocalUnicast() {
 			out = append(out, p.Masked())
 		}
 	}

@@ -10,27 +10,34 @@ import (
 
 // Node is what /status reports: the node's lease, its peers and the last convergence.
 type Node struct {
-	Interface string    `json:"interface"`
-	Address   string    `json:"address"`
-	PublicIP  string    `json:"publicIP"`
-	Backend   string    `json:"backend"`
-	Lease     *Lease    `json:"lease,omitempty"`
-	Peers     []Peer    `json:"peers"`
-	Last      *Converge `json:"lastConvergence,omitempty"`
-	Ready     bool      `json:"ready"`
-	NotReady  string    `json:"notReadyReason,omitempty"`
+	Interface string `json:"interface"`
+	Address   string `json:"address"`
+	PublicIP  string `json:"publicIP"`
+	// The IPv6 address and public IPv6 address, when the network enables IPv6.
+	Address6   string    `json:"address6,omitempty"`
+	PublicIPv6 string    `json:"publicIPv6,omitempty"`
+	Backend    string    `json:"backend"`
+	Lease      *Lease    `json:"lease,omitempty"`
+	Peers      []Peer    `json:"peers"`
+	Last       *Converge `json:"lastConvergence,omitempty"`
+	Ready      bool      `json:"ready"`
+	NotReady   string    `json:"notReadyReason,omitempty"`
 }
 
 // Lease is the node's own lease.
 type Lease struct {
 	Subnet      string          `json:"subnet"`
+	IPv6Subnet  string          `json:"ipv6Subnet,omitempty"`
 	Expiration  *time.Time      `json:"expiration,omitempty"`
 	BackendData json.RawMessage `json:"backendData,omitempty"`
 }
 
 // Peer is one peer lease and what the data plane does with it.
+// A dual-stack peer has one entry per family: its IPv4 half and its IPv6 half (Family
+// "IPv6") are programmed, or skipped, apart.
 type Peer struct {
 	Key         string          `json:"key"`
+	Family      string          `json:"family,omitempty"` // "IPv6" for an IPv6 half, else empty
 	Subnet      string          `json:"subnet"`
 	PublicIP    string          `json:"publicIP"`
 	BackendType string          `json:"backendType"`

@@ -67,10 +67,13 @@ func run(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
 
-	plane, err := pf.newPlane(cfg.SubnetFile, log)
+	plane, plane6, err := pf.newPlane(cfg.SubnetFile, log)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
 	defer plane.Close()
-	return daemon.Run(ctx, cfg, log, plane, defaultRouteInterface)
+	if plane6 != nil {
+		defer plane6.Close()
+	}
+	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface)
 }

@@ -13,9 +13,19 @@ type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
-// newPlane opens the netlink data plane of the namespace weftd runs in.
-func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, error) {
-	return linux.New(log)
+// newPlane opens the netlink data planes of the namespace weftd runs in: one per family,
+// each with its own sockets and model (an IPv4-only network never uses the second).
+func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+	p4, err := linux.New(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	p6, err := linux.New(log.With("family", "IPv6"))
+	if err != nil {
+		p4.Close()
+		return nil, nil, err
+	}
+	return p4, p6, nil
 }
 
 func defaultRouteInterface() (string, error) { return linux.DefaultRouteInterface() }

@@ -17,6 +17,8 @@ type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
-func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, error) { return nil, errNoPlane }
+func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, backend.Plane, error) {
+	return nil, nil, errNoPlane
+}
 
 func defaultRouteInterface() (string, error) { return "", errNoPlane }

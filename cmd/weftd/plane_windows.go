@@ -25,8 +25,8 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 
 // newPlane opens HNS (its v2 API) and the host's IP Helper. Next to subnet.env go the files
 // the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
-// kube-proxy's start-up reads it.
-func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, error) {
+// kube-proxy's start-up reads it. HNS's plane carries IPv4 only: there is no IPv6 plane.
+func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
 	dir := filepath.Dir(subnetFile)
 	vips := []string{filepath.Join(dir, "sourceVip.json")}
 	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vips[0] {
@@ -38,7 +38,7 @@ func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plan
 		SourceVIPFiles: vips,
 		NetworkFile:    filepath.Join(dir, "hns.json"),
 		HostReady:      host.HostReady,
-	}, log), nil
+	}, log), nil, nil
 }
 
 func defaultRouteInterface() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() }

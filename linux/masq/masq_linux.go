@@ -83,6 +83,22 @@ func (m *Manager) Ensure(r Rules) (changed bool, err error) {
 	return c4 || c6, err6
 }
 
+// EnsureFamily is Ensure for one family (IPv6 if v6), leaving the other family's rules as
+// they are: on a dual-stack node each family's data plane keeps its own.
+func (m *Manager) EnsureFamily(r Rules, v6 bool) (changed bool, err error) {
+	p, err := buildPlan(r)
+	if err != nil {
+		return false, err
+	}
+	want := p.v4
+	if v6 {
+		want = p.v6
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ensureFamily(familyOf(v6), want)
+}
+
 // Remove deletes weft's tables, rules and all. It is for explicit teardown
 // only: the daemon never calls it on stop, so that a restart does not
 // interrupt traffic.
