@@ -217,7 +217,11 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 	case sn.Bits() != b.bits || !b.network.Contains(sn.Addr()):
 		return fail(SkipOutside, fmt.Sprintf("subnet %s is not a /%d of the network %s", sn, b.bits, b.network))
 	case !PlausibleUnicast(ip) || !b.fam.Of(ip):
-		return fail(SkipBadPublicIP, fmt.Sprintf("public %s address %q is not a unicast %s address", b.fam, ip, b.fam))
+		shown := ip.String()
+		if b.fam == IPv6 && l.Attrs.BadPublicIPv6 != "" {
+			shown = l.Attrs.BadPublicIPv6
+		}
+		return fail(SkipBadPublicIP, fmt.Sprintf("public %s address %q is not a unicast %s address", b.fam, shown, b.fam))
 	}
 	if b.dev == nil { // host-gw
 		if !OnLink(b.node.Connected, ip) {

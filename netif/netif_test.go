@@ -77,3 +77,53 @@ func TestList(t *testing.T) {
 	}
 	t.Errorf("no interface holds an IPv4 loopback address: %+v", ifs)
 }
+
+// TestPickIPv6: with IPv6 enabled the interface needs a global IPv6 address (link-local ones
+// do not count), chosen as flanneld chooses it: the one --iface names, else the first;
+// --public-ipv6 replaces the published one; IPv6 alone needs no IPv4 address.
+func TestPickIPv6(t *testing.T) {
+	p := netip.MustParsePrefix
+	ifs := []Interface{
+		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{p("fe80::1/64"), p("192.0.2.10/24"), p("fd77:77::10/64"), p("2001:db8::10/64")}},
+		{Name: "eth1", MTU: 1500, Up: true, Prefix: []netip.Prefix{p("fe80::2/64"), p("203.0.113.5/24")}},
+		{Name: "eth2", MTU: 1500, Up: true, Prefix: []netip.Prefix{p("fd77:78::5/64")}},
+	}
+	def := func() (string, error) { return "eth0", nil }
+	for _, tc := range []struct {
+		c                 Choice
+		name, addr, addr6 string
+		public, public6   string
+		connected         int
+	}{
+		{Choice{IPv4: true, IPv6: true}, "eth0", "192.0.2.10", "fd77:77::10", "192.0.2.10", "fd77:77::10", 3},
+		{Choice{IPv4: true, IPv6: true, Ifaces: []string{"2001:db8::10"}}, "eth0", "192.0.2.10", "2001:db8::10", "192.0.2.10", "2001:db8::10", 3},
+		{Choice{IPv4: true, IPv6: true, PublicIPv6: "2001:db8::99"}, "eth0", "192.0.2.10", "fd77:77::10", "192.0.2.10", "2001:db8::99", 3},
+		{Choice{IPv6: true, Ifaces: []string{"eth2"}}, "eth2", "invalid IP", "fd77:78::5", "invalid IP", "fd77:78::5", 1},
+		{Choice{IPv6: true, Regexps: []string{"^fd77:78:"}}, "eth2", "invalid IP", "fd77:78::5", "invalid IP", "fd77:78::5", 1},
+		{Choice{IPv4: true, IPv6: true, Ifaces: []string{"eth1", "eth0"}}, "eth0", "192.0.2.10", "fd77:77::10", "192.0.2.10", "fd77:77::10", 3},
+	} {
+		ext, err := Pick(tc.c, ifs, def)
+		if err != nil {
+			t.Errorf("%+v: %v", tc.c, err)
+			continue
+		}
+		if ext.Name != tc.name || ext.Addr.String() != tc.addr || ext.Addr6.String() != tc.addr6 ||
+			ext.PublicIP.String() != tc.public || ext.PublicIPv6.String() != tc.public6 || len(ext.Connected) != tc.connected {
+			t.Errorf("%+v: got %s %s %s %s %s %v", tc.c, ext.Name, ext.Addr, ext.Addr6, ext.PublicIP, ext.PublicIPv6, ext.Connected)
+		}
+	}
+	for _, tc := range []struct {
+		c    Choice
+		want string
+	}{
+		{Choice{IPv4: true, IPv6: true, Ifaces: []string{"eth1"}}, "interface eth1 has no global IPv6 address"},
+		{Choice{IPv4: true, IPv6: true, Ifaces: []string{"eth2"}}, "interface eth2 has no IPv4 address"},
+		{Choice{IPv4: true, IPv6: true, PublicIPv6: "192.0.2.1"}, `--public-ipv6="192.0.2.1": not an IPv6 address`},
+		{Choice{IPv4: true, IPv6: true, PublicIPv6: "fe80::1%eth0"}, `--public-ipv6="fe80::1%eth0": not an IPv6 address`},
+		{Choice{IPv4: true, PublicIP: "fd77::1"}, `--public-ip="fd77::1": not an IPv4 address`},
+	} {
+		if _, err := Pick(tc.c, ifs, def); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc.c, err, tc.want)
+		}
+	}
+}

@@ -38,8 +38,11 @@ func (l Lease) String() string {
 
 // LeaseAttrs is what a node publishes with its lease; its JSON is flannel's.
 type LeaseAttrs struct {
-	PublicIP      netip.Addr // zero when the node has no IPv4 address
-	PublicIPv6    netip.Addr
+	PublicIP   netip.Addr // zero when the node has no IPv4 address
+	PublicIPv6 netip.Addr
+	// BadPublicIPv6 is a PublicIPv6 that is no IPv6 address, as written: the lease's IPv6
+	// half is unusable, its IPv4 half is not (PublicIPv6 is zero then).
+	BadPublicIPv6 string
 	BackendType   string
 	BackendData   json.RawMessage // e.g. {"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}; nil for host-gw
 	BackendV6Data json.RawMessage
@@ -47,7 +50,7 @@ type LeaseAttrs struct {
 
 // Equal reports whether two attribute sets are the same, BackendData compared as JSON values.
 func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
-	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BackendType == b.BackendType &&
+	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BadPublicIPv6 == b.BadPublicIPv6 && a.BackendType == b.BackendType &&
 		jsonEqual(a.BackendData, b.BackendData) && jsonEqual(a.BackendV6Data, b.BackendV6Data)
 }
 
@@ -68,6 +71,8 @@ func (a LeaseAttrs) Digest(seed maphash.Seed) uint64 {
 		h.WriteString(ip.Zone())
 		h.WriteByte(0)
 	}
+	h.WriteString(a.BadPublicIPv6)
+	h.WriteByte(0)
 	h.WriteString(a.BackendType)
 	h.WriteByte(0)
 	digestJSON(&h, a.BackendData)
@@ -143,11 +148,11 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 		}
 	}
 	if w.PublicIPv6 != nil && *w.PublicIPv6 != "" {
-		ip, err := netip.ParseAddr(*w.PublicIPv6)
-		if err != nil || !ip.Is6() || ip.Is4In6() || ip.Zone() != "" {
-			return fmt.Errorf("lease attributes: PublicIPv6 %q is not an IPv6 address", *w.PublicIPv6)
-		}
-		if !ip.IsUnspecified() {
+		// A bad IPv6 address spoils the IPv6 half of the lease only: its IPv4 half may be good.
+		switch ip, err := netip.ParseAddr(*w.PublicIPv6); {
+		case err != nil || !ip.Is6() || ip.Is4In6() || ip.Zone() != "":
+			out.BadPublicIPv6 = *w.PublicIPv6
+		case !ip.IsUnspecified():
 			out.PublicIPv6 = ip
 		}
 	}

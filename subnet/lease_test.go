@@ -2,6 +2,7 @@ package subnet
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/maphash"
 	"net/netip"
 	"testing"
@@ -61,12 +62,33 @@ func TestLeaseAttrsUnmarshalLenient(t *testing.T) {
 
 func TestLeaseAttrsUnmarshalRejects(t *testing.T) {
 	for _, s := range []string{
-		`{"PublicIP":"10.0.0.300"}`, `{"PublicIP":"fd00::1"}`, `{"PublicIP":5}`, `{"PublicIPv6":"10.0.0.1"}`,
-		`{"PublicIPv6":"::ffff:10.0.0.1"}`, `{"PublicIPv6":"fe80::1%eth0"}`, `{"BackendData":{`, `[]`, `"x"`,
+		`{"PublicIP":"10.0.0.300"}`, `{"PublicIP":"fd00::1"}`, `{"PublicIP":5}`, `{"PublicIPv6":5}`,
+		`{"BackendData":{`, `[]`, `"x"`,
 	} {
 		var a LeaseAttrs
 		if err := json.Unmarshal([]byte(s), &a); err == nil {
 			t.Errorf("%s accepted as %+v", s, a)
+		}
+	}
+}
+
+// TestLeaseAttrsBadIPv6: a PublicIPv6 that is no IPv6 address spoils the IPv6 half only: the
+// value is read, with the address kept aside, so that the IPv4 half still serves.
+func TestLeaseAttrsBadIPv6(t *testing.T) {
+	for _, bad := range []string{"10.0.0.1", "::ffff:10.0.0.1", "fe80::1%eth0", "fd00::zz", "fd00::/64"} {
+		var a LeaseAttrs
+		v := fmt.Sprintf(`{"PublicIP":"10.0.0.2","PublicIPv6":%q,"BackendType":"host-gw"}`, bad)
+		if err := json.Unmarshal([]byte(v), &a); err != nil {
+			t.Errorf("%s: refused whole: %v", v, err)
+			continue
+		}
+		if a.PublicIP != netip.MustParseAddr("10.0.0.2") || a.PublicIPv6.IsValid() || a.BadPublicIPv6 != bad {
+			t.Errorf("%s: read as %+v", v, a)
+		}
+		good := a
+		good.BadPublicIPv6 = ""
+		if seed := maphash.MakeSeed(); a.Equal(good) || a.Digest(seed) == good.Digest(seed) {
+			t.Errorf("%s: equal to the attributes without it", v)
 		}
 	}
 }

@@ -519,7 +519,7 @@ func TestMalformedLeasesSkipped(t *testing.T) {
 		"10.1.6.0-24":     `{"PublicIP":"192.168.0.7","BackendData":{"VNI":`,
 		"10.1.7.0-24&zzz": `{"PublicIP":"192.168.0.8"}`,
 		"10.1.8.0-24":     `[]`,
-		"10.1.9.0-24":     `{"PublicIP":"192.168.0.9","PublicIPv6":"1.2.3.4"}`,
+		"10.1.9.0-24":     `{"PublicIP":"192.168.0.9","PublicIPv6":1234}`, // a bad IPv6 address string spoils only the IPv6 half: backend.TestBadIPv6Half
 		"300.1.1.0-24":    `{"PublicIP":"192.168.0.10"}`,
 	}
 	for k, v := range bad {

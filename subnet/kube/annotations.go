@@ -129,10 +129,16 @@ func (a annotations) attrs(cfg *subnet.Config, ann map[string]string) (subnet.Le
 		}
 	}
 	if cfg.EnableIPv6 {
+		// In a dual-stack network a bad IPv6 half is left for the backend to skip: the IPv4
+		// half may serve. IPv6 alone, it spoils the lease.
+		half := cfg.EnableIPv4
 		if out.PublicIPv6, err = addr(ann, a.publicIPv6, true, true); err != nil {
-			return subnet.LeaseAttrs{}, err
+			if !half {
+				return subnet.LeaseAttrs{}, err
+			}
+			out.BadPublicIPv6 = ann[a.publicIPv6]
 		}
-		if out.BackendV6Data, err = jsonValue(ann, a.backendV6Data); err != nil {
+		if out.BackendV6Data, err = jsonValue(ann, a.backendV6Data); err != nil && !half {
 			return subnet.LeaseAttrs{}, err
 		}
 	}
