@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
@@ -188,4 +189,81 @@ func TestDaemonKubeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the route to the deleted peer gone", hasRoutes())
+}
+
+// TestDaemonKubeModeDualStack: on the real API server, a node with podCIDRs of both families:
+// weftd takes both as its lease, publishes public-ip and public-ipv6, backend-data and
+// backend-v6-data (each family's device MAC) as flanneld does, writes both subnets to
+// subnet.env, and programs each family's half of a dual-stack peer node on its plane; a peer
+// whose public-ipv6 annotation is no IPv6 address is programmed for IPv4 only.
+func TestDaemonKubeModeDualStack(t *testing.T) {
+	srv := kubetest.Start(t, kubetest.Options{})
+	admin, err := kubernetes.NewForConfig(srv.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	node := func(name string, cidrs []string, ann map[string]string) {
+		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+			Spec: corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := kube.DefaultAnnotationPrefix + "/"
+	peer := func(ip, ip6, mac, mac6 string) map[string]string {
+		return map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "vxlan",
+			p + "backend-data": `{"VNI":1,"VtepMAC":"` + mac + `"}`, p + "backend-v6-data": `{"VNI":1,"VtepMAC":"` + mac6 + `"}`,
+			p + "public-ip": ip, p + "public-ipv6": ip6}
+	}
+	node("self", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, nil)
+	node("peer", []string{"10.244.2.0/24", "fd00:10:244:2::/64"}, peer("192.0.2.20", "fd77:77::20", "0e:00:00:00:00:20", "0e:00:00:00:06:20"))
+	node("bad6", []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, peer("192.0.2.30", "192.0.2.30", "0e:00:00:00:00:30", "0e:00:00:00:06:30"))
+
+	dir := t.TempDir()
+	netConf := filepath.Join(dir, "net-conf.json")
+	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`
+	if err := os.WriteFile(netConf, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	km, err := kube.New(kube.Config{REST: srv.Admin(), NetConfPath: netConf, NodeName: "self", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.Ifaces = []string{"eth0"}
+	plane4 := &fakePlane{mac: backend.MAC{0x0e, 4, 4, 4, 4, 4}}
+	plane6 := &fakePlane{mac: backend.MAC{0x0e, 6, 6, 6, 6, 6}}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(rctx, cfg, log, Deps{Manager: km, Plane: plane4, PlaneV6: plane6,
+			Interfaces: func() ([]netif.Interface, error) { return dualIfaces, nil },
+			DefaultIf:  func() (string, error) { return "eth0", nil }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RunWith: %v", err)
+		}
+	}()
+	eventually(t, "both families' routes", func() bool {
+		st4, _ := plane4.last()
+		st6, _ := plane6.last()
+		return slices.Equal(routes(st4), []string{"10.244.2.0/24", "10.244.3.0/24"}) && slices.Equal(routes(st6), []string{"fd00:10:244:2::/64"})
+	})
+	env, err := os.ReadFile(cfg.SubnetFile)
+	if err != nil || !strings.Contains(string(env), "FLANNEL_SUBNET=10.244.1.1/24") || !strings.Contains(string(env), "FLANNEL_IPV6_SUBNET=fd00:10:244:1::1/64") ||
+		!strings.Contains(string(env), "FLANNEL_IPV6_NETWORK=fd00:10:244::/56") {
+		t.Errorf("subnet.env: %q, %v", env, err)
+	}
+	self, err := admin.CoreV1().Nodes().Get(ctx, "self", metav1.GetOptions{})
+	if err != nil || self.Annotations[p+"public-ip"] != "192.0.2.10" || self.Annotations[p+"public-ipv6"] != "fd77:77::10" ||
+		self.Annotations[p+"backend-data"] != `{"VNI":1,"VtepMAC":"0e:04:04:04:04:04"}` ||
+		self.Annotations[p+"backend-v6-data"] != `{"VNI":1,"VtepMAC":"0e:06:06:06:06:06"}` {
+		t.Errorf("own annotations %v, %v", self.Annotations, err)
+	}
 }

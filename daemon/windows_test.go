@@ -194,31 +194,43 @@ func TestDaemonWindowsPlane(t *testing.T) {
 // TestDaemonWindowsRefusesIPv6Overlay: on Windows, vxlan with IPv6 stops start-up with an
 // error that names the key and says why (HNS Overlay networks carry no IPv6 between pods).
 func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.Options{})
-	cli := srv.Client(t)
-	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
-	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
-		t.Fatal(err)
-	}
-	hns := hnstest.New(hnstest.Options{})
-	cfg := DefaultConfig()
-	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
-	cfg.HealthzPort = 0
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	err := RunWith(ctx, cfg, log, Deps{
-		Manager:    etcd.New(cli, etcd.Options{Logger: log}),
-		Plane:      windows.New(hns, nil, windows.Config{}, log),
-		Interfaces: func() ([]netif.Interface, error) { return nil, nil },
-		DefaultIf:  func() (string, error) { return "Ethernet", nil },
-		GOOS:       "windows",
-	})
-	var ce *subnet.ConfigError
-	if !errors.As(err, &ce) || ce.Key != "EnableIPv6" || !strings.Contains(err.Error(), "Overlay") {
-		t.Fatalf("start-up with IPv6 vxlan on Windows: %v, want a config error naming EnableIPv6 and the Overlay", err)
-	}
-	if r := hns.Requests(); len(r) != 0 {
-		t.Errorf("HNS was asked %+v before the config was refused", r)
+	for _, c := range []struct{ backend, says string }{
+		// HNS Overlay networks carry no IPv6 between pods (subnet.Config.CheckFor).
+		{`{"Type":"vxlan","VNI":4096,"Port":4789}`, "Overlay"},
+		// L2Bridge could, but weftd's Windows plane programs IPv4 only: refused, not half done.
+		{`{"Type":"host-gw"}`, "carries no IPv6"},
+	} {
+		t.Run(c.says, func(t *testing.T) {
+			srv := etcdtest.Start(t, etcdtest.Options{})
+			cli := srv.Client(t)
+			conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":` + c.backend + `}`
+			if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+				t.Fatal(err)
+			}
+			hns := hnstest.New(hnstest.Options{})
+			cfg := DefaultConfig()
+			cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
+			cfg.HealthzPort = 0
+			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			err := RunWith(ctx, cfg, log, Deps{
+				Manager:    etcd.New(cli, etcd.Options{Logger: log}),
+				Plane:      windows.New(hns, nil, windows.Config{}, log),
+				Interfaces: func() ([]netif.Interface, error) { return nil, nil },
+				DefaultIf:  func() (string, error) { return "Ethernet", nil },
+				GOOS:       "windows",
+			})
+			var ce *subnet.ConfigError
+			if !errors.As(err, &ce) || ce.Key != "EnableIPv6" || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("start-up with IPv6 %s on Windows: %v, want a config error naming EnableIPv6 and saying %q", c.backend, err, c.says)
+			}
+			if r := hns.Requests(); len(r) != 0 {
+				t.Errorf("HNS was asked %+v before the config was refused", r)
+			}
+			if resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 0 {
+				t.Errorf("leases written before the config was refused: %v %v", err, resp.Kvs)
+			}
+		})
 	}
 }
