@@ -95,9 +95,18 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 	if st.PublicIP != "" && st.PublicIP != st.Address {
 		node += ", public IP " + st.PublicIP
 	}
+	if st.Address6 != "" {
+		node += ", IPv6 " + st.Address6
+		if st.PublicIPv6 != "" && st.PublicIPv6 != st.Address6 {
+			node += ", public IPv6 " + st.PublicIPv6
+		}
+	}
 	t.row("node", node+", backend "+orDash(st.Backend))
 	if l := st.Lease; l != nil {
 		lease := l.Subnet
+		if l.IPv6Subnet != "" {
+			lease = strings.TrimPrefix(lease+" and "+l.IPv6Subnet, " and ")
+		}
 		if l.Expiration != nil {
 			lease += ", expires " + expires(l.Expiration, now)
 		} else {
