@@ -36,10 +36,21 @@ const (
 	// connections to etcd and the API server stalled until its neighbour entry went stale
 	// (about 30 s).
 	underlayBridgeMAC = "02:77:65:66:74:01"
-	// underlayGateway is the underlay bridge's own address; etcd listens on it.
-	underlayGateway = "192.0.2.1"
+	// Underlay is the underlay's IPv4 network (TEST-NET-1): the gateway and every node's
+	// eth0 are in it.
+	Underlay = "192.0.2.0/24"
+	// UnderlayGateway is the underlay bridge's own IPv4 address; etcd listens on it.
+	UnderlayGateway = "192.0.2.1"
 	underlayBits    = 24
-	// firstNodeHost is added to a node's index (1, 2, ...) to make its underlay address.
+	// Underlay6 is the underlay's IPv6 network, a ULA prefix: every node's eth0 has an
+	// address in it beside its IPv4 one (see Node.IP6), and its default IPv6 route is via
+	// UnderlayGateway6.
+	Underlay6 = "fd77:77::/64"
+	// UnderlayGateway6 is the underlay bridge's own IPv6 address; etcd listens on it too
+	// (EtcdURL6).
+	UnderlayGateway6 = "fd77:77::1"
+	underlayBits6    = 64
+	// firstNodeHost is added to a node's index (1, 2, ...) to make its underlay addresses.
 	firstNodeHost = 10
 	maxNodes      = 240
 
@@ -82,7 +93,8 @@ type Options struct {
 	EtcdPrefix string
 	// EtcdCommand, if set, runs etcd as this command inside the underlay namespace (with
 	// the data directory as its last argument) instead of inside this process; it must
-	// serve EtcdURL, as ServeEtcd does. The demo uses it with Keep so that etcd outlives it.
+	// serve EtcdURL and EtcdURL6, as ServeEtcd does. The demo uses it with Keep so that
+	// etcd outlives it.
 	EtcdCommand []string
 	// Keep makes Close leave everything running (for Teardown to remove later). It needs
 	// EtcdCommand.
@@ -222,11 +234,19 @@ func (c *Cluster) claim() error {
 }
 
 func (c *Cluster) start() error {
+	if err := ip("netns", "add", c.ul); err != nil {
+		return fmt.Errorf("cluster %s: creating the underlay: %w", c.prefix, err)
+	}
+	// Before any device exists, so that the bridge and its ports inherit it.
+	if err := enableIPv6(c.ul); err != nil {
+		return fmt.Errorf("cluster %s: creating the underlay: %w", c.prefix, err)
+	}
 	for _, args := range [][]string{
-		{"netns", "add", c.ul},
 		{"-n", c.ul, "link", "set", "lo", "up"},
 		{"-n", c.ul, "link", "add", underlayBridge, "address", underlayBridgeMAC, "type", "bridge"},
-		{"-n", c.ul, "addr", "add", fmt.Sprintf("%s/%d", underlayGateway, underlayBits), "dev", underlayBridge},
+		{"-n", c.ul, "addr", "add", fmt.Sprintf("%s/%d", UnderlayGateway, underlayBits), "dev", underlayBridge},
+		// nodad: usable at once (etcd binds to it below), not tentative for a second.
+		{"-n", c.ul, "addr", "add", fmt.Sprintf("%s/%d", UnderlayGateway6, underlayBits6), "dev", underlayBridge, "nodad"},
 		{"-n", c.ul, "link", "set", underlayBridge, "up"},
 	} {
 		if err := ip(args...); err != nil {

@@ -57,7 +57,7 @@ func TestHarnessWithoutWeftd(t *testing.T) {
 		t.Fatalf("node addresses %s %s, want 192.0.2.11 192.0.2.12", n1.IP, n2.IP)
 	}
 
-	for _, to := range []netip.Addr{n2.IP, netip.MustParseAddr(underlayGateway)} {
+	for _, to := range []netip.Addr{n2.IP, netip.MustParseAddr(UnderlayGateway)} {
 		sent, recv, err := n1.Ping(to, 3, 50*time.Millisecond)
 		if err != nil || sent != 3 || recv != 3 {
 			t.Fatalf("underlay ping n1 -> %s: %d/%d, %v", to, recv, sent, err)
@@ -65,7 +65,7 @@ func TestHarnessWithoutWeftd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := dialIn(ctx, n2.NS, "tcp", underlayGateway+":2379")
+	conn, err := dialIn(ctx, n2.NS, "tcp", UnderlayGateway+":2379")
 	if err != nil {
 		t.Fatalf("etcd from node n2: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestHarnessWithoutWeftd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []*Node{n1, n2} {
-		out, err := n.Exec("ip", "neigh", "show", underlayGateway, "dev", "eth0")
+		out, err := n.Exec("ip", "neigh", "show", UnderlayGateway, "dev", "eth0")
 		if err != nil || !strings.Contains(out, "lladdr "+underlayBridgeMAC) {
 			t.Errorf("node %s's neighbour entry of the gateway after n3 joined: %q %v, want lladdr %s", n.Name, out, err, underlayBridgeMAC)
 		}

@@ -13,7 +13,10 @@ import (
 
 const (
 	// EtcdURL is where the nodes find etcd: the underlay bridge's address.
-	EtcdURL = "http://" + underlayGateway + ":2379"
+	EtcdURL = "http://" + UnderlayGateway + ":2379"
+	// EtcdURL6 is the same etcd at the underlay bridge's IPv6 address, for nodes that are to
+	// reach it over IPv6.
+	EtcdURL6 = "http://[" + UnderlayGateway6 + "]:2379"
 	// The peer listener is needed by etcd even as a single member; on the underlay's
 	// loopback nothing else can reach it.
 	etcdPeerURL = "http://127.0.0.1:2380"
@@ -25,9 +28,13 @@ const (
 // etcdConfig is the configuration of the cluster's one etcd member, with its data and its
 // log in dir. It is built fresh for every start because embed keeps and mutates it.
 func etcdConfig(dir string) (*embed.Config, error) {
-	client, err := url.Parse(EtcdURL)
-	if err != nil {
-		return nil, fmt.Errorf("parsing etcd client URL %s: %w", EtcdURL, err)
+	var clients []url.URL
+	for _, u := range []string{EtcdURL, EtcdURL6} {
+		client, err := url.Parse(u)
+		if err != nil {
+			return nil, fmt.Errorf("parsing etcd client URL %s: %w", u, err)
+		}
+		clients = append(clients, *client)
 	}
 	peer, err := url.Parse(etcdPeerURL)
 	if err != nil {
@@ -36,8 +43,8 @@ func etcdConfig(dir string) (*embed.Config, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "weft-e2e"
 	cfg.Dir = filepath.Join(dir, "data")
-	cfg.ListenClientUrls = []url.URL{*client}
-	cfg.AdvertiseClientUrls = []url.URL{*client}
+	cfg.ListenClientUrls = clients
+	cfg.AdvertiseClientUrls = clients
 	cfg.ListenPeerUrls = []url.URL{*peer}
 	cfg.AdvertisePeerUrls = []url.URL{*peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)

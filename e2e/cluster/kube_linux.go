@@ -13,7 +13,7 @@ import (
 const (
 	// APIServerHost is where a Kubernetes-mode cluster's API server serves: the underlay
 	// bridge's address, which every node reaches over its eth0, as it reaches etcd.
-	APIServerHost = underlayGateway
+	APIServerHost = UnderlayGateway
 	// APIServerPort is kube-apiserver's usual secure port.
 	APIServerPort = 6443
 	// APIServerURL is the API server's URL as the nodes' kubeconfigs name it.

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -94,6 +96,44 @@ func writeSysctl(name, key, value string) error {
 	return inNetns(name, func() error {
 		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
 			return fmt.Errorf("setting %s=%s in namespace %s: %w", key, value, name, err)
+		}
+		return nil
+	})
+}
+
+// ipv6Sysctls are what enableIPv6 sets, in this order.
+func ipv6Sysctls() [][2]string {
+	return [][2]string{
+		// IPv6 on, whatever the host's defaults are (net.core.devconf_inherit_init_net
+		// may hand a new namespace the host's disable_ipv6=1). "all" applies to the
+		// devices that exist (lo), "default" to those made later.
+		{"net/ipv6/conf/all/disable_ipv6", "0"},
+		{"net/ipv6/conf/default/disable_ipv6", "0"},
+		// No duplicate address detection: the kernel does it on a device unless both
+		// all's value and the device's are 0, and an address under it is tentative for
+		// about a second, in which it can be neither a source nor a neighbour discovery
+		// target (a pod's gateway on cni0 would not answer). Every address here is
+		// unique by construction.
+		{"net/ipv6/conf/all/accept_dad", "0"},
+		{"net/ipv6/conf/default/accept_dad", "0"},
+	}
+}
+
+// enableIPv6 turns IPv6 on and duplicate address detection off in the named namespace. It
+// is called right after the namespace is made, before any device but lo exists there: a
+// device takes "default"'s values when it is made in or moved into the namespace (the
+// veths of nodes and pods, cni0, weftd's VXLAN devices), so all of them get these.
+func enableIPv6(name string) error {
+	return inNetns(name, func() error {
+		for _, kv := range ipv6Sysctls() {
+			err := os.WriteFile("/proc/sys/"+kv[0], []byte(kv[1]), 0o644)
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("setting %s=%s in namespace %s: %w (no IPv6 in this kernel: booted with ipv6.disable=1?)",
+					kv[0], kv[1], name, err)
+			}
+			if err != nil {
+				return fmt.Errorf("setting %s=%s in namespace %s: %w", kv[0], kv[1], name, err)
+			}
 		}
 		return nil
 	})

@@ -42,7 +42,8 @@ type Node struct {
 	Name       string     // as given to AddNode
 	Index      int        // 1 for the first node, 2 for the second...
 	NS         string     // network namespace name
-	IP         netip.Addr // eth0's address on the underlay
+	IP         netip.Addr // eth0's IPv4 address on the underlay (in Underlay)
+	IP6        netip.Addr // eth0's IPv6 address on the underlay (in Underlay6; see AddNode)
 	Dir        string     // the node's files
 	LogPath    string     // weftd's stdout and stderr, every run appended
 	SubnetFile string     // the subnet.env weftd writes
@@ -76,8 +77,14 @@ func (p *weftdProc) exited() bool {
 }
 
 // AddNode creates a node: namespace <prefix>-<name>, eth0 on the underlay at 192.0.2.(10+i)/24
-// for the i-th node, loopback up, IPv4 forwarding on, and (if Options.Weftd is set) starts
-// weftd in it. It does not wait for weftd: call WaitReady.
+// and fd77:77::(10+i)/64 for the i-th node (the IPv6 address's last group spells the IPv4
+// one's last byte in decimal digits: 192.0.2.11 and fd77:77::11), a default IPv6 route via
+// UnderlayGateway6, loopback up, IPv4 and IPv6 forwarding on, and (if Options.Weftd is set)
+// starts weftd in it. It does not wait for weftd: call WaitReady.
+//
+// Every IPv6 address in the node is usable at once: duplicate address detection is off in
+// the node's namespace (see enableIPv6), for eth0 and for the devices made later (cni0 and
+// its veths, weftd's devices).
 func (c *Cluster) AddNode(name string) (*Node, error) {
 	if !isName(name) || name == underlayName {
 		return nil, fmt.Errorf("cluster %s: node name %q: want 1 to 10 lower-case letters or digits, not %q",
@@ -101,6 +108,7 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 		Index: index,
 		NS:    c.prefix + "-" + name,
 		IP:    netip.AddrFrom4([4]byte{192, 0, 2, byte(firstNodeHost + index)}),
+		IP6:   nodeIP6(firstNodeHost + index),
 		Dir:   filepath.Join(c.dir, name),
 	}
 	n.LogPath = filepath.Join(n.Dir, "weftd.log")
@@ -127,22 +135,35 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 	// The underlay end of the veth is named after the node (within the 15 characters a
 	// device name may have).
 	peer := "ve-" + name
+	if err := ip("netns", "add", n.NS); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	// Before eth0 is made, so that it inherits it.
+	if err := enableIPv6(n.NS); err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
 	for _, args := range [][]string{
-		{"netns", "add", n.NS},
 		{"-n", n.NS, "link", "set", "lo", "up"},
 		{"-n", c.ul, "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", n.NS},
 		{"-n", c.ul, "link", "set", peer, "master", underlayBridge, "up"},
 		{"-n", n.NS, "addr", "add", fmt.Sprintf("%s/%d", n.IP, underlayBits), "dev", "eth0"},
+		// nodad as well as accept_dad=0: the address must never be tentative.
+		{"-n", n.NS, "addr", "add", fmt.Sprintf("%s/%d", n.IP6, underlayBits6), "dev", "eth0", "nodad"},
 		{"-n", n.NS, "link", "set", "eth0", "up"},
+		// Once eth0 is up, so that the gateway is on a link that is.
+		{"-n", n.NS, "-6", "route", "add", "default", "via", UnderlayGateway6, "dev", "eth0"},
 	} {
 		if err := ip(args...); err != nil {
 			return nil, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
 	// A node routes for its pods; the CNI bridge plugin would turn it on too, but weftd may
-	// program routes before the first pod exists.
-	if err := writeSysctl(n.NS, "net/ipv4/ip_forward", "1"); err != nil {
-		return nil, fmt.Errorf("node %s: %w", name, err)
+	// program routes before the first pod exists. IPv6's "all" sets every device's and
+	// "default"'s too, so cni0 and weftd's devices forward as well.
+	for _, key := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if err := writeSysctl(n.NS, key, "1"); err != nil {
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
 	}
 	if c.opts.Kube != nil {
 		if err := n.writeKubeFiles(); err != nil {
@@ -155,11 +176,25 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 		}
 	}
 	if c.opts.Weftd != "" {
-		c.log.Logf("cluster %s: node %s: namespace %s, eth0 %s, weftd log %s", c.prefix, name, n.NS, n.IP, n.LogPath)
+		c.log.Logf("cluster %s: node %s: namespace %s, eth0 %s %s, weftd log %s", c.prefix, name, n.NS, n.IP, n.IP6, n.LogPath)
 	} else {
-		c.log.Logf("cluster %s: node %s: namespace %s, eth0 %s, no weftd", c.prefix, name, n.NS, n.IP)
+		c.log.Logf("cluster %s: node %s: namespace %s, eth0 %s %s, no weftd", c.prefix, name, n.NS, n.IP, n.IP6)
 	}
 	return n, nil
+}
+
+// nodeIP6 is the IPv6 underlay address of the node whose IPv4 one ends in host: Underlay6's
+// prefix with host's decimal digits as its last group (11 gives fd77:77::11, that is
+// 0x0011), so that the two addresses read alike.
+func nodeIP6(host int) netip.Addr {
+	// Each decimal digit becomes a hex digit; host < 256 has at most three, which fit.
+	v := 0
+	for _, d := range strconv.Itoa(host) {
+		v = v<<4 | int(d-'0')
+	}
+	b := netip.MustParsePrefix(Underlay6).Addr().As16()
+	b[14], b[15] = byte(v>>8), byte(v)
+	return netip.AddrFrom16(b)
 }
 
 // weftdArgs are weftd's flags for this node.
@@ -334,6 +369,18 @@ func (n *Node) Subnet() (netip.Prefix, error) {
 	return e.Subnet.Masked(), nil
 }
 
+// Subnet6 is the node's IPv6 pod subnet, from its subnet.env.
+func (n *Node) Subnet6() (netip.Prefix, error) {
+	e, err := n.SubnetEnv()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if !e.IPv6Subnet.IsValid() {
+		return netip.Prefix{}, fmt.Errorf("node %s: %s has no FLANNEL_IPV6_SUBNET", n.Name, n.SubnetFile)
+	}
+	return e.IPv6Subnet.Masked(), nil
+}
+
 // WriteSubnetEnv writes the node's subnet.env in weftd's place, for clusters without weftd.
 func (n *Node) WriteSubnetEnv(e subnet.Env) error {
 	if err := subnet.WriteEnv(n.SubnetFile, e); err != nil {
@@ -355,18 +402,23 @@ func (n *Node) Exec(args ...string) (string, error) {
 	return out, nil
 }
 
-// RouteTo returns the node's main-table route to exactly dst (as `ip route` prints it), or
-// "" if it has none.
+// RouteTo returns the node's main-table route to exactly dst, IPv4 or IPv6 (as `ip route`
+// prints it), or "" if it has none.
 func (n *Node) RouteTo(dst netip.Prefix) (string, error) {
-	out, err := run("ip", "-n", n.NS, "route", "show", "exact", dst.String())
+	// ip lists IPv4 routes unless told the family, whatever the prefix.
+	family := "-4"
+	if dst.Addr().Is6() {
+		family = "-6"
+	}
+	out, err := run("ip", "-n", n.NS, family, "route", "show", "exact", dst.String())
 	if err != nil {
 		return "", fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	return strings.TrimSpace(out), nil
 }
 
-// Ping pings an address from the node itself (its eth0 side of the underlay, or its pod
-// routes), like Ping from a pod.
+// Ping pings an address, IPv4 or IPv6, from the node itself (its eth0 side of the underlay,
+// or its pod routes), like Ping from a pod.
 func (n *Node) Ping(to netip.Addr, count int, interval time.Duration) (sent, received int, err error) {
 	return ping(n.NS, to, count, interval)
 }

@@ -23,12 +23,19 @@ const (
 
 // Pod is a network namespace wired to a node by the CNI bridge plugin, run directly
 // (AddPod) or as the weft plugin's delegate (AddWeftPod).
+//
+// A pod has an address of each family whose subnet the node's subnet.env names: IP and
+// Gateway for FLANNEL_SUBNET, IP6 and Gateway6 for FLANNEL_IPV6_SUBNET; the others are the
+// zero Addr. Its IPv6 address, and its IPv6 gateway on cni0, are usable as soon as the pod
+// is made: duplicate address detection is off in the pod's namespace, as in the node's.
 type Pod struct {
-	Name    string
-	Node    *Node
-	NS      string     // network namespace name
-	IP      netip.Addr // eth0's address, from the CNI result
-	Gateway netip.Addr // its default gateway (the node's cni0)
+	Name     string
+	Node     *Node
+	NS       string     // network namespace name
+	IP       netip.Addr // eth0's IPv4 address, from the CNI result; zero in an IPv6-only pod
+	Gateway  netip.Addr // its default IPv4 gateway (the node's cni0); zero without IP
+	IP6      netip.Addr // eth0's IPv6 address, from the CNI result; zero without an IPv6 subnet
+	Gateway6 netip.Addr // its default IPv6 gateway (the node's cni0); zero without IP6
 
 	containerID string
 	plugin      string // the CNI plugin binary the pod was made with
@@ -68,10 +75,15 @@ type cniConfig struct {
 }
 
 type cniIPAM struct {
-	Type    string     `json:"type"`
-	Subnet  string     `json:"subnet"`
-	DataDir string     `json:"dataDir"`
-	Routes  []cniRoute `json:"routes"`
+	Type    string       `json:"type"`
+	Ranges  [][]cniRange `json:"ranges"`
+	DataDir string       `json:"dataDir"`
+	Routes  []cniRoute   `json:"routes"`
+}
+
+// cniRange is a host-local range: a whole subnet.
+type cniRange struct {
+	Subnet string `json:"subnet"`
 }
 
 type cniRoute struct {
@@ -94,8 +106,9 @@ type cniError struct {
 }
 
 // AddPod creates a pod on node: namespace <prefix>-<node>-<name>, and a CNI ADD of the bridge
-// plugin (host-local IPAM over the node's subnet from subnet.env) run inside the node's
-// namespace, as a kubelet on that node would run it.
+// plugin (host-local IPAM over the node's subnets from subnet.env, IPv4, IPv6 or both, with a
+// default route of each family via cni0) run inside the node's namespace, as a kubelet on
+// that node would run it.
 func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 	if c.opts.CNIBin == "" {
 		return nil, fmt.Errorf("cluster %s: AddPod needs Options.CNIBin", c.prefix)
@@ -107,8 +120,18 @@ func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: %w", name, err)
 	}
-	if !env.Subnet.IsValid() {
-		return nil, fmt.Errorf("pod %s: %s has no FLANNEL_SUBNET", name, node.SubnetFile)
+	ipam := cniIPAM{Type: "host-local", DataDir: filepath.Join(node.Dir, "ipam")}
+	for _, f := range []struct {
+		sn    netip.Prefix
+		route string
+	}{{env.Subnet, "0.0.0.0/0"}, {env.IPv6Subnet, "::/0"}} {
+		if f.sn.IsValid() {
+			ipam.Ranges = append(ipam.Ranges, []cniRange{{Subnet: f.sn.Masked().String()}})
+			ipam.Routes = append(ipam.Routes, cniRoute{Dst: f.route})
+		}
+	}
+	if len(ipam.Ranges) == 0 {
+		return nil, fmt.Errorf("pod %s: %s has neither FLANNEL_SUBNET nor FLANNEL_IPV6_SUBNET", name, node.SubnetFile)
 	}
 	cfg, err := json.Marshal(cniConfig{
 		CNIVersion: "1.0.0",
@@ -117,12 +140,7 @@ func (c *Cluster) AddPod(node *Node, name string) (*Pod, error) {
 		Bridge:     PodBridge,
 		IsGateway:  true,
 		MTU:        env.MTU,
-		IPAM: cniIPAM{
-			Type:    "host-local",
-			Subnet:  env.Subnet.Masked().String(),
-			DataDir: filepath.Join(node.Dir, "ipam"),
-			Routes:  []cniRoute{{Dst: "0.0.0.0/0"}},
-		},
+		IPAM:       ipam,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: encoding CNI config: %w", name, err)
@@ -163,6 +181,25 @@ func (n *Node) WeftDataDir() string { return filepath.Join(n.Dir, "weft-cni") }
 // ContainerID is the pod's CNI container ID.
 func (p *Pod) ContainerID() string { return p.containerID }
 
+// Addrs returns the pod's addresses, IPv4 first: one per family it has.
+func (p *Pod) Addrs() []netip.Addr {
+	var addrs []netip.Addr
+	for _, a := range []netip.Addr{p.IP, p.IP6} {
+		if a.IsValid() {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
+}
+
+// addr is the pod's address that Stream uses: IP, or IP6 in an IPv6-only pod.
+func (p *Pod) addr() netip.Addr {
+	if p.IP.IsValid() {
+		return p.IP
+	}
+	return p.IP6
+}
+
 // addPod makes the pod's namespace and runs the plugin's ADD with cfg.
 func (c *Cluster) addPod(node *Node, name, plugin string, cfg []byte) (*Pod, error) {
 	p := &Pod{
@@ -187,6 +224,12 @@ func (c *Cluster) addPod(node *Node, name, plugin string, cfg []byte) (*Pod, err
 	if err := ip("netns", "add", p.NS); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", name, err)
 	}
+	// Before the plugin makes eth0, so that it inherits it. The bridge plugin turns DAD off
+	// on eth0 itself (unless its enabledad is set), but only once eth0 exists; the
+	// namespace's defaults cover its link-local address too, and any other plugin.
+	if err := enableIPv6(p.NS); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", name, err)
+	}
 	if err := ip("-n", p.NS, "link", "set", "lo", "up"); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", name, err)
 	}
@@ -199,21 +242,28 @@ func (c *Cluster) addPod(node *Node, name, plugin string, cfg []byte) (*Pod, err
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("pod %s: parsing CNI ADD result %q: %w", name, out, err)
 	}
+	// The first address of each family, with its gateway.
 	for _, a := range res.IPs {
 		pfx, err := netip.ParsePrefix(a.Address)
-		if err != nil || !pfx.Addr().Is4() {
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: CNI ADD result address %q: %w", name, a.Address, err)
+		}
+		addr, gw := &p.IP, &p.Gateway
+		if pfx.Addr().Is6() {
+			addr, gw = &p.IP6, &p.Gateway6
+		}
+		if addr.IsValid() {
 			continue
 		}
-		p.IP = pfx.Addr()
-		if gw, err := netip.ParseAddr(a.Gateway); err == nil {
-			p.Gateway = gw
+		*addr = pfx.Addr()
+		if g, err := netip.ParseAddr(a.Gateway); err == nil {
+			*gw = g
 		}
-		break
 	}
-	if !p.IP.IsValid() {
-		return nil, fmt.Errorf("pod %s: CNI ADD result has no IPv4 address: %s", name, out)
+	if !p.IP.IsValid() && !p.IP6.IsValid() {
+		return nil, fmt.Errorf("pod %s: CNI ADD result has no address: %s", name, out)
 	}
-	c.log.Logf("cluster %s: pod %s on node %s: namespace %s, %s", c.prefix, name, node.Name, p.NS, p.IP)
+	c.log.Logf("cluster %s: pod %s on node %s: namespace %s, %v", c.prefix, name, node.Name, p.NS, p.Addrs())
 	return p, nil
 }
 

@@ -32,8 +32,9 @@ const (
 )
 
 // Ping runs iputils ping from the pod: count requests, interval apart, to the address, and
-// returns how many were sent and how many answered. err is about running ping, not about
-// lost packets: check received against sent.
+// returns how many were sent and how many answered. The address's family picks ICMP or
+// ICMPv6 echo (ping -4 or -6). err is about running ping, not about lost packets: check
+// received against sent.
 func Ping(from *Pod, to netip.Addr, count int, interval time.Duration) (sent, received int, err error) {
 	return ping(from.NS, to, count, interval)
 }
@@ -69,8 +70,17 @@ func startPing(ns string, to netip.Addr, count int, interval time.Duration) (*Pi
 	if count < 1 {
 		return nil, fmt.Errorf("ping from %s to %s: count %d < 1", ns, to, count)
 	}
+	if !to.IsValid() {
+		// Most likely the IP of an IPv6-only pod, or the IP6 of an IPv4-only one.
+		return nil, fmt.Errorf("ping from %s: no destination address (the zero netip.Addr)", ns)
+	}
+	to = to.Unmap()
+	family := "-4"
+	if to.Is6() {
+		family = "-6"
+	}
 	secs := strconv.FormatFloat(interval.Seconds(), 'f', -1, 64)
-	args := netnsExecArgs(ns, "ping", "-n", "-q",
+	args := netnsExecArgs(ns, "ping", family, "-n", "-q",
 		"-c", strconv.Itoa(count), "-i", secs,
 		"-W", strconv.Itoa(int(pingLinger/time.Second)), to.String())
 	r := &PingRun{
@@ -154,12 +164,21 @@ func (s StreamResult) Mbps() float64 {
 // Stream sends n bytes over TCP from one pod to another and checks that exactly those bytes
 // arrived: the receiving socket is made inside to's namespace, the sending one inside from's,
 // and the data is a pseudo-random pattern compared by SHA-256 on both ends. The whole
-// exchange must finish within a minute.
+// exchange must finish within a minute. It goes to to's IPv4 address, or to its IPv6 one if
+// it has none; StreamTo picks the address.
 func Stream(from, to *Pod, n int64) (StreamResult, error) {
-	desc := fmt.Sprintf("TCP stream of %d bytes from pod %s (%s) to pod %s (%s)", n, from.Name, from.IP, to.Name, to.IP)
+	return StreamTo(from, to, to.addr(), n)
+}
+
+// StreamTo is Stream to the given address of to (to.IP or to.IP6), so over that family.
+func StreamTo(from, to *Pod, dst netip.Addr, n int64) (StreamResult, error) {
+	desc := fmt.Sprintf("TCP stream of %d bytes from pod %s (%v) to pod %s (%s)", n, from.Name, from.Addrs(), to.Name, dst)
+	if !dst.IsValid() || (dst != to.IP && dst != to.IP6) {
+		return StreamResult{}, fmt.Errorf("%s: not an address of pod %s (%v)", desc, to.Name, to.Addrs())
+	}
 	deadline := time.Now().Add(streamTimeout)
 
-	l, err := listenIn(to.NS, net.JoinHostPort(to.IP.String(), "0"))
+	l, err := listenIn(to.NS, net.JoinHostPort(dst.String(), "0"))
 	if err != nil {
 		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
 	}
@@ -193,7 +212,7 @@ func Stream(from, to *Pod, n int64) (StreamResult, error) {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	conn, err := dialIn(ctx, from.NS, "tcp", net.JoinHostPort(to.IP.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	conn, err := dialIn(ctx, from.NS, "tcp", net.JoinHostPort(dst.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
 		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
 	}
