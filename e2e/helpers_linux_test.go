@@ -142,9 +142,15 @@ func onePodEach(t *testing.T, c *cluster.Cluster, nodes []*cluster.Node) []*clus
 // through the etcd watch, a moment after the peer's lease appears), then requires 3 of 3.
 func waitReachable(t *testing.T, from, to *cluster.Pod, timeout time.Duration) {
 	t.Helper()
+	waitReachableAt(t, from, to, to.IP, timeout)
+}
+
+// waitReachableAt is waitReachable to the pod's address addr (of either family).
+func waitReachableAt(t *testing.T, from, to *cluster.Pod, addr netip.Addr, timeout time.Duration) {
+	t.Helper()
 	start := time.Now()
 	for {
-		_, recv, err := cluster.Ping(from, to.IP, 1, 10*time.Millisecond)
+		_, recv, err := cluster.Ping(from, addr, 1, 10*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,20 +159,20 @@ func waitReachable(t *testing.T, from, to *cluster.Pod, timeout time.Duration) {
 		}
 		if time.Since(start) > timeout {
 			t.Fatalf("pod %s (node %s) cannot reach pod %s %s (node %s) after %v",
-				from.Name, from.Node.Name, to.Name, to.IP, to.Node.Name, timeout)
+				from.Name, from.Node.Name, to.Name, addr, to.Node.Name, timeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if waited := time.Since(start); waited > time.Second {
 		t.Logf("pod %s -> pod %s: reachable after %v", from.Name, to.Name, waited.Round(time.Millisecond))
 	}
-	sent, recv, err := cluster.Ping(from, to.IP, 3, 20*time.Millisecond)
+	sent, recv, err := cluster.Ping(from, addr, 3, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sent != 3 || recv != 3 {
 		t.Fatalf("ping pod %s (node %s) -> pod %s %s (node %s): %d of %d answered",
-			from.Name, from.Node.Name, to.Name, to.IP, to.Node.Name, recv, sent)
+			from.Name, from.Node.Name, to.Name, addr, to.Node.Name, recv, sent)
 	}
 }
 
@@ -203,7 +209,7 @@ func mustSubnet(t *testing.T, n *cluster.Node) netip.Prefix {
 	return sn
 }
 
-// leaseOf finds the lease of a subnet in etcd.
+// leaseOf finds the lease of a subnet (of either family) in etcd.
 func leaseOf(t *testing.T, c *cluster.Cluster, sn netip.Prefix) subnet.Lease {
 	t.Helper()
 	leases, err := c.Leases()
@@ -211,7 +217,7 @@ func leaseOf(t *testing.T, c *cluster.Cluster, sn netip.Prefix) subnet.Lease {
 		t.Fatal(err)
 	}
 	for _, l := range leases {
-		if l.Subnet == sn {
+		if l.Subnet == sn || l.IPv6Subnet == sn {
 			return l
 		}
 	}
@@ -263,6 +269,12 @@ func (d dataPlane) String() string {
 // "" for host-gw).
 func peerState(t *testing.T, n *cluster.Node, sn netip.Prefix, mac string) dataPlane {
 	t.Helper()
+	return peerStateOn(t, n, sn, mac, vxlanDevice)
+}
+
+// peerStateOn is peerState with the overlay device dev (flannel-v6.1 for IPv6 subnets).
+func peerStateOn(t *testing.T, n *cluster.Node, sn netip.Prefix, mac, dev string) dataPlane {
+	t.Helper()
 	var d dataPlane
 	var err error
 	if d.route, err = n.RouteTo(sn); err != nil {
@@ -271,8 +283,8 @@ func peerState(t *testing.T, n *cluster.Node, sn netip.Prefix, mac string) dataP
 	if mac == "" {
 		return d
 	}
-	d.neigh = strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", sn.Addr().String(), "dev", vxlanDevice))
-	for line := range strings.Lines(nodeExec(t, n, "bridge", "fdb", "show", "dev", vxlanDevice)) {
+	d.neigh = strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", sn.Addr().String(), "dev", dev))
+	for line := range strings.Lines(nodeExec(t, n, "bridge", "fdb", "show", "dev", dev)) {
 		if strings.HasPrefix(strings.ToLower(line), mac+" ") {
 			d.fdb = strings.TrimSpace(line)
 		}

@@ -53,6 +53,7 @@ type config struct {
 	dir           string
 	verbose       bool
 	serveEtcd     string
+	dualStack     bool
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -62,6 +63,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.weftd, "weftd", "", "the weftd binary the nodes run (required)")
 	fs.StringVar(&c.cniBin, "cni-bin", "", "directory of the CNI plugins bridge and host-local (required)")
 	fs.StringVar(&c.backend, "backend", "vxlan", "backend: vxlan or host-gw")
+	fs.BoolVar(&c.dualStack, "dual-stack", false, "IPv4 and IPv6: every node leases a subnet of each, every pod has an address of each, and both ping tables are shown")
 	fs.IntVar(&c.nodes, "nodes", 3, "number of nodes")
 	fs.IntVar(&c.pods, "pods", 2, "pods per node")
 	fs.BoolVar(&c.keep, "keep", false, "leave the cluster running and print how to look around and tear it down")
@@ -145,6 +147,11 @@ func demo(ctx context.Context, cfg config, out io.Writer) (err error) {
 		Dir:     cfg.dir,
 		Keep:    cfg.keep,
 	}
+	family := "IPv4"
+	if cfg.dualStack {
+		opts.NetConf = fmt.Sprintf(`{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":%q}}`, cfg.backend)
+		family = "dual-stack"
+	}
 	if missing := cluster.MissingCNIPlugins(cfg.cniBin); len(missing) > 0 {
 		return fmt.Errorf("--cni-bin=%s lacks %s (tools/install-cni.sh %s installs them)",
 			cfg.cniBin, strings.Join(missing, ", "), cfg.cniBin)
@@ -159,7 +166,7 @@ func demo(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 
 	log := &logger{out: os.Stderr, verbose: cfg.verbose}
-	fmt.Fprintf(out, "starting etcd and %d %s nodes in network namespaces...\n", cfg.nodes, cfg.backend)
+	fmt.Fprintf(out, "starting etcd and %d %s %s nodes in network namespaces...\n", cfg.nodes, family, cfg.backend)
 	c, err := cluster.New(log, opts)
 	if err != nil {
 		return err
@@ -213,7 +220,10 @@ func demo(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
-	allOK := pingTable(ctx, out, pods)
+	allOK := pingTable(ctx, out, pods, "IPv4", func(p *cluster.Pod) netip.Addr { return p.IP })
+	if cfg.dualStack {
+		allOK = pingTable(ctx, out, pods, "IPv6", func(p *cluster.Pod) netip.Addr { return p.IP6 }) && allOK
+	}
 
 	if cfg.keep {
 		printKeep(out, c, nodes, pods)
@@ -235,23 +245,22 @@ func printLeases(out io.Writer, c *cluster.Cluster, nodes []*cluster.Node) error
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "  NODE\tNAMESPACE\tSUBNET\tPUBLIC IP\tBACKEND\tVTEP MAC")
 	for _, n := range nodes {
-		sn, err := n.Subnet()
+		env, err := n.SubnetEnv()
 		if err != nil {
 			return err
 		}
+		sn, sn6 := env.LeaseSubnets()
 		row := fmt.Sprintf("  %s\t%s\t%s\t", n.Name, n.NS, sn)
 		found := false
 		for _, l := range leases {
-			if l.Subnet != sn {
+			if l.Subnet != sn || l.IPv6Subnet != sn6 {
 				continue
 			}
 			found = true
-			mac := "-"
-			var data struct{ VtepMAC string }
-			if len(l.Attrs.BackendData) > 0 && json.Unmarshal(l.Attrs.BackendData, &data) == nil && data.VtepMAC != "" {
-				mac = data.VtepMAC
+			row += fmt.Sprintf("%s\t%s\t%s", l.Attrs.PublicIP, l.Attrs.BackendType, vtepMAC(l.Attrs.BackendData))
+			if sn6.IsValid() { // the IPv6 half on a line of its own
+				row += fmt.Sprintf("\n  \t\t%s\t%s\t\t%s", sn6, l.Attrs.PublicIPv6, vtepMAC(l.Attrs.BackendV6Data))
 			}
-			row += fmt.Sprintf("%s\t%s\t%s", l.Attrs.PublicIP, l.Attrs.BackendType, mac)
 		}
 		if !found {
 			row += "(no lease!)\t\t"
@@ -261,15 +270,24 @@ func printLeases(out io.Writer, c *cluster.Cluster, nodes []*cluster.Node) error
 	return w.Flush()
 }
 
-// pingTable pings from every pod to every other pod and prints the matrix; it reports
-// whether every ping was answered.
-func pingTable(ctx context.Context, out io.Writer, pods []*cluster.Pod) bool {
-	label := func(p *cluster.Pod) string { return p.Node.Name + "/" + p.Name }
-	fmt.Fprintf(out, "\npods:")
-	for _, p := range pods {
-		fmt.Fprintf(out, " %s=%s", label(p), p.IP)
+// vtepMAC is the VtepMAC in vxlan backend data, or "-".
+func vtepMAC(data json.RawMessage) string {
+	var d struct{ VtepMAC string }
+	if len(data) > 0 && json.Unmarshal(data, &d) == nil && d.VtepMAC != "" {
+		return d.VtepMAC
 	}
-	fmt.Fprintf(out, "\n\npings (%d each, row pings column):\n", pingCount)
+	return "-"
+}
+
+// pingTable pings from every pod to every other pod's address of one family (addr picks it)
+// and prints the matrix; it reports whether every ping was answered.
+func pingTable(ctx context.Context, out io.Writer, pods []*cluster.Pod, family string, addr func(*cluster.Pod) netip.Addr) bool {
+	label := func(p *cluster.Pod) string { return p.Node.Name + "/" + p.Name }
+	fmt.Fprintf(out, "\n%s pods:", family)
+	for _, p := range pods {
+		fmt.Fprintf(out, " %s=%s", label(p), addr(p))
+	}
+	fmt.Fprintf(out, "\n\n%s pings (%d each, row pings column):\n", family, pingCount)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	header := "  FROM \\ TO"
 	for _, p := range pods {
@@ -286,7 +304,7 @@ func pingTable(ctx context.Context, out io.Writer, pods []*cluster.Pod) bool {
 				row += "\t-"
 				continue
 			}
-			sent, recv := pingPair(from, to.IP, converge)
+			sent, recv := pingPair(from, addr(to), converge)
 			if sent == pingCount && recv == sent {
 				row += fmt.Sprintf("\tok %d/%d", recv, sent)
 			} else {
@@ -302,9 +320,9 @@ func pingTable(ctx context.Context, out io.Writer, pods []*cluster.Pod) bool {
 		return false
 	}
 	if allOK {
-		fmt.Fprintln(out, "\nevery pod reaches every other pod")
+		fmt.Fprintf(out, "\nevery pod reaches every other pod over %s\n", family)
 	} else {
-		fmt.Fprintln(out, "\nSOME PINGS FAILED")
+		fmt.Fprintf(out, "\nSOME %s PINGS FAILED\n", family)
 	}
 	return allOK
 }
