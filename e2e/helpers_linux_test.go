@@ -176,13 +176,20 @@ func waitReachableAt(t *testing.T, from, to *cluster.Pod, addr netip.Addr, timeo
 	}
 }
 
-// pingAll checks that every pod reaches every other pod.
+// pingAll checks that every pod reaches every other pod (over IPv4).
 func pingAll(t *testing.T, pods []*cluster.Pod) {
+	t.Helper()
+	pingAllAt(t, pods, func(p *cluster.Pod) netip.Addr { return p.IP })
+}
+
+// pingAllAt checks that every pod reaches every other pod at the address addr picks (its
+// family's).
+func pingAllAt(t *testing.T, pods []*cluster.Pod, addr func(*cluster.Pod) netip.Addr) {
 	t.Helper()
 	for _, from := range pods {
 		for _, to := range pods {
 			if from != to {
-				waitReachable(t, from, to, convergeTimeout)
+				waitReachableAt(t, from, to, addr(to), convergeTimeout)
 			}
 		}
 	}
