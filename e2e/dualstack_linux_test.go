@@ -256,3 +256,42 @@ func TestDemoDualStack(t *testing.T) {
 		t.Errorf("the demo's output has failed pings:\n%s", out)
 	}
 }
+
+// TestFlannelDualStack: a real flanneld node, dual-stack, beside two weftd nodes in one etcd:
+// each daemon programs the others' IPv4 and IPv6 halves (weftd skips none), every pod reaches
+// every other over both families, and TCP streams over IPv6 pass between weft's and
+// flannel's pods both ways.
+func TestFlannelDualStack(t *testing.T) {
+	bins := needBinaries(t)
+	flanneld := needFlanneld(t)
+	for _, b := range dualBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			f := startFlannelNodes(t, bins, flanneld, flannelCase{backend: b, typ: b.name})
+			pods := []*cluster.Pod{f.p1, f.p2, f.p3}
+			pingAll6(t, pods)
+			for _, n := range []*cluster.Node{f.n1, f.n2} {
+				for _, p := range weftStatus(t, n).Peers {
+					if p.State != "programmed" {
+						t.Errorf("weftd on %s: peer %s (%s %s) %s: %s", n.Name, p.Key, p.Family, p.Subnet, p.State, p.Reason)
+					}
+				}
+			}
+			sn6, err := f.n3.Subnet6()
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := leaseOf(t, f.m.Cluster, sn6)
+			if l.Attrs.PublicIPv6 != f.n3.IP6 || (b.vxlan() && len(l.Attrs.BackendV6Data) == 0) {
+				t.Errorf("flanneld's lease %s: %+v; want PublicIPv6 %s and (vxlan) BackendV6Data", l.Key(), l.Attrs, f.n3.IP6)
+			}
+			for _, pair := range [][2]*cluster.Pod{{f.p1, f.p3}, {f.p3, f.p2}} {
+				res, err := cluster.StreamTo(pair[0], pair[1], pair[1].IP6, streamBytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("TCP over IPv6 %s (node %s) -> %s (node %s): %.0f Mbit/s", pair[0].Name, pair[0].Node.Name, pair[1].Name, pair[1].Node.Name, res.Mbps())
+			}
+			checkFlanneldLog(t, f.n3)
+		})
+	}
+}
