@@ -295,3 +295,50 @@ func TestFlannelDualStack(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeModeDualStack: Kubernetes mode on the real kube-apiserver with Nodes whose podCIDRs
+// have both families: each weftd leases both, publishes public-ipv6 and (vxlan)
+// backend-v6-data as flanneld does, and every pod reaches every other over both families.
+func TestKubeModeDualStack(t *testing.T) {
+	bins := needBinaries(t)
+	needKubeAPIServer(t)
+	for _, b := range dualBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			kc := newKubeCluster(t, bins, b, bins.weftd)
+			names := []string{"n1", "n2", "n3"}
+			cidr6 := func(i int) netip.Prefix {
+				return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 0, byte(i)}), 64)
+			}
+			for i, name := range names {
+				kc.createNode(t, name, podCIDR(i+1), cidr6(i+1))
+			}
+			nodes := startNodes(t, kc.Cluster, names...)
+			for i, n := range nodes {
+				env, err := n.SubnetEnv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if env.Subnet.Masked() != podCIDR(i+1) || env.IPv6Subnet.Masked() != cidr6(i+1) {
+					t.Errorf("node %s subnet.env %+v; want %s and %s", n.Name, env, podCIDR(i+1), cidr6(i+1))
+				}
+				node, err := kc.getNode(n.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ann := node.Annotations
+				if ann[annotation("public-ip")] != n.IP.String() || ann[annotation("public-ipv6")] != n.IP6.String() {
+					t.Errorf("Node %s annotations %v; want public-ip %s, public-ipv6 %s", n.Name, ann, n.IP, n.IP6)
+				}
+				if b.vxlan() {
+					var data struct{ VtepMAC string }
+					if err := json.Unmarshal([]byte(ann[annotation("backend-v6-data")]), &data); err != nil || data.VtepMAC != readLink6(t, n).Address {
+						t.Errorf("Node %s backend-v6-data %q; want the MAC of its %s, %s", n.Name, ann[annotation("backend-v6-data")], vxlan6Device, readLink6(t, n).Address)
+					}
+				}
+			}
+			pods := onePodEach(t, kc.Cluster, nodes)
+			pingAll(t, pods)
+			pingAll6(t, pods)
+		})
+	}
+}

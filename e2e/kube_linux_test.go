@@ -108,18 +108,22 @@ func podCIDR(i int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
 }
 
-// createNode creates the Node object of a node, with its podCIDR, as the kubelet and
-// kube-controller-manager would before weftd starts on it.
-func (kc *kubeCluster) createNode(t *testing.T, name string, cidr netip.Prefix) {
+// createNode creates the Node object of a node, with its podCIDRs (the first is also its
+// podCIDR), as the kubelet and kube-controller-manager would before weftd starts on it.
+func (kc *kubeCluster) createNode(t *testing.T, name string, cidrs ...netip.Prefix) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
 	defer cancel()
+	var all []string
+	for _, c := range cidrs {
+		all = append(all, c.String())
+	}
 	_, err := kc.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}},
+		Spec:       corev1.NodeSpec{PodCIDR: all[0], PodCIDRs: all},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("creating Node %s with podCIDR %s: %v", name, cidr, err)
+		t.Fatalf("creating Node %s with podCIDRs %v: %v", name, all, err)
 	}
 }
 
