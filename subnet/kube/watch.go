@@ -295,14 +295,17 @@ func (m *Manager) peerLease(cfg *subnet.Config, n *corev1.Node) (l subnet.Lease,
 	if err != nil {
 		return subnet.Lease{}, true, err
 	}
+	// In a dual-stack network a node with a podCIDR of one family only is half a peer: the
+	// backend skips the missing half and programs the other.
+	dual := cfg.EnableIPv4 && cfg.EnableIPv6
 	if cfg.EnableIPv4 {
-		if !v4.IsValid() {
+		if !v4.IsValid() && !dual {
 			return subnet.Lease{}, true, errors.New("no IPv4 podCIDR")
 		}
 		l.Subnet = v4
 	}
 	if cfg.EnableIPv6 {
-		if !v6.IsValid() {
+		if !v6.IsValid() && !dual {
 			return subnet.Lease{}, true, errors.New("no IPv6 podCIDR")
 		}
 		l.IPv6Subnet = v6
