@@ -18,15 +18,8 @@ func FuzzPeerLease(f *testing.F) {
 	f.Add("10.244.2.0/24", "192.0.2.11", "host-gw", "null")
 	f.Add("10.244.2.1/24", "::1", "", "{")
 	f.Add("fd00::/64", "0.0.0.0", "vxlan", `[]`)
-	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16"}`))
-	if err != nil {
-		f.Fatal(err)
-	}
-	ann, err := newAnnotations(DefaultAnnotationPrefix)
-	if err != nil {
-		f.Fatal(err)
-	}
-	m := &Manager{ann: ann}
+	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16"}`)
+	ann := m.ann
 	f.Fuzz(func(t *testing.T, cidr, ip, backendType, data string) {
 		n := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "peer", Annotations: map[string]string{
@@ -56,15 +49,8 @@ func FuzzDualStackPeerLease(f *testing.F) {
 	f.Add("fd00:10:244:2::/64", "192.0.2.12", `{`)
 	f.Add("10.244.9.0/24", "fe80::1%eth0", `null`)
 	f.Add("fd99::/64", "", `[]`)
-	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"}`))
-	if err != nil {
-		f.Fatal(err)
-	}
-	ann, err := newAnnotations(DefaultAnnotationPrefix)
-	if err != nil {
-		f.Fatal(err)
-	}
-	m := &Manager{ann: ann}
+	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"}`)
+	ann := m.ann
 	node := func(cidr6, ip6, data6 string, v6 bool) *corev1.Node {
 		n := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "peer", Annotations: map[string]string{ann.managed: "true",
@@ -97,4 +83,18 @@ func FuzzDualStackPeerLease(f *testing.F) {
 			t.Fatalf("accepted IPv6 backend data %q", l.Attrs.BackendV6Data)
 		}
 	})
+}
+
+// fuzzManager is the network config conf and a Manager that reads peers' annotations with
+// the default prefix.
+func fuzzManager(f *testing.F, conf string) (*subnet.Config, *Manager) {
+	cfg, err := subnet.ParseConfig([]byte(conf))
+	if err != nil {
+		f.Fatal(err)
+	}
+	ann, err := newAnnotations(DefaultAnnotationPrefix)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return cfg, &Manager{ann: ann}
 }
