@@ -359,6 +359,16 @@ func diagnose(n node) DoctorReport {
 		valid++
 	}
 	add("datastore", resultOK, fmt.Sprintf("network %s, backend %s, %d leases", n.cfg.Network, n.cfg.Backend.Type, valid), "")
+	// The checks below are IPv4's; the IPv6 half of a network is not diagnosed (yet).
+	switch {
+	case !n.cfg.EnableIPv4:
+		add("network", resultWarn, "an IPv6-only network: weftctl doctor checks IPv4 networks only",
+			"weftctl status shows weftd's own view of its lease and every peer's IPv6 half")
+		return report("", fs)
+	case n.cfg.EnableIPv6:
+		add("network", resultWarn, fmt.Sprintf("a dual-stack network: only its IPv4 half is checked, not %s", n.cfg.IPv6Network),
+			"weftctl status lists the peers' IPv6 halves as weftd programs them")
+	}
 
 	if n.extErr != nil {
 		add("interface", resultFail, n.extErr.Error(), "give --iface as weftd's (and --public-ip if it has one)")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/weftnet/weft/status"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -391,5 +392,31 @@ func TestExpectations(t *testing.T) {
 	n.cfg.Backend.Type = "udp"
 	if _, err := expect(n); err == nil || !strings.Contains(err.Error(), `Backend.Type=udp`) {
 		t.Errorf("udp backend: %v", err)
+	}
+}
+
+// TestDiagnoseIPv6: doctor checks IPv4 only, and says so rather than judge what it does not
+// look at: a dual-stack network gets a warning and its IPv4 checks; an IPv6-only one only the
+// warning, and no failure made up from IPv4 checks that do not apply.
+func TestDiagnoseIPv6(t *testing.T) {
+	n := healthyVXLAN(t)
+	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
+	warned := func(r DoctorReport) bool {
+		for _, f := range r.Findings {
+			if f.Check == "network" && f.Result == resultWarn {
+				return true
+			}
+		}
+		return false
+	}
+	r := diagnose(n)
+	if !warned(r) || !slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Check == "peers" }) {
+		t.Errorf("dual-stack: %+v; want the network warning and the IPv4 checks", r.Findings)
+	}
+	n.cfg = mustConfig(t, `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
+	n.entries = nil
+	r = diagnose(n)
+	if !warned(r) || r.Problems != 0 || slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Check == "lease" }) {
+		t.Errorf("IPv6 only: %+v; want the network warning alone", r.Findings)
 	}
 }
