@@ -142,7 +142,9 @@ func TestBadIPv6Half(t *testing.T) {
 		{"PublicIPv6 multicast", SkipBadPublicIP, func(l *subnet.Lease) { l.Attrs.PublicIPv6 = netip.MustParseAddr("ff02::1") }},
 		{"BackendV6Data missing", SkipBadData, func(l *subnet.Lease) { l.Attrs.BackendV6Data = nil }},
 		{"BackendV6Data without a MAC", SkipBadData, func(l *subnet.Lease) { l.Attrs.BackendV6Data = json.RawMessage(`{"VNI":1}`) }},
-		{"BackendV6Data of another VNI", SkipVNI, func(l *subnet.Lease) { l.Attrs.BackendV6Data = json.RawMessage(`{"VNI":2,"VtepMAC":"0e:00:00:00:06:02"}`) }},
+		{"BackendV6Data of another VNI", SkipVNI, func(l *subnet.Lease) {
+			l.Attrs.BackendV6Data = json.RawMessage(`{"VNI":2,"VtepMAC":"0e:00:00:00:06:02"}`)
+		}},
 		{"IPv6 VtepMAC this node's", SkipDuplicateMAC, func(l *subnet.Lease) { l.Attrs.BackendV6Data = json.RawMessage(vxData("0e:00:00:00:06:01")) }},
 		{"PublicIPv6 this node's", SkipDuplicateIP, func(l *subnet.Lease) { l.Attrs.PublicIPv6 = netip.MustParseAddr("fd77:77::10") }},
 	} {
