@@ -51,6 +51,9 @@ type State struct {
 	Family Family
 	// Own is the node's subnet in the family; invalid before the lease is known.
 	Own netip.Prefix
+	// Sibling is the node's subnet of the other family in a dual-stack network (invalid
+	// otherwise), for a data plane that makes one network for both (HNS's L2Bridge).
+	Sibling netip.Prefix
 	// Underlay is the external interface: host-gw and DirectRouting routes go out of it,
 	// and on Windows the HNS network is bound to its adapter.
 	Underlay string

@@ -36,6 +36,14 @@ func Families(cfg *subnet.Config) []Family {
 	return out
 }
 
+// Other is the other family.
+func (f Family) Other() Family {
+	if f == IPv6 {
+		return IPv4
+	}
+	return IPv6
+}
+
 // Network is the family's cluster network in cfg.
 func (f Family) Network(cfg *subnet.Config) netip.Prefix {
 	if f == IPv6 {

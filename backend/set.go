@@ -123,7 +123,7 @@ func (e *entry) skipped() *Skipped {
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
 		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC)}
-	s.st = b.State(b.fam.Subnet(own), masquerade)
+	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.claim = own, b.ownClaims(own)
 	return s
@@ -207,7 +207,7 @@ func (s *Set) Remove(key string, r *Result) {
 func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
 	ownChanged = s.b.fam.Subnet(own) != s.b.fam.Subnet(s.own)
 	s.own, s.claim = own, s.b.ownClaims(own)
-	s.st.Own = s.b.fam.Subnet(own)
+	s.st.Own, s.st.Sibling = s.b.fam.Subnet(own), s.b.sibling(own)
 	if e := s.entries[own.Key()]; e != nil { // a peer lease that is now our own
 		s.Remove(e.key, r)
 	}

@@ -185,6 +185,22 @@ func (b *Backend) AddAttrs(a *subnet.LeaseAttrs, vtep MAC) {
 	a.PublicIP, a.BackendData = b.public, data
 }
 
+// sibling is own's subnet of the other family when the network enables both.
+func (b *Backend) sibling(own subnet.Lease) netip.Prefix {
+	if !b.cfg.EnableIPv4 || !b.cfg.EnableIPv6 {
+		return netip.Prefix{}
+	}
+	return b.fam.Other().Subnet(own)
+}
+
+// StateFor is State for the node holding own's subnets: its subnet of the family, and of the
+// other (Sibling) in a dual-stack network.
+func (b *Backend) StateFor(own subnet.Lease, masquerade bool) *State {
+	st := b.State(b.fam.Subnet(own), masquerade)
+	st.Sibling = b.sibling(own)
+	return st
+}
+
 // half is the family's half of a lease: its subnet, public address and backend data.
 func (b *Backend) half(l subnet.Lease) (netip.Prefix, netip.Addr, json.RawMessage) {
 	if b.fam == IPv6 {

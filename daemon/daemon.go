@@ -219,8 +219,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	req := subnet.AcquireRequest{Attrs: d.attrs(subnet.LeaseAttrs{}, nil), Prepare: func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
 		macs := make([]backend.MAC, len(d.stacks))
 		for i, st := range d.stacks {
-			own := backend.Subnet(st.fam(), sn, sn6)
-			mac, err := st.plane.Prepare(ctx, st.b.State(own, d.cfg.IPMasq))
+			mac, err := st.plane.Prepare(ctx, st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq))
 			if err != nil {
 				return subnet.LeaseAttrs{}, fmt.Errorf("data plane (%s): %w", st.fam(), err)
 			}

@@ -194,11 +194,15 @@ func TestDaemonWindowsPlane(t *testing.T) {
 // TestDaemonWindowsRefusesIPv6Overlay: on Windows, vxlan with IPv6 stops start-up with an
 // error that names the key and says why (HNS Overlay networks carry no IPv6 between pods).
 func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
-	for _, c := range []struct{ backend, says string }{
-		// HNS Overlay networks carry no IPv6 between pods (subnet.Config.CheckFor).
-		{`{"Type":"vxlan","VNI":4096,"Port":4789}`, "Overlay"},
-		// L2Bridge could, but weftd's Windows plane programs IPv4 only: refused, not half done.
-		{`{"Type":"host-gw"}`, "carries no IPv6"},
+	for _, c := range []struct {
+		backend, says string
+		plane6        bool
+	}{
+		// HNS Overlay networks carry no IPv6 between pods (subnet.Config.CheckFor), even
+		// with an IPv6 plane at hand.
+		{`{"Type":"vxlan","VNI":4096,"Port":4789}`, "Overlay", true},
+		// A data plane without an IPv6 family refuses any IPv6 config.
+		{`{"Type":"host-gw"}`, "carries no IPv6", false},
 	} {
 		t.Run(c.says, func(t *testing.T) {
 			srv := etcdtest.Start(t, etcdtest.Options{})
@@ -214,13 +218,18 @@ func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			err := RunWith(ctx, cfg, log, Deps{
+			plane := windows.New(hns, nil, windows.Config{}, log)
+			deps := Deps{
 				Manager:    etcd.New(cli, etcd.Options{Logger: log}),
-				Plane:      windows.New(hns, nil, windows.Config{}, log),
+				Plane:      plane,
 				Interfaces: func() ([]netif.Interface, error) { return nil, nil },
 				DefaultIf:  func() (string, error) { return "Ethernet", nil },
 				GOOS:       "windows",
-			})
+			}
+			if c.plane6 {
+				deps.PlaneV6 = plane.IPv6()
+			}
+			err := RunWith(ctx, cfg, log, deps)
 			var ce *subnet.ConfigError
 			if !errors.As(err, &ce) || ce.Key != "EnableIPv6" || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("start-up with IPv6 %s on Windows: %v, want a config error naming EnableIPv6 and saying %q", c.backend, err, c.says)
@@ -232,5 +241,184 @@ func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
 				t.Errorf("leases written before the config was refused: %v %v", err, resp.Kvs)
 			}
 		})
+	}
+}
+
+// TestDaemonWindowsDualStackHostGW: host-gw in a dual-stack network on a Windows node, over
+// the in-memory HNS and host and a real etcd: one L2Bridge network carries both subnets
+// (each with its default route), the host endpoint has both .2 and ::2, forwarding is on for
+// both families, and each family's peer routes follow a peer that joins and leaves.
+func TestDaemonWindowsDualStackHostGW(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}`
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+		t.Fatal(err)
+	}
+	put := func(key, ip, ip6 string) {
+		v := fmt.Sprintf(`{"PublicIP":%q,"PublicIPv6":%q,"BackendType":"host-gw","BackendData":null}`, ip, ip6)
+		if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/subnets/"+key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("10.244.7.0-24&fd00:10:244:7::-64", "192.0.2.17", "fd77:77::17")
+	pfx := netip.MustParsePrefix
+	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{pfx("192.0.2.10/24"), pfx("fd77:77::10/64")}})
+	hns := hnstest.New(hnstest.Options{Version: windows.Version{Major: 11, Minor: 10}, ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 50 * time.Millisecond, Host: host})
+
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.Ifaces = []string{"Ethernet"}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	// start runs a weftd process: a new plane (both families') over the HNS and host that
+	// outlive it. The interface it finds is the vSwitch vNIC once HNS made one.
+	start := func() (stop func()) {
+		plane := windows.New(hns, host, windows.Config{PollInterval: 10 * time.Millisecond, WatchInterval: 50 * time.Millisecond}, log)
+		name := "Ethernet"
+		if hifs, _ := host.Interfaces(); slices.ContainsFunc(hifs, func(i windows.Interface) bool { return i.Name == "vEthernet (Ethernet)" }) {
+			name = "vEthernet (Ethernet)"
+		}
+		ifs := []netif.Interface{{Name: name, MTU: 1500, Up: true, Prefix: []netip.Prefix{pfx("192.0.2.10/24"), pfx("fd77:77::10/64")}}}
+		c := cfg
+		c.Ifaces = []string{name}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- RunWith(ctx, c, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane, PlaneV6: plane.IPv6(),
+				Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
+				DefaultIf:  func() (string, error) { return name, nil }, GOOS: "windows"})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("weftd ended with %v", err)
+			}
+		}
+	}
+	stop := start()
+	t.Cleanup(func() { stop() })
+
+	// peerRoutes are the host's routes into the cluster networks, "dst via next hop".
+	peerRoutes := func() []string {
+		rs, err := host.Routes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rs {
+			if pfx("10.244.0.0/16").Contains(r.Dst.Addr()) || pfx("fd00:10:244::/56").Contains(r.Dst.Addr()) {
+				out = append(out, r.Dst.String()+" via "+r.NextHop.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	eventually(t, "both families' routes to the peer", func() bool {
+		return fmt.Sprint(peerRoutes()) == "[10.244.7.0/24 via 192.0.2.17 fd00:10:244:7::/64 via fd77:77::17]"
+	})
+	env, err := subnet.ReadEnv(cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, sn6 := env.LeaseSubnets()
+	n, err := hns.NetworkByName("cbr0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subnets []string
+	for _, s := range n.StaticSubnets() {
+		for _, r := range s.Routes {
+			subnets = append(subnets, s.IPAddressPrefix+" default "+r.DestinationPrefix+" via "+r.NextHop)
+		}
+	}
+	want := []string{sn.String() + " default 0.0.0.0/0 via " + sn.Addr().Next().String(),
+		sn6.String() + " default ::/0 via " + sn6.Addr().Next().String()}
+	if !slices.Equal(subnets, want) || n.Type != windows.NetworkL2Bridge {
+		t.Errorf("network cbr0 (%s): subnets %q, want %q", n.Type, subnets, want)
+	}
+	eps, err := hns.NetworkEndpoints(n.ID)
+	if err != nil || len(eps) != 1 || fmt.Sprint(eps[0].IPs()) != fmt.Sprintf("[%s %s]", sn.Addr().Next().Next(), sn6.Addr().Next().Next()) {
+		t.Errorf("endpoints of cbr0: %+v (%v); want the host endpoint at .2 and ::2", eps, err)
+	}
+	hifs, err := host.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwarding := 0
+	for _, i := range hifs {
+		if strings.HasPrefix(i.Name, "vEthernet") {
+			if !i.Forwarding || !i.Forwarding6 {
+				t.Errorf("host interface %s (%v): forwarding IPv4 %t IPv6 %t; want both", i.Name, i.Prefixes, i.Forwarding, i.Forwarding6)
+			}
+			forwarding++
+		}
+	}
+	if forwarding != 2 {
+		t.Errorf("host interfaces %+v: want the management vNIC and the host endpoint's", hifs)
+	}
+
+	put("10.244.8.0-24&fd00:10:244:8::-64", "192.0.2.18", "fd77:77::18")
+	eventually(t, "the second peer's routes", func() bool { return len(peerRoutes()) == 4 })
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.7.0-24&fd00:10:244:7::-64"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first peer's routes gone", func() bool {
+		return fmt.Sprint(peerRoutes()) == "[10.244.8.0/24 via 192.0.2.18 fd00:10:244:8::/64 via fd77:77::18]"
+	})
+
+	// A restart adopts the network, its endpoint and both families' routes: it writes nothing.
+	stop()
+	before, requests := hns.Render()+host.Render(), len(hns.Requests())
+	host.ResetCalls()
+	stop = start()
+	time.Sleep(time.Second) // start-up, both families' first full Apply, a Watch look or more
+	if after := hns.Render() + host.Render(); after != before {
+		t.Errorf("the restart changed HNS or the host:\n%s\nwas\n%s", after, before)
+	}
+	if r := hns.Requests(); len(r) != requests {
+		t.Errorf("the restart sent HNS %+v", r[requests:])
+	}
+	for _, call := range []string{"AddRoute", "DeleteRoute", "SetForwarding"} {
+		if n := host.Calls()[call]; n != 0 {
+			t.Errorf("the restart called %s %d times", call, n)
+		}
+	}
+}
+
+// TestDaemonWindowsDualStackOldHNS: HNS before 11.10 takes no IPv6 subnet (hcsshim's
+// IPv6DualStackVersion): a dual-stack host-gw config stops start-up with an error naming
+// EnableIPv6 and the version, publishing nothing, rather than retrying for ever.
+func TestDaemonWindowsDualStackOldHNS(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}`
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+		t.Fatal(err)
+	}
+	pfx := netip.MustParsePrefix
+	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{pfx("192.0.2.10/24"), pfx("fd77:77::10/64")}})
+	hns := hnstest.New(hnstest.Options{Version: windows.Version{Major: 10, Minor: 0}, ManagementIP: netip.MustParseAddr("192.0.2.10"), Host: host})
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
+	cfg.HealthzPort = 0
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	plane := windows.New(hns, host, windows.Config{}, log)
+	ifs := []netif.Interface{{Name: "Ethernet", MTU: 1500, Up: true, Prefix: []netip.Prefix{pfx("192.0.2.10/24"), pfx("fd77:77::10/64")}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane, PlaneV6: plane.IPv6(),
+		Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
+		DefaultIf:  func() (string, error) { return "Ethernet", nil }, GOOS: "windows"})
+	var ce *subnet.ConfigError
+	if !errors.As(err, &ce) || ce.Key != "EnableIPv6" || !strings.Contains(err.Error(), "11.10") {
+		t.Fatalf("start-up on HNS 10.0: %v, want a config error naming EnableIPv6 and HNS 11.10", err)
+	}
+	if r := hns.Requests(); len(r) != 0 {
+		t.Errorf("HNS was asked %+v", r)
+	}
+	if resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("leases written: %v %v", err, resp.Kvs)
 	}
 }

@@ -80,7 +80,7 @@ func roundTrip[T any](t *testing.T, what string, v any) *T {
 func TestModelToHCN(t *testing.T) {
 	sn := netip.MustParsePrefix("10.244.1.0/24")
 	overlay := overlayNetwork("flannel.4096", 4096, "Ethernet", sn)
-	bridge := bridgeNetwork("cbr0", "Ethernet", []string{"10.96.0.10"}, sn)
+	bridge := bridgeNetwork("cbr0", "Ethernet", []string{"10.96.0.10"}, []netip.Prefix{sn})
 	hn := roundTrip[hcn.HostComputeNetwork](t, "overlay network", overlay)
 	if hn.Type != hcn.Overlay || hn.Flags != hcn.EnableNonPersistent || hn.SchemaVersion != (hcn.SchemaVersion{Major: 2, Minor: 0}) {
 		t.Errorf("hcn sees the overlay as %+v", hn)
@@ -90,6 +90,12 @@ func TestModelToHCN(t *testing.T) {
 		t.Errorf("VSID policy %s: %v", hn.Ipams[0].Subnets[0].Policies[0], err)
 	}
 	roundTrip[hcn.HostComputeNetwork](t, "l2bridge network", bridge)
+	// Dual-stack: one subnet per family, each with its default route, as hcn reads them.
+	dual := roundTrip[hcn.HostComputeNetwork](t, "dual-stack l2bridge network",
+		bridgeNetwork("cbr0", "Ethernet", nil, []netip.Prefix{sn, netip.MustParsePrefix("fd00:10:244:1::/64")}))
+	if s := dual.Ipams[0].Subnets; len(s) != 2 || s[1].IpAddressPrefix != "fd00:10:244:1::/64" || s[1].Routes[0].DestinationPrefix != "::/0" || s[1].Routes[0].NextHop != "fd00:10:244:1::1" {
+		t.Errorf("hcn sees the dual-stack network's subnets as %+v", s)
+	}
 
 	remote := remoteEndpoint("00000000-0000-4000-8000-000000000001", "0E-2A", netip.MustParseAddr("10.244.2.2"), netip.MustParseAddr("192.168.1.11"))
 	he := roundTrip[hcn.HostComputeEndpoint](t, "remote endpoint", &remote)

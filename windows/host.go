@@ -5,25 +5,36 @@ import (
 	"net/netip"
 )
 
-// Host is the host's IPv4 stack as host-gw needs it: interfaces, forwarding and the route
-// table. On Windows it is the IP Helper API (host_windows.go); MemHost stands in for tests.
+// Host is the host's IP stack as host-gw needs it: interfaces, forwarding and the route
+// table, of both families. On Windows it is the IP Helper API (host_windows.go); hnstest.Host
+// stands in for tests.
 type Host interface {
 	Interfaces() ([]Interface, error)
-	// SetForwarding enables IPv4 forwarding on an interface.
-	SetForwarding(index uint32) error
-	// Routes lists the IPv4 routes.
+	// SetForwarding enables forwarding of the family (IPv6 if v6) on an interface: Windows
+	// keeps it per interface and family.
+	SetForwarding(index uint32, v6 bool) error
+	// Routes lists the routes of both families.
 	Routes() ([]HostRoute, error)
 	AddRoute(r HostRoute) error
 	// DeleteRoute deletes the route with r's destination, next hop and interface.
 	DeleteRoute(r HostRoute) error
 }
 
-// Interface is one IPv4 interface of the host.
+// Interface is one interface of the host.
 type Interface struct {
-	Index      uint32
-	Name       string
-	Prefixes   []netip.Prefix // IPv4 addresses with their on-link prefix length
-	Forwarding bool
+	Index       uint32
+	Name        string
+	Prefixes    []netip.Prefix // addresses of both families with their on-link prefix length
+	Forwarding  bool           // IPv4 forwarding
+	Forwarding6 bool           // IPv6 forwarding
+}
+
+// forwards reports whether the interface forwards the family (IPv6 if v6).
+func (i Interface) forwards(v6 bool) bool {
+	if v6 {
+		return i.Forwarding6
+	}
+	return i.Forwarding
 }
 
 // RouteProtocol says who made a route (MIB_IPFORWARD_ROW2's Protocol).
@@ -32,10 +43,10 @@ type RouteProtocol uint32
 // ProtoNetMgmt is a static route: what CreateIpForwardEntry2 makes, and what weft owns.
 const ProtoNetMgmt RouteProtocol = 3
 
-// HostRoute is an IPv4 route of the host.
+// HostRoute is a route of the host, of either family.
 type HostRoute struct {
 	Dst      netip.Prefix
-	NextHop  netip.Addr // 0.0.0.0 for on-link routes
+	NextHop  netip.Addr // 0.0.0.0 or :: for on-link routes
 	IfIndex  uint32
 	Metric   uint32
 	Protocol RouteProtocol

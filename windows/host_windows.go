@@ -34,21 +34,39 @@ func NewIPHelper() *IPHelper {
 	}
 }
 
-// addrOf reads an IPv4 SOCKADDR_INET; invalid for any other family.
+// addrOf reads an IPv4 or IPv6 SOCKADDR_INET; invalid for any other family. An IPv6 address
+// keeps no scope: weft's routes and addresses are global ones.
 func addrOf(s *xwin.RawSockaddrInet) netip.Addr {
-	if s.Family != xwin.AF_INET {
-		return netip.Addr{}
+	switch s.Family {
+	case xwin.AF_INET:
+		return netip.AddrFrom4((*xwin.RawSockaddrInet4)(unsafe.Pointer(s)).Addr)
+	case xwin.AF_INET6:
+		return netip.AddrFrom16((*xwin.RawSockaddrInet6)(unsafe.Pointer(s)).Addr)
 	}
-	return netip.AddrFrom4((*xwin.RawSockaddrInet4)(unsafe.Pointer(s)).Addr)
+	return netip.Addr{}
 }
 
-// sockaddrOf writes an IPv4 address as a SOCKADDR_INET.
+// sockaddrOf writes an address as a SOCKADDR_INET of its family.
 func sockaddrOf(a netip.Addr) xwin.RawSockaddrInet {
 	var s xwin.RawSockaddrInet
+	if a.Is6() {
+		s6 := (*xwin.RawSockaddrInet6)(unsafe.Pointer(&s))
+		s6.Family = xwin.AF_INET6
+		s6.Addr = a.As16()
+		return s
+	}
 	s4 := (*xwin.RawSockaddrInet4)(unsafe.Pointer(&s))
 	s4.Family = xwin.AF_INET
 	s4.Addr = a.As4()
 	return s
+}
+
+// familyOf is the address family of v6.
+func familyOf(v6 bool) uint16 {
+	if v6 {
+		return xwin.AF_INET6
+	}
+	return xwin.AF_INET
 }
 
 // call calls an iphlpapi function that takes one row and returns a NETIO_STATUS.
@@ -78,7 +96,7 @@ func status(r uintptr, what string) error {
 // Interfaces implements Host.
 func (h *IPHelper) Interfaces() ([]Interface, error) {
 	var table *xwin.MibUnicastIpAddressTable
-	if err := xwin.GetUnicastIpAddressTable(xwin.AF_INET, &table); err != nil {
+	if err := xwin.GetUnicastIpAddressTable(xwin.AF_UNSPEC, &table); err != nil {
 		return nil, fmt.Errorf("GetUnicastIpAddressTable: %w", err)
 	}
 	defer xwin.FreeMibTable(unsafe.Pointer(table))
@@ -94,9 +112,15 @@ func (h *IPHelper) Interfaces() ([]Interface, error) {
 			if ni, err := net.InterfaceByIndex(int(row.InterfaceIndex)); err == nil {
 				ifc.Name = ni.Name
 			}
-			ipif := xwin.MibIpInterfaceRow{Family: xwin.AF_INET, InterfaceIndex: row.InterfaceIndex}
-			if call(h.getInterface, unsafe.Pointer(&ipif), "GetIpInterfaceEntry") == nil {
-				ifc.Forwarding = ipif.ForwardingEnabled != 0
+			for _, v6 := range []bool{false, true} {
+				ipif := xwin.MibIpInterfaceRow{Family: familyOf(v6), InterfaceIndex: row.InterfaceIndex}
+				if call(h.getInterface, unsafe.Pointer(&ipif), "GetIpInterfaceEntry") == nil {
+					if v6 {
+						ifc.Forwarding6 = ipif.ForwardingEnabled != 0
+					} else {
+						ifc.Forwarding = ipif.ForwardingEnabled != 0
+					}
+				}
 			}
 			out = append(out, ifc)
 			i = len(out) - 1
@@ -107,20 +131,22 @@ func (h *IPHelper) Interfaces() ([]Interface, error) {
 }
 
 // SetForwarding implements Host.
-func (h *IPHelper) SetForwarding(index uint32) error {
-	row := xwin.MibIpInterfaceRow{Family: xwin.AF_INET, InterfaceIndex: index}
+func (h *IPHelper) SetForwarding(index uint32, v6 bool) error {
+	row := xwin.MibIpInterfaceRow{Family: familyOf(v6), InterfaceIndex: index}
 	if err := call(h.getInterface, unsafe.Pointer(&row), fmt.Sprintf("reading interface %d", index)); err != nil {
 		return err
 	}
 	row.ForwardingEnabled = 1
-	row.SitePrefixLength = 0 // SetIpInterfaceEntry refuses an IPv4 row with one
+	if !v6 {
+		row.SitePrefixLength = 0 // SetIpInterfaceEntry refuses an IPv4 row with one
+	}
 	return call(h.setInterface, unsafe.Pointer(&row), fmt.Sprintf("enabling forwarding on interface %d", index))
 }
 
 // Routes implements Host.
 func (h *IPHelper) Routes() ([]HostRoute, error) {
 	var table *xwin.MibIpForwardTable2
-	if err := xwin.GetIpForwardTable2(xwin.AF_INET, &table); err != nil {
+	if err := xwin.GetIpForwardTable2(xwin.AF_UNSPEC, &table); err != nil {
 		return nil, fmt.Errorf("GetIpForwardTable2: %w", err)
 	}
 	defer xwin.FreeMibTable(unsafe.Pointer(table))

@@ -15,14 +15,18 @@ func TestRouteRow(t *testing.T) {
 	if got := unsafe.Sizeof(xwin.MibIpForwardRow2{}); unsafe.Sizeof(uintptr(0)) == 8 && got != 104 {
 		t.Errorf("MIB_IPFORWARD_ROW2 is %d bytes, want 104", got)
 	}
-	r := HostRoute{Dst: netip.MustParsePrefix("10.244.2.0/24"), NextHop: netip.MustParseAddr("192.168.1.11"), IfIndex: 7, Metric: 5, Protocol: ProtoNetMgmt}
-	var row xwin.MibIpForwardRow2
-	fillRow(&row, r)
-	if got := routeOf(&row); got != r {
-		t.Errorf("round trip %+v, want %+v", got, r)
+	for _, r := range []HostRoute{
+		{Dst: netip.MustParsePrefix("10.244.2.0/24"), NextHop: netip.MustParseAddr("192.168.1.11"), IfIndex: 7, Metric: 5, Protocol: ProtoNetMgmt},
+		{Dst: netip.MustParsePrefix("fd00:10:244:2::/64"), NextHop: netip.MustParseAddr("fd77:77::11"), IfIndex: 7, Metric: 5, Protocol: ProtoNetMgmt},
+	} {
+		var row xwin.MibIpForwardRow2
+		fillRow(&row, r)
+		if got := routeOf(&row); got != r {
+			t.Errorf("round trip %+v, want %+v", got, r)
+		}
 	}
-	if got := addrOf(&xwin.RawSockaddrInet{Family: xwin.AF_INET6}); got.IsValid() {
-		t.Errorf("an IPv6 sockaddr read as %s", got)
+	if got := addrOf(&xwin.RawSockaddrInet{Family: xwin.AF_UNSPEC}); got.IsValid() {
+		t.Errorf("a sockaddr of no family read as %s", got)
 	}
 	if err := status(uintptr(xwin.ERROR_OBJECT_ALREADY_EXISTS), "x"); !errors.Is(err, ErrExists) {
 		t.Errorf("ERROR_OBJECT_ALREADY_EXISTS gave %v", err)

@@ -10,19 +10,42 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/subnet"
 )
 
-// bridgeNetwork is host-gw's L2Bridge network on adapter: pods of sn behind the gateway .1.
-func bridgeNetwork(name, adapter string, dns []string, sn netip.Prefix) *HostComputeNetwork {
+// bridgeSubnets are the node subnets st's L2Bridge network carries, IPv4 first: st's own and,
+// in a dual-stack network, its Sibling. L2Bridge is dual-stack on Windows (unlike Overlay).
+func bridgeSubnets(st *backend.State) []netip.Prefix {
+	sns := []netip.Prefix{st.Own}
+	if st.Sibling.IsValid() {
+		sns = append(sns, st.Sibling)
+	}
+	slices.SortFunc(sns, func(a, b netip.Prefix) int { return a.Addr().BitLen() - b.Addr().BitLen() })
+	return sns
+}
+
+// defaultRouteDst is the default route of sn's family, as HNS writes it.
+func defaultRouteDst(sn netip.Prefix) string {
+	if sn.Addr().Is6() {
+		return "::/0"
+	}
+	return "0.0.0.0/0"
+}
+
+// bridgeNetwork is host-gw's L2Bridge network on adapter: pods of each of sns behind its
+// gateway (.1, ::1).
+func bridgeNetwork(name, adapter string, dns []string, sns []netip.Prefix) *HostComputeNetwork {
+	subnets := make([]Subnet, 0, len(sns))
+	for _, sn := range sns {
+		subnets = append(subnets, Subnet{IPAddressPrefix: sn.String(),
+			Routes: []Route{{NextHop: gateway(sn).String(), DestinationPrefix: defaultRouteDst(sn)}}})
+	}
 	n := &HostComputeNetwork{
-		Name:  name,
-		Type:  NetworkL2Bridge,
-		Flags: EnableNonPersistent,
-		DNS:   DNS{ServerList: dns},
-		Ipams: []Ipam{{Type: "Static", Subnets: []Subnet{{
-			IPAddressPrefix: sn.String(),
-			Routes:          []Route{{NextHop: gateway(sn).String(), DestinationPrefix: "0.0.0.0/0"}},
-		}}}},
+		Name:          name,
+		Type:          NetworkL2Bridge,
+		Flags:         EnableNonPersistent,
+		DNS:           DNS{ServerList: dns},
+		Ipams:         []Ipam{{Type: "Static", Subnets: subnets}},
 		SchemaVersion: SchemaV2(),
 	}
 	if adapter != "" {
@@ -31,30 +54,44 @@ func bridgeNetwork(name, adapter string, dns []string, sn netip.Prefix) *HostCom
 	return n
 }
 
-// hostEndpointIP is the host's address on the pod network: .2, as flanneld has it.
+// hostEndpointIP is the host's address on the pod network: .2 (::2), as flanneld has it.
 func hostEndpointIP(sn netip.Prefix) netip.Addr { return gateway(sn).Next() }
 
-// ensureBridge makes or adopts the L2Bridge network for st's subnet, its host endpoint at .2
-// attached to the host's default namespace, and forwarding on the host's vNICs. It counts
-// what it changed into ch.
+// ensureBridge makes or adopts the L2Bridge network for st's subnets (both families'
+// when dual-stack), its host endpoint at .2 (and ::2) attached to the host's default
+// namespace, and forwarding on the host's vNICs. It counts what it changed into ch. Both
+// families' planes call it; the second finds everything made.
 func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.Changes) (string, error) {
-	sn := st.Own
-	if err := checkSubnet(sn); err != nil {
-		return "", err
+	sns := bridgeSubnets(st)
+	for _, sn := range sns {
+		if err := checkSubnet(sn); err != nil {
+			return "", err
+		}
 	}
 	if p.host == nil {
 		return "", errors.New("host-gw needs the host's route table")
 	}
+	if slices.ContainsFunc(sns, func(sn netip.Prefix) bool { return sn.Addr().Is6() }) {
+		v, err := p.hns.Version()
+		if err != nil {
+			return "", fmt.Errorf("HNS version: %w", err)
+		}
+		if !v.SupportsDualStack() {
+			// A config this node cannot carry: start-up stops rather than retries.
+			return "", &subnet.ConfigError{Key: "EnableIPv6", Value: "true",
+				Reason: fmt.Sprintf("HNS %s on this node has no IPv6 dual stack (it needs 11.10: Windows Server 2022)", v)}
+		}
+	}
 	name := networkName(st)
-	n, created, err := p.ensureNetwork(ctx, name, sn, func(n *HostComputeNetwork) string { return subnetMismatch(n, NetworkL2Bridge, sn) },
-		func() *HostComputeNetwork { return bridgeNetwork(name, st.Underlay, dnsServers(st), sn) })
+	n, created, err := p.ensureNetwork(ctx, name, sns[0], func(n *HostComputeNetwork) string { return subnetMismatch(n, NetworkL2Bridge, sns...) },
+		func() *HostComputeNetwork { return bridgeNetwork(name, st.Underlay, dnsServers(st), sns) })
 	if err != nil {
 		return "", err
 	}
 	if created {
 		ch[changeNetwork]++
 	}
-	ep, made, err := p.ensureHostEndpoint(n, sn)
+	ep, made, err := p.ensureHostEndpoint(n, sns)
 	if err != nil {
 		return "", err
 	}
@@ -68,7 +105,16 @@ func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.
 	if attached {
 		ch[changeNamespace]++
 	}
-	turned, err := p.ensureForwarding(ctx, n.ManagementIP(), hostEndpointIP(sn))
+	// The management vNIC routes to peers (of both families: it holds the node's addresses),
+	// the host endpoint's vNIC to the pods.
+	fwd := []forward{{n.ManagementIP(), false}}
+	for _, sn := range sns {
+		if sn.Addr().Is6() {
+			fwd = append(fwd, forward{n.ManagementIP(), true})
+		}
+		fwd = append(fwd, forward{hostEndpointIP(sn), sn.Addr().Is6()})
+	}
+	turned, err := p.ensureForwarding(ctx, fwd...)
 	ch[changeForward] += turned
 	if err != nil {
 		return "", err
@@ -76,15 +122,19 @@ func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.
 	return n.ID, p.writeNetworkFile(n)
 }
 
-// ensureHostEndpoint returns the network's host endpoint, "<network>_ep" at .2, making it
-// (again) if it is missing or wrong.
-func (p *Plane) ensureHostEndpoint(n *HostComputeNetwork, sn netip.Prefix) (*HostComputeEndpoint, bool, error) {
+// ensureHostEndpoint returns the network's host endpoint, "<network>_ep" at .2 of each of
+// sns, making it (again) if it is missing or wrong.
+func (p *Plane) ensureHostEndpoint(n *HostComputeNetwork, sns []netip.Prefix) (*HostComputeEndpoint, bool, error) {
 	name := n.Name + "_ep"
 	want := HostComputeEndpoint{
 		Name:               name,
 		HostComputeNetwork: n.ID,
-		IPConfigurations:   []IPConfig{{IPAddress: hostEndpointIP(sn).String(), PrefixLength: uint8(sn.Bits())}},
 		SchemaVersion:      SchemaV2(),
+	}
+	var ips []netip.Addr
+	for _, sn := range sns {
+		want.IPConfigurations = append(want.IPConfigurations, IPConfig{IPAddress: hostEndpointIP(sn).String(), PrefixLength: uint8(sn.Bits())})
+		ips = append(ips, hostEndpointIP(sn))
 	}
 	eps, err := p.hns.NetworkEndpoints(n.ID)
 	if err != nil {
@@ -94,10 +144,10 @@ func (p *Plane) ensureHostEndpoint(n *HostComputeNetwork, sn netip.Prefix) (*Hos
 		if ep.Name != name {
 			continue
 		}
-		if ep.Flags&EndpointRemote == 0 && ep.IP() == hostEndpointIP(sn) {
+		if ep.Flags&EndpointRemote == 0 && slices.Equal(ep.IPs(), ips) {
 			return &ep, false, nil
 		}
-		p.log.Warn("replacing host endpoint", "endpoint", name, "ip", ep.IP(), "want", hostEndpointIP(sn))
+		p.log.Warn("replacing host endpoint", "endpoint", name, "ips", ep.IPs(), "want", ips)
 		if err := p.hns.DeleteEndpoint(ep.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, false, fmt.Errorf("deleting host endpoint %s: %w", name, err)
 		}
@@ -132,13 +182,20 @@ func (p *Plane) attachToHost(ep *HostComputeEndpoint) (bool, error) {
 	return true, nil
 }
 
-// ensureForwarding turns forwarding on for the host's interfaces holding addrs (the
-// management vNIC, which routes to peers, and the host endpoint's vNIC), waiting for them
-// to appear. It returns how many it turned on.
-func (p *Plane) ensureForwarding(ctx context.Context, addrs ...netip.Addr) (int, error) {
+// forward is forwarding of one family (IPv6 if v6) on the interface holding addr.
+type forward struct {
+	addr netip.Addr
+	v6   bool
+}
+
+// ensureForwarding turns forwarding on, each of fwd's family, for the host's interfaces
+// holding fwd's addresses (the management vNIC, which routes to peers, and the host
+// endpoint's vNIC), waiting for them to appear. It returns how many it turned on.
+func (p *Plane) ensureForwarding(ctx context.Context, fwd ...forward) (int, error) {
 	turned := 0
 	var waited time.Duration
-	for _, a := range addrs {
+	for _, f := range fwd {
+		a := f.addr
 		for {
 			ifs, err := p.host.Interfaces()
 			if err != nil {
@@ -148,8 +205,8 @@ func (p *Plane) ensureForwarding(ctx context.Context, addrs ...netip.Addr) (int,
 				return slices.ContainsFunc(i.Prefixes, func(p netip.Prefix) bool { return p.Addr() == a })
 			})
 			if i >= 0 {
-				if !ifs[i].Forwarding {
-					if err := p.host.SetForwarding(ifs[i].Index); err != nil {
+				if !ifs[i].forwards(f.v6) {
+					if err := p.host.SetForwarding(ifs[i].Index, f.v6); err != nil {
 						return turned, fmt.Errorf("enabling forwarding on %s (%s): %w", ifs[i].Name, a, err)
 					}
 					turned++
@@ -193,9 +250,10 @@ func peerRoute(ifs []Interface, key string, pr backend.Peer) (HostRoute, error) 
 	return HostRoute{Dst: pr.Subnet, NextHop: pr.PublicIP, IfIndex: idx, Protocol: ProtoNetMgmt}, nil
 }
 
-// applyHostGW is a full Apply of a host-gw State: the bridge, then the routes.
-func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.Changes) error {
-	p.m = model{}
+// applyHostGW is a full Apply of a host-gw State: the bridge, then the routes of the
+// State's family, into the family's model m.
+func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.Changes, m *model) error {
+	*m = model{}
 	id, err := p.ensureBridge(ctx, st, ch)
 	if err != nil {
 		return err
@@ -204,7 +262,7 @@ func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.C
 	if err != nil {
 		return fmt.Errorf("listing interfaces: %w", err)
 	}
-	m := model{own: st.Own, network: networkName(st), networkID: id, macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
+	nm := model{own: st.Own, network: networkName(st), networkID: id, macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
 	var errs []error
 	var want []HostRoute
 	peers := maps.Collect(st.Peers.All())
@@ -222,14 +280,14 @@ func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.C
 	}
 	plan := diffRoutes(want, have, scope{network: st.Network(), own: st.Own})
 	for _, r := range want {
-		m.routes[r.Dst] = r
+		nm.routes[r.Dst] = r
 	}
 	for _, r := range plan.Add {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("adding routes: %w", err))...)
 		}
 		if err := p.host.AddRoute(r); err != nil {
-			delete(m.routes, r.Dst)
+			delete(nm.routes, r.Dst)
 			errs = append(errs, fmt.Errorf("adding route %s: %w", r, err))
 			continue
 		}
@@ -245,18 +303,18 @@ func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.C
 		}
 		ch[changeRoute]++
 	}
-	m.valid = true
-	p.m = m
+	nm.valid = true
+	*m = nm
 	return errors.Join(errs...)
 }
 
-// changeRoute brings one peer's host-gw route to what c.New wants: the new route is added
-// before the old one goes, so the peer is never without one.
-func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes) error {
+// changeRoute brings one peer's host-gw route to what c.New wants, from the family's model m:
+// the new route is added before the old one goes, so the peer is never without one.
+func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes, m *model) error {
 	var errs []error
 	var want HostRoute
 	if c.New.IsValid() {
-		r, err := peerRoute(p.m.ifs, c.Key, c.New)
+		r, err := peerRoute(m.ifs, c.Key, c.New)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -264,7 +322,7 @@ func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes) error {
 		}
 	}
 	if want.Dst.IsValid() {
-		if have, ok := p.m.routes[want.Dst]; ok && have.same(want) {
+		if have, ok := m.routes[want.Dst]; ok && have.same(want) {
 			return errors.Join(errs...)
 		}
 		if err := p.host.AddRoute(want); err != nil {
@@ -273,7 +331,7 @@ func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes) error {
 		ch[changeRoute]++
 	}
 	for _, sn := range changed(c) {
-		have, ok := p.m.routes[sn]
+		have, ok := m.routes[sn]
 		if !ok || (want.Dst.IsValid() && have.same(want)) {
 			continue
 		}
@@ -281,11 +339,11 @@ func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes) error {
 			errs = append(errs, fmt.Errorf("peer %s: deleting route %s: %w", c.Key, have, err))
 			continue
 		}
-		delete(p.m.routes, sn)
+		delete(m.routes, sn)
 		ch[changeRoute]++
 	}
 	if want.Dst.IsValid() {
-		p.m.routes[want.Dst] = want
+		m.routes[want.Dst] = want
 	}
 	return errors.Join(errs...)
 }

@@ -36,6 +36,10 @@ func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor)
 // from 9.2, Windows Server 2019.
 func (v Version) SupportsRemoteSubnet() bool { return v.AtLeast(9, 2) }
 
+// SupportsDualStack reports whether HNS takes a network with subnets of both families: from
+// 11.10 (hcsshim's IPv6DualStackVersion, hcn/hcnglobals.go).
+func (v Version) SupportsDualStack() bool { return v.AtLeast(11, 10) }
+
 // PolicyType names a network, endpoint or subnet policy.
 type PolicyType string
 
@@ -244,6 +248,17 @@ func (n *HostComputeNetwork) ManagementIP() netip.Addr {
 	return netip.Addr{}
 }
 
+// StaticSubnets are the subnets of the network's Static Ipams, in order.
+func (n *HostComputeNetwork) StaticSubnets() []Subnet {
+	var out []Subnet
+	for _, ipam := range n.Ipams {
+		if strings.EqualFold(ipam.Type, "Static") || ipam.Type == "" {
+			out = append(out, ipam.Subnets...)
+		}
+	}
+	return out
+}
+
 // StaticSubnet is the network's first subnet of a Static Ipam; nil if it has none.
 func (n *HostComputeNetwork) StaticSubnet() *Subnet {
 	for i := range n.Ipams {
@@ -282,6 +297,18 @@ type HostComputeEndpoint struct {
 	MacAddress           string        `json:",omitempty"`
 	Flags                EndpointFlags `json:",omitempty"`
 	SchemaVersion        SchemaVersion `json:",omitempty"`
+}
+
+// IPs are the endpoint's addresses, in order: a dual-stack host endpoint has one of each
+// family.
+func (e *HostComputeEndpoint) IPs() []netip.Addr {
+	var out []netip.Addr
+	for _, c := range e.IPConfigurations {
+		if a, err := netip.ParseAddr(c.IPAddress); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // IP is the endpoint's first IPv4 address.

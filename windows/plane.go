@@ -101,7 +101,16 @@ type Plane struct {
 
 	mu   sync.Mutex
 	mode PeerMode // resolved against HNS's version; PeersAuto until then
-	m    model
+	m    model    // the IPv4 family's (and vxlan's)
+	m6   model    // the IPv6 family's: host-gw routes of a dual-stack L2Bridge network
+}
+
+// modelOf is the model of st's family.
+func (p *Plane) modelOf(st *backend.State) *model {
+	if st.Family == backend.IPv6 {
+		return &p.m6
+	}
+	return &p.m
 }
 
 // model is what the plane programmed, as of its last full Apply and the writes since: what
@@ -186,7 +195,7 @@ func macPrefix(st *backend.State) string {
 func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.m = model{}
+	p.m, p.m6 = model{}, model{} // the network may be made again: every family's next Apply is full
 	if st.Device == nil {
 		_, err := p.ensureBridge(ctx, st, backend.Changes{})
 		return backend.MAC{}, err
@@ -194,7 +203,16 @@ func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, er
 	return p.ensureOverlay(ctx, st)
 }
 
+// checkSubnet: a node subnet HNS can serve, with room for the gateway, the host endpoint
+// and a pod: an IPv4 /30 or larger, an IPv6 /126 or larger (an L2Bridge network's second
+// subnet).
 func checkSubnet(sn netip.Prefix) error {
+	if sn.IsValid() && sn.Addr().Is6() && !sn.Addr().Is4In6() {
+		if sn.Bits() > 126 || sn.Masked() != sn {
+			return fmt.Errorf("node subnet %q: HNS needs an IPv6 subnet of /126 or larger", sn)
+		}
+		return nil
+	}
 	if !sn.IsValid() || !sn.Addr().Is4() || sn.Bits() > 30 || sn.Masked() != sn {
 		return fmt.Errorf("node subnet %q: HNS needs an IPv4 subnet of /30 or larger", sn)
 	}
@@ -241,20 +259,29 @@ func physicalAdapter(name string) string {
 // blink, a new DR MAC and the local endpoints. The adapter is not compared: once HNS made a
 // vSwitch the interface weftd finds is its vNIC, "vEthernet (<adapter>)", and a restart
 // must still adopt the network.
-func subnetMismatch(n *HostComputeNetwork, typ NetworkType, sn netip.Prefix) string {
+//
+// sns are the node's subnets the network must carry, one per family (IPv4 first): the
+// network must have exactly those (a dual-stack L2Bridge both, an Overlay one).
+func subnetMismatch(n *HostComputeNetwork, typ NetworkType, sns ...netip.Prefix) string {
 	if n.Type != typ {
 		return fmt.Sprintf("type %s, want %s", n.Type, typ)
 	}
-	s := n.StaticSubnet()
-	if s == nil {
+	have := n.StaticSubnets()
+	if len(have) == 0 {
 		return "no static subnet"
 	}
-	if have, err := netip.ParsePrefix(s.IPAddressPrefix); err != nil || have != sn {
-		return fmt.Sprintf("subnet %s, the node holds %s", s.IPAddressPrefix, sn)
+	if len(have) != len(sns) {
+		return fmt.Sprintf("%d subnets, the node holds %d (%v)", len(have), len(sns), sns)
 	}
-	for _, r := range s.Routes {
-		if r.DestinationPrefix == "0.0.0.0/0" && r.NextHop != gateway(sn).String() {
-			return fmt.Sprintf("default route via %s, want %s", r.NextHop, gateway(sn))
+	for i, sn := range sns {
+		s := have[i]
+		if p, err := netip.ParsePrefix(s.IPAddressPrefix); err != nil || p != sn {
+			return fmt.Sprintf("subnet %s, the node holds %s", s.IPAddressPrefix, sn)
+		}
+		for _, r := range s.Routes {
+			if r.DestinationPrefix == defaultRouteDst(sn) && r.NextHop != gateway(sn).String() {
+				return fmt.Sprintf("default route via %s, want %s", r.NextHop, gateway(sn))
+			}
 		}
 	}
 	return ""
@@ -441,12 +468,12 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	ch := backend.Changes{}
 	var err error
 	switch {
-	case !u.Full && p.m.fits(st):
+	case !u.Full && p.modelOf(st).fits(st):
 		err = p.applyPeers(ctx, st, u.Peers, ch)
 	case st.Device != nil:
 		err = p.applyOverlay(ctx, st, ch)
 	default:
-		err = p.applyHostGW(ctx, st, ch)
+		err = p.applyHostGW(ctx, st, ch, p.modelOf(st))
 	}
 	return ch, err
 }
@@ -605,7 +632,7 @@ func (p *Plane) applyPeers(ctx context.Context, st *backend.State, changes []bac
 		var err error
 		switch {
 		case !p.m.overlay:
-			err = p.changeRoute(c, ch)
+			err = p.changeRoute(c, ch, p.modelOf(st))
 		case p.mode == PeersRemoteEndpoints:
 			err = p.changeEndpoints(c, ch)
 		default:
@@ -731,7 +758,11 @@ func (p *Plane) Watch(ctx context.Context, drift func()) error {
 			return nil
 		}
 		p.mu.Lock()
-		name, id, valid := p.m.network, p.m.networkID, p.m.valid
+		m := p.m
+		if !m.valid { // an IPv6-only network has only the IPv6 family's model
+			m = p.m6
+		}
+		name, id, valid := m.network, m.networkID, m.valid
 		p.mu.Unlock()
 		if !valid {
 			continue // no full Apply yet, or one failed: the daemon retries it anyway
@@ -760,3 +791,30 @@ func (p *Plane) Watch(ctx context.Context, drift func()) error {
 // Close implements backend.Plane. It releases nothing: HNS and the host keep their state,
 // so traffic flows on while weftd restarts.
 func (p *Plane) Close() error { return nil }
+
+// IPv6 is the plane of a dual-stack network's IPv6 family: host-gw only, since HNS Overlay
+// networks carry no IPv6 between pods (subnet.Config.CheckFor refuses that config). It
+// shares p's HNS, host and lock: Prepare makes (or finds) the one L2Bridge network that
+// carries both families' subnets, Apply programs the IPv6 peers' host routes from a model of
+// its own, Watch looks at the network as p's does.
+func (p *Plane) IPv6() backend.Plane { return ipv6Plane{p} }
+
+type ipv6Plane struct{ p *Plane }
+
+func (v ipv6Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
+	if st.Device != nil {
+		return backend.MAC{}, errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
+	}
+	return v.p.Prepare(ctx, st)
+}
+
+func (v ipv6Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
+	if st.Device != nil {
+		return nil, errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
+	}
+	return v.p.Apply(ctx, st, u)
+}
+
+func (v ipv6Plane) Watch(ctx context.Context, drift func()) error { return v.p.Watch(ctx, drift) }
+
+func (v ipv6Plane) Close() error { return nil }

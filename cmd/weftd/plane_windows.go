@@ -25,7 +25,8 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 
 // newPlane opens HNS (its v2 API) and the host's IP Helper. Next to subnet.env go the files
 // the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
-// kube-proxy's start-up reads it. HNS's plane carries IPv4 only: there is no IPv6 plane.
+// kube-proxy's start-up reads it. The IPv6 family's plane shares HNS and the host with the
+// IPv4 one (one L2Bridge network carries both; Overlay carries no IPv6).
 func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
 	dir := filepath.Dir(subnetFile)
 	vips := []string{filepath.Join(dir, "sourceVip.json")}
@@ -33,12 +34,13 @@ func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plan
 		vips = append(vips, f.sourceVIPFile)
 	}
 	host := windows.NewIPHelper()
-	return windows.New(windows.NewHCN(), host, windows.Config{
+	p := windows.New(windows.NewHCN(), host, windows.Config{
 		Peers:          f.hnsPeers,
 		SourceVIPFiles: vips,
 		NetworkFile:    filepath.Join(dir, "hns.json"),
 		HostReady:      host.HostReady,
-	}, log), nil, nil
+	}, log)
+	return p, p.IPv6(), nil
 }
 
 func defaultRouteInterface() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() }

@@ -236,6 +236,16 @@ func TestSweep(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- sleeper.Wait() }()
+	// Sweep kills what it finds in the namespace: the sleeper must be in it first, or ip
+	// may enter it only after Sweep looked, and sleep on in a namespace nobody names.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if pids, err := netnsPids(orphan + "-n1"); err == nil && len(pids) > 0 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the sleeper never entered its namespace")
+		}
+	}
 
 	removed, err := Sweep()
 	if err != nil {

@@ -39,6 +39,8 @@
 //     hcn/hcnnetwork.go, NetworkFlags; flannel makes its networks so). That a restart of
 //     the HNS service drops them too, and that a stopped HNS answers
 //     HCN_E_MANAGER_STOPPED, are unverified.
+//   - A network with an IPv6 subnet needs HNS 11.10 or later (hcsshim hcn/hcnglobals.go,
+//     IPv6DualStackVersion; the code it answers with, HCN_E_INVALID_IP here, is unverified).
 //   - Unknown network and endpoint IDs: HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND;
 //     an unknown namespace: ERROR_NOT_FOUND. hcsshim's IsElementNotFoundError tests for the
 //     latter; which object answers which code is unverified.
@@ -49,7 +51,8 @@
 //     (HCN_E_POLICY_ALREADY_EXISTS);
 //   - removing a policy matches it by its JSON value, whatever the key order and spacing,
 //     and removing one the network lacks fails (HCN_E_POLICY_NOT_FOUND);
-//   - a local endpoint outside the network's subnet (HCN_E_INVALID_IP), a remote Overlay
+//   - a local endpoint with an address outside the network's subnets (each address must lie
+//     in the subnet of its family; HCN_E_INVALID_IP), a remote Overlay
 //     endpoint without a ProviderAddress policy (HCN_E_INVALID_POLICY), two endpoints of an
 //     address on a network (HCN_E_ADDR_INVALID_OR_RESERVED);
 //   - HNS assigns every ID (a request naming one: E_INVALIDARG); a network or namespace needs
@@ -57,5 +60,7 @@
 //   - a query answers with the subnets' policies (Options.QueryOmitsSubnetPolicies plays an
 //     HNS that does not, as reported for some versions);
 //   - the host sees a network's adapter move to a vSwitch vNIC "vEthernet (<adapter>)",
-//     and an endpoint attached to the host namespace as a vNIC "vEthernet (<endpoint>)".
+//     and an endpoint attached to the host namespace as a vNIC "vEthernet (<endpoint>)"
+//     holding all of the endpoint's addresses (both families' on a dual-stack network);
+//     forwarding is per interface and family, as MIB_IPINTERFACE_ROW has it.
 package hnstest

@@ -200,7 +200,7 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 	if h.stopped {
 		return nil, stoppedError()
 	}
-	if err := checkNewNetwork(req); err != nil {
+	if err := checkNewNetwork(req, h.opts.Version); err != nil {
 		return nil, err
 	}
 	for _, m := range h.networks {
@@ -232,7 +232,7 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 }
 
 // checkNewNetwork refuses what hcn's Create and HNS refuse.
-func checkNewNetwork(n *windows.HostComputeNetwork) error {
+func checkNewNetwork(n *windows.HostComputeNetwork, v windows.Version) error {
 	if n.ID != "" {
 		return hnsError("HcnCreateNetwork", windows.InvalidArg, "ID %s given: HNS assigns IDs", n.ID)
 	}
@@ -254,8 +254,13 @@ func checkNewNetwork(n *windows.HostComputeNetwork) error {
 			if sn.IPAddressPrefix == "" {
 				continue
 			}
-			if _, err := netip.ParsePrefix(sn.IPAddressPrefix); err != nil {
+			p, err := netip.ParsePrefix(sn.IPAddressPrefix)
+			if err != nil {
 				return hnsError("HcnCreateNetwork", windows.HCNInvalidIP, "network %q: subnet %q: %v", n.Name, sn.IPAddressPrefix, err)
+			}
+			// IPv6 subnets from 11.10 (hcsshim's IPv6DualStackVersion); the code is unverified.
+			if p.Addr().Is6() && !v.SupportsDualStack() {
+				return hnsError("HcnCreateNetwork", windows.HCNInvalidIP, "network %q: IPv6 subnet %s: HNS %s has no IPv6 dual stack", n.Name, p, v)
 			}
 			// hcn's Create refuses these before calling HNS, with errors of its own: a
 			// subnet with a prefix needs gateways, and a default route.
@@ -470,9 +475,18 @@ func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostCom
 		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "endpoint %q: no IPv4 address", req.Name)
 	}
 	remote := req.Flags&windows.EndpointRemote != 0
-	if sn := m.n.StaticSubnet(); !remote && sn != nil {
-		if p, err := netip.ParsePrefix(sn.IPAddressPrefix); err == nil && !p.Contains(ip) {
-			return nil, hnsError("HcnCreateEndpoint", windows.HCNInvalidIP, "endpoint %q: %s is outside the network's subnet %s", req.Name, ip, p)
+	if sns := m.n.StaticSubnets(); !remote && len(sns) > 0 {
+		// Each address must lie in the network's subnet of its family.
+		for _, a := range req.IPs() {
+			in := false
+			for _, sn := range sns {
+				if p, err := netip.ParsePrefix(sn.IPAddressPrefix); err == nil && p.Contains(a) {
+					in = true
+				}
+			}
+			if !in {
+				return nil, hnsError("HcnCreateEndpoint", windows.HCNInvalidIP, "endpoint %q: %s is outside the network's subnets", req.Name, a)
+			}
 		}
 	}
 	if remote && m.n.Type == windows.NetworkOverlay && !req.ProviderAddress().IsValid() {
@@ -629,8 +643,8 @@ func (h *HNS) modifyNamespace(namespaceID string, req *windows.ModifyNamespaceSe
 		ns.Resources = append(ns.Resources, windows.NamespaceResource{Type: "Endpoint", Data: data})
 		ep.HostComputeNamespace = ns.ID
 		if ns.Type == windows.NamespaceHostDefault && h.opts.Host != nil {
-			if p, ok := endpointPrefix(ep); ok {
-				h.opts.Host.addVNIC(vnicName(ep.Name), p)
+			if ps := endpointPrefixes(ep); len(ps) > 0 {
+				h.opts.Host.addVNIC(vnicName(ep.Name), ps...)
 			}
 		}
 	case windows.RequestRemove:
@@ -650,17 +664,20 @@ func hnsError(call string, code windows.HResult, format string, args ...any) *wi
 	return windows.NewError(call, code, fmt.Sprintf(format, args...))
 }
 
-func endpointPrefix(ep *windows.HostComputeEndpoint) (netip.Prefix, bool) {
+// endpointPrefixes are the endpoint's addresses with their prefix lengths (a host vNIC gets
+// them all: both families' on a dual-stack L2Bridge network).
+func endpointPrefixes(ep *windows.HostComputeEndpoint) []netip.Prefix {
+	var out []netip.Prefix
 	for _, c := range ep.IPConfigurations {
-		if a, err := netip.ParseAddr(c.IPAddress); err == nil && a.Is4() {
+		if a, err := netip.ParseAddr(c.IPAddress); err == nil {
 			bits := int(c.PrefixLength)
 			if bits == 0 {
-				bits = 32
+				bits = a.BitLen()
 			}
-			return netip.PrefixFrom(a, bits), true
+			out = append(out, netip.PrefixFrom(a, bits))
 		}
 	}
-	return netip.Prefix{}, false
+	return out
 }
 
 // Stop stops the HNS service: until Start, every call fails with HCN_E_MANAGER_STOPPED

@@ -67,7 +67,7 @@ func (h *Host) iface(index uint32) *windows.Interface {
 }
 
 // SetForwarding implements windows.Host.
-func (h *Host) SetForwarding(index uint32) error {
+func (h *Host) SetForwarding(index uint32, v6 bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("SetForwarding")
@@ -75,7 +75,11 @@ func (h *Host) SetForwarding(index uint32) error {
 	if i == nil {
 		return fmt.Errorf("interface %d: %w", index, windows.ErrNotFound)
 	}
-	i.Forwarding = true
+	if v6 {
+		i.Forwarding6 = true
+	} else {
+		i.Forwarding = true
+	}
 	return nil
 }
 
@@ -146,7 +150,7 @@ func (h *Host) vSwitch(adapter string) {
 	}
 	vnic := windows.Interface{Index: h.next, Name: vnicName(adapter), Prefixes: phys.Prefixes}
 	h.next++
-	phys.Prefixes, phys.Forwarding = nil, false
+	phys.Prefixes, phys.Forwarding, phys.Forwarding6 = nil, false, false
 	h.dropRoutes(phys.Index)
 	h.ifs = append(h.ifs, vnic)
 }
@@ -155,10 +159,10 @@ func (h *Host) dropRoutes(index uint32) {
 	h.routes = slices.DeleteFunc(h.routes, func(r windows.HostRoute) bool { return r.IfIndex == index })
 }
 
-func (h *Host) addVNIC(name string, p netip.Prefix) {
+func (h *Host) addVNIC(name string, ps ...netip.Prefix) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.ifs = append(h.ifs, windows.Interface{Index: h.next, Name: name, Prefixes: []netip.Prefix{p}})
+	h.ifs = append(h.ifs, windows.Interface{Index: h.next, Name: name, Prefixes: slices.Clone(ps)})
 	h.next++
 }
 
