@@ -88,7 +88,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	}
 	// Without the device, read dumps only routes: every neighbour, FDB entry and address of
 	// st then shows as missing, which is what a full Apply would write after EnsureVXLAN.
-	snap, err := p.read(vx, names)
+	snap, err := p.read(vx, names, owned.family())
 	if err != nil {
 		return Report{}, err
 	}

@@ -121,6 +121,25 @@ type Ownership struct {
 	Devices []string
 }
 
+// family is the address family of the routes own allows, for the dump: AF_INET or AF_INET6
+// when its networks are all of one family (a plane's are), else AF_UNSPEC. Linux's numbers,
+// spelled out so that the diff stays portable.
+func (own Ownership) family() uint8 {
+	const unspec, inet, inet6 = 0, 2, 10
+	f := uint8(unspec)
+	for i, n := range own.Networks {
+		nf := uint8(inet)
+		if n.Addr().Is6() {
+			nf = inet6
+		}
+		if i > 0 && nf != f {
+			return unspec
+		}
+		f = nf
+	}
+	return f
+}
+
 // peerEntries are the kernel entries of one peer: a route (through a nexthop object where
 // the kernel has them), and for an overlay peer the neighbour and FDB entry its route relies
 // on.

@@ -428,3 +428,21 @@ func BenchmarkDiff20k(b *testing.B) {
 		}
 	}
 }
+
+// TestOwnershipFamily: a plane of one family dumps only its family's routes; ownership of
+// both (or none) dumps all.
+func TestOwnershipFamily(t *testing.T) {
+	for _, c := range []struct {
+		nets []netip.Prefix
+		want uint8
+	}{
+		{[]netip.Prefix{pfx("10.244.0.0/16")}, 2},
+		{[]netip.Prefix{pfx("fd00:10:244::/56")}, 10},
+		{[]netip.Prefix{pfx("10.244.0.0/16"), pfx("fd00:10:244::/56")}, 0},
+		{nil, 0},
+	} {
+		if got := (Ownership{Networks: c.nets}).family(); got != c.want {
+			t.Errorf("%v: family %d, want %d", c.nets, got, c.want)
+		}
+	}
+}

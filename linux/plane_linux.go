@@ -133,7 +133,7 @@ func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 			}
 		}
 	}
-	snap, err := p.read(vx, names)
+	snap, err := p.read(vx, names, owned.family())
 	if err != nil {
 		return Changes{}, err
 	}
@@ -156,14 +156,15 @@ func (p *Plane) listNexthops(names map[int]string) ([]kernelNexthop, error) {
 	})
 }
 
-// read dumps the main routing table and weft's nexthop objects, and the neighbours, FDB
-// entries and addresses of vx (nil for host-gw).
-func (p *Plane) read(vx netlink.Link, names map[int]string) (snapshot, error) {
+// read dumps the routes of family (AF_INET, AF_INET6: only the plane's own, so that a
+// dual-stack node's two planes each read half) and weft's nexthop objects, and the
+// neighbours, FDB entries and addresses of vx (nil for host-gw).
+func (p *Plane) read(vx netlink.Link, names map[int]string, family uint8) (snapshot, error) {
 	s := snapshot{vx: vx}
 	var err error
 	if s.state.Routes, err = dump("routes", func() ([]kernelRoute, error) {
 		var out []kernelRoute
-		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(unix.AF_UNSPEC, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
+		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
 			if r, ok := parseRoute(b, names); ok {
 				out = append(out, r)
 			}
