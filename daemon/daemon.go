@@ -106,7 +106,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	d.m.peers.count = d.peerCounts
 	wg.Go(func() { d.health.watchDatastore(ctx) })
 	if cfg.HealthzPort != 0 {
-		stop, err := d.health.serve(netip.AddrPortFrom(netip.MustParseAddr(cfg.HealthzIP), uint16(cfg.HealthzPort)), log)
+		stop, err := d.health.serve(netip.AddrPortFrom(netip.MustParseAddr(cfg.HealthzIP), uint16(cfg.HealthzPort)), log, defaultHTTPLimits())
 		if err != nil {
 			return err
 		}

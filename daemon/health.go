@@ -123,8 +123,42 @@ func (h *health) statusJSON() status.Node {
 	return st
 }
 
+// httpLimits bound what one client of the health endpoints can hold of weftd: a connection
+// that sends its request slowly, or never, or sends a large one, or reads the answer slowly,
+// is cut off rather than kept (every endpoint is a GET without a body).
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeader                     int   // bytes of request line and headers
+	maxBody                       int64 // bytes of a request body
+}
+
+// defaultHTTPLimits: a scrape of /metrics or /status of 20,000 peers is written well within
+// the write timeout.
+func defaultHTTPLimits() httpLimits {
+	return httpLimits{readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second,
+		idle: 60 * time.Second, maxHeader: 16 << 10, maxBody: 1 << 10}
+}
+
+// guard answers 405 to anything but GET and HEAD, and 413 to a body longer than max; other
+// requests go to next with their body bounded.
+func guard(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.ContentLength > max {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
 // serve starts the HTTP endpoints; the returned func stops them.
-func (h *health) serve(addr netip.AddrPort, log *slog.Logger) (func(), error) {
+func (h *health) serve(addr netip.AddrPort, log *slog.Logger, lim httpLimits) (func(), error) {
 	mux := http.NewServeMux()
 	handle := func(check func() error) http.HandlerFunc {
 		return func(w http.ResponseWriter, _ *http.Request) {
@@ -150,7 +184,9 @@ func (h *health) serve(addr netip.AddrPort, log *slog.Logger) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("health endpoints on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: guard(mux, lim.maxBody), ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read,
+		WriteTimeout: lim.write, IdleTimeout: lim.idle, MaxHeaderBytes: lim.maxHeader,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("health endpoints stopped", "err", err)
