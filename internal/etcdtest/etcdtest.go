@@ -191,6 +191,26 @@ func (s *Server) Restart(t testing.TB) {
 	s.start(t)
 }
 
+// RotatePKI restarts a TLS server with new TLS material: a new CA, and server and client
+// certificates it signed, in new files (CAFile and the others name them from now on; the old
+// files stay as they were), as an operator replacing a CA does. Clients holding the old
+// material can no longer connect; the clients Client made before keep the old material.
+func (s *Server) RotatePKI(t testing.TB) {
+	t.Helper()
+	if s.pki == nil {
+		t.Fatal("etcdtest: RotatePKI on a server without TLS")
+	}
+	p, err := newPKI(t.TempDir())
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	s.stop()
+	s.mu.Lock()
+	s.pki = p
+	s.mu.Unlock()
+	s.start(t)
+}
+
 // Compact physically compacts the key space up to the current revision, so
 // a watch resuming from an older revision gets ErrCompacted.
 func (s *Server) Compact(t testing.TB) {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -39,10 +38,9 @@ func NewClient(c ClientConfig) (*clientv3.Client, error) {
 	}
 	var tlsCfg *tls.Config
 	if c.CAFile != "" || c.CertFile != "" {
-		info := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile}
 		var err error
-		if tlsCfg, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("etcd: TLS config (ca %q, cert %q, key %q): %w", c.CAFile, c.CertFile, c.KeyFile, err)
+		if tlsCfg, err = clientTLS(c.CAFile, c.CertFile, c.KeyFile); err != nil {
+			return nil, err
 		}
 	}
 	timeout := c.DialTimeout

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -646,5 +647,76 @@ func TestUserPassword(t *testing.T) {
 	}
 	if err == nil {
 		t.Error("a wrong password was accepted")
+	}
+}
+
+// TestTLSRotatedOnDisk: etcd's CA, server and client certificates all replaced (a new CA), the
+// client's files rewritten in place as cert-manager does (a rename over each): the same
+// client, not restarted, reaches etcd again from its next connection; and a bundle made
+// unreadable is an error of that connection, not a crash. Bad files at start are refused,
+// naming them.
+func TestTLSRotatedOnDisk(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	put(t, srv.Client(t), etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"vxlan"}}`)
+	dir := t.TempDir()
+	files := map[string]string{"ca.pem": "", "client.pem": "", "client-key.pem": ""}
+	install := func() {
+		t.Helper()
+		for name, from := range map[string]string{"ca.pem": srv.CAFile(), "client.pem": srv.ClientCertFile(), "client-key.pem": srv.ClientKeyFile()} {
+			data, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := filepath.Join(dir, "."+name+".new")
+			if err := os.WriteFile(tmp, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			files[name] = filepath.Join(dir, name)
+		}
+	}
+	install()
+	cli, err := etcd.NewClient(etcd.ClientConfig{Endpoints: srv.Endpoints(), CAFile: files["ca.pem"], CertFile: files["client.pem"],
+		KeyFile: files["client-key.pem"], DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	m := etcd.New(cli, etcd.Options{})
+	getConfig := func(within time.Duration) error {
+		var err error
+		for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			_, err = m.GetConfig(ctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		return err
+	}
+	if err := getConfig(5 * time.Second); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+
+	srv.RotatePKI(t) // etcd comes back with a new CA: the old files can no longer connect
+	if err := getConfig(2 * time.Second); err == nil {
+		t.Fatal("the old CA and certificate still reach an etcd of a new CA: the test proves nothing")
+	}
+	install()
+	if err := getConfig(15 * time.Second); err != nil {
+		t.Fatalf("after the new files were installed: %v", err)
+	}
+
+	for _, bad := range []etcd.ClientConfig{
+		{Endpoints: srv.Endpoints(), CAFile: filepath.Join(dir, "missing.pem")},
+		{Endpoints: srv.Endpoints(), CAFile: files["client-key.pem"]},
+		{Endpoints: srv.Endpoints(), CertFile: files["ca.pem"], KeyFile: files["client-key.pem"]},
+	} {
+		if _, err := etcd.NewClient(bad); err == nil {
+			t.Errorf("NewClient(%+v) accepted bad files", bad)
+		}
 	}
 }
