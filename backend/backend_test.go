@@ -161,28 +161,52 @@ func TestDesiredSkipsBadPeers(t *testing.T) {
 	}
 }
 
-// TestClaims: of two leases claiming one public IP or VTEP MAC, the first in subnet order is
-// programmed; when it goes, the other takes its place.
+// TestClaims: of two leases claiming one public IP or VTEP MAC, the older is programmed,
+// whatever their subnets (of leases of unknown age, the first in subnet order); when it goes,
+// the other takes its place.
 func TestClaims(t *testing.T) {
 	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
-	s := NewSet(b, own, false)
-	var r Result
-	late := lease("10.244.9.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09"))
-	s.Put(late, &r)
-	early := lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02"))
-	r = Result{}
-	s.Put(early, &r)
-	if _, ok := maps.Collect(s.State().Peers.All())[early.Key()]; !ok || s.State().Peers.Len() != 1 {
-		t.Fatalf("after the earlier claim: %s", render(s.State()))
-	}
-	if len(r.Changes) != 2 || len(r.Skipped) != 1 || r.Skipped[0].Key != late.Key() || r.Skipped[0].Code != SkipDuplicateIP {
-		t.Errorf("result %+v", r)
-	}
-	r = Result{}
-	s.Remove(early.Key(), &r)
-	if _, ok := maps.Collect(s.State().Peers.All())[late.Key()]; !ok || len(r.Changes) != 2 || len(r.Skipped) != 0 {
-		t.Errorf("after the earlier claim went: %s, result %+v", render(s.State()), r)
+	aged := func(l subnet.Lease, created int64) subnet.Lease { l.Created = created; return l }
+	for _, c := range []struct {
+		name           string
+		live, newcomer subnet.Lease
+		code           string
+	}{
+		// Unknown ages: subnet order.
+		{"unknown ages", lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02")),
+			lease("10.244.9.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09")), SkipDuplicateIP},
+		// A newcomer on a lower subnet copying a live node's public IP (a cloned VM) does not
+		// displace it.
+		{"a copied public IP", aged(lease("10.244.9.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09")), 100),
+			aged(lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02")), 200), SkipDuplicateIP},
+		// Nor one copying its VTEP MAC.
+		{"a copied VTEP MAC", aged(lease("10.244.9.0/24", "192.0.2.19", vxData("0e:00:00:00:00:09")), 100),
+			aged(lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09")), 200), SkipDuplicateMAC},
+		// A lease of known age beats one of unknown age.
+		{"known against unknown", aged(lease("10.244.9.0/24", "192.0.2.12", vxData("0e:00:00:00:00:09")), 100),
+			lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02")), SkipDuplicateIP},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, order := range [][2]subnet.Lease{{c.live, c.newcomer}, {c.newcomer, c.live}} {
+				s := NewSet(b, own, false)
+				var r Result
+				for _, l := range order {
+					s.Put(l, &r)
+				}
+				if _, ok := maps.Collect(s.State().Peers.All())[c.live.Key()]; !ok || s.State().Peers.Len() != 1 {
+					t.Fatalf("put %s then %s: %s; want the live lease programmed", order[0].Key(), order[1].Key(), render(s.State()))
+				}
+				if len(r.Skipped) != 1 || r.Skipped[0].Key != c.newcomer.Key() || r.Skipped[0].Code != c.code || !strings.Contains(r.Skipped[0].Reason, c.live.Key()) {
+					t.Errorf("skipped %+v; want the newcomer, %s, naming %s", r.Skipped, c.code, c.live.Key())
+				}
+				r = Result{}
+				s.Remove(c.live.Key(), &r)
+				if _, ok := maps.Collect(s.State().Peers.All())[c.newcomer.Key()]; !ok || len(r.Changes) != 2 || len(r.Skipped) != 0 {
+					t.Errorf("after the live lease went: %s, result %+v", render(s.State()), r)
+				}
+			}
+		})
 	}
 }
 
@@ -218,6 +242,9 @@ func TestSetIncremental(t *testing.T) {
 				}
 				if rng.IntN(15) == 0 {
 					l.Attrs.BackendData = json.RawMessage(`{"VNI":1}`)
+				}
+				if rng.IntN(4) != 0 { // ages, with ties and unknowns, so that claims are settled by them
+					l.Created = int64(rng.IntN(30))
 				}
 				return l
 			}

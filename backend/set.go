@@ -17,9 +17,10 @@ import (
 // lease and those that share a claim with it), whatever the size of the cluster.
 //
 // A usable lease claims its subnet, its public IP and (vxlan) its VTEP MAC. When two claim the
-// same, the first in subnet order (then key order) is programmed and the other is skipped
-// until the first goes away; the node's own lease beats every peer. Every node decides the
-// same.
+// same, the older (subnet.Lease.Created: the first there; then subnet order, then key order)
+// is programmed and the other is skipped until the first goes away, so that a newcomer that
+// copies a live node's address (a cloned VM, a misconfigured or hostile writer) cannot
+// displace it; the node's own lease beats every peer. Every node decides the same.
 type Set struct {
 	b     *Backend
 	st    *State
@@ -101,6 +102,7 @@ func (c claims[K]) first(k K) *entry {
 // and /status need.
 type entry struct {
 	key     string
+	created int64  // subnet.Lease.Created: the claim's age
 	typ     string // backend type as published
 	c       candidate
 	self    *Skipped // why translate or the own lease rule it out; nil if usable
@@ -168,7 +170,7 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 		return
 	}
 	var touched touchList
-	e := &entry{key: key, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
+	e := &entry{key: key, created: l.Created, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
 	old := s.entries[key]
 	if old != nil {
 		s.unclaim(old, &touched)
@@ -268,9 +270,23 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	}
 }
 
-// before orders the claimants of one thing: the first wins.
+// before orders the claimants of one thing: the first wins. The older claim comes first (an
+// unknown age counts as the newest), then subnet order, then key order.
 func before(a, b *entry) int {
-	return cmp.Or(a.c.peer.Subnet.Addr().Compare(b.c.peer.Subnet.Addr()), strings.Compare(a.key, b.key))
+	return cmp.Or(age(a.created, b.created), a.c.peer.Subnet.Addr().Compare(b.c.peer.Subnet.Addr()), strings.Compare(a.key, b.key))
+}
+
+// age compares two Created values, zero (unknown) last.
+func age(a, b int64) int {
+	switch {
+	case a == b:
+		return 0
+	case a == 0:
+		return 1
+	case b == 0:
+		return -1
+	}
+	return cmp.Compare(a, b)
 }
 
 // rival says why e loses one of its claims to another entry, or nil when it wins them all.

@@ -478,3 +478,32 @@ func TestRunWithLeavesNoGoroutines(t *testing.T) {
 		t.Errorf("%d goroutines before RunWith, %d after it returned:\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestDaemonOlderClaimWins: on a real etcd, a new lease on a lower subnet that copies a live
+// peer's public IP (a cloned VM) is skipped and the live peer stays programmed; once the
+// live peer's lease goes, the newcomer is programmed.
+func TestDaemonOlderClaimWins(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "0e:00:00:00:00:09")
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	startNode(t, cli, t.TempDir(), plane)
+	eventually(t, "the live peer", func() bool { st, _ := plane.last(); return fmt.Sprint(routes(st)) == "[10.244.9.0/24]" })
+
+	putPeer(t, cli, "10.244.2.0-24", "192.0.2.19", "0e:00:00:00:00:02") // the clone: lower subnet, same IP
+	putPeer(t, cli, "10.244.3.0-24", "192.0.2.13", "0e:00:00:00:00:03") // an unrelated peer, to know the clone was seen
+	eventually(t, "the unrelated peer", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.3.0/24 10.244.9.0/24]"
+	})
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.9.0-24"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the clone programmed once the live peer left", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.2.0/24 10.244.3.0/24]"
+	})
+}

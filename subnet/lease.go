@@ -17,6 +17,11 @@ type Lease struct {
 	// Expiration is when the datastore drops the lease unless it is renewed. Zero means
 	// never (a reservation, or a datastore without expiry) or unknown (a peer's lease).
 	Expiration time.Time
+	// Created orders leases by age, smaller first: etcd's create revision of the key, the
+	// Node's creation time (ns) in Kubernetes. Zero when unknown. Conflicting claims are
+	// settled by it, so that every node decides the same and the first claimant keeps its
+	// claim.
+	Created int64
 }
 
 // Key is the lease's datastore key.

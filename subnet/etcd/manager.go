@@ -136,7 +136,7 @@ func (m *Manager) parse(kv *mvccpb.KeyValue) (e entry, ok bool) {
 	if err != nil {
 		return entry{kv: kv, valErr: err}, false
 	}
-	e = entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}}
+	e = entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6, Created: kv.CreateRevision}}
 	if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
 		e.valErr = err
 	}

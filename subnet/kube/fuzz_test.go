@@ -87,7 +87,10 @@ func FuzzDualStackPeerLease(f *testing.F) {
 
 // fuzzManager is the network config conf and a Manager that reads peers' annotations with
 // the default prefix.
-func fuzzManager(f *testing.F, conf string) (*subnet.Config, *Manager) {
+func fuzzManager(f *testing.F, conf string) (*subnet.Config, *Manager) { return fuzzManagerT(f, conf) }
+
+// fuzzManagerT is fuzzManager for any test.
+func fuzzManagerT(f testing.TB, conf string) (*subnet.Config, *Manager) {
 	cfg, err := subnet.ParseConfig([]byte(conf))
 	if err != nil {
 		f.Fatal(err)

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"net/netip"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -45,5 +49,26 @@ func TestAnnotationsRoundTrip(t *testing.T) {
 	}
 	if _, err := Annotations("a/b/c", cfg, attrs); err == nil {
 		t.Error("a prefix with two '/' was accepted")
+	}
+}
+
+// TestPeerLeaseAge: a peer's lease is as old as its Node, so that every node settles clashing
+// claims alike; a Node of unknown creation time gives a lease of unknown age.
+func TestPeerLeaseAge(t *testing.T) {
+	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16"}`)
+	created := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{{created, created.UnixNano()}, {time.Time{}, 0}} {
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "peer", CreationTimestamp: metav1.NewTime(c.at), Annotations: map[string]string{
+				m.ann.managed: "true", m.ann.publicIP: "192.0.2.12", m.ann.backendType: "host-gw", m.ann.backendData: "null"}},
+			Spec: corev1.NodeSpec{PodCIDR: "10.244.2.0/24"},
+		}
+		l, peer, err := m.peerLease(cfg, n)
+		if err != nil || !peer || l.Created != c.want {
+			t.Errorf("Node created %v: lease %+v (%v), want Created %d", c.at, l, err, c.want)
+		}
 	}
 }

@@ -313,6 +313,9 @@ func (m *Manager) peerLease(cfg *subnet.Config, n *corev1.Node) (l subnet.Lease,
 	if l.Attrs, err = m.ann.attrs(cfg, n.Annotations); err != nil {
 		return subnet.Lease{}, true, err
 	}
+	if !n.CreationTimestamp.IsZero() {
+		l.Created = n.CreationTimestamp.UnixNano()
+	}
 	return l, true, nil
 }
 
