@@ -210,6 +210,48 @@ func TestClaims(t *testing.T) {
 	}
 }
 
+// TestContests: a peer lease older than the own one that claims its public IP or VTEP MAC is
+// skipped (the node keeps its claim) and marked as contesting it, loudly; a younger one is
+// merely skipped. The count follows puts, removes and own-lease changes.
+func TestContests(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
+	own.Created = 50
+	s := NewSet(b, own, false)
+	var r Result
+	older := lease("10.244.7.0/24", "192.0.2.10", vxData("0e:00:00:00:00:07")) // this node's IP
+	older.Created = 10
+	younger := lease("10.244.8.0/24", "192.0.2.18", vxData("0e:00:00:00:00:01")) // this node's MAC
+	younger.Created = 90
+	s.Put(older, &r)
+	s.Put(younger, &r)
+	if s.Contesting() != 1 || s.State().Peers.Len() != 0 || len(r.Skipped) != 2 {
+		t.Fatalf("contesting %d, %d programmed, skipped %+v", s.Contesting(), s.State().Peers.Len(), r.Skipped)
+	}
+	for _, sk := range r.Skipped {
+		if sk.Contests != (sk.Key == older.Key()) {
+			t.Errorf("skip %+v: Contests should be set for the older lease only", sk)
+		}
+	}
+	// The own lease re-created (younger still): still contested. Then the older lease goes.
+	own.Created = 60
+	s.SetOwn(own, &r)
+	if s.Contesting() != 1 {
+		t.Errorf("after SetOwn: contesting %d", s.Contesting())
+	}
+	s.Remove(older.Key(), &r)
+	if s.Contesting() != 0 {
+		t.Errorf("after the older lease went: contesting %d", s.Contesting())
+	}
+	// An own lease of unknown age is contested by nobody.
+	s.Put(older, &r)
+	own.Created = 0
+	s.SetOwn(own, &r)
+	if s.Contesting() != 0 {
+		t.Errorf("own lease of unknown age: contesting %d", s.Contesting())
+	}
+}
+
 // TestSetIncremental is a differential test: any sequence of puts, removes and own-lease
 // changes, applied one at a time, leaves the Set with the State that a Set built from scratch
 // from the final leases has, and the Changes it reported, applied in order to the first
@@ -286,6 +328,15 @@ func TestSetIncremental(t *testing.T) {
 				}
 				if state := maps.Collect(s.State().Peers.All()); !maps.Equal(programmed, state) || s.State().Peers.Len() != len(state) {
 					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v (Len %d)", seed, programmed, state, s.State().Peers.Len())
+				}
+				contesting := 0
+				for _, p := range s.Peers() {
+					if p.Skipped != nil && p.Skipped.Contests {
+						contesting++
+					}
+				}
+				if s.Contesting() != contesting {
+					t.Fatalf("seed %d: Contesting() %d, the peers say %d", seed, s.Contesting(), contesting)
 				}
 			}
 		}

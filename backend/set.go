@@ -27,8 +27,9 @@ type Set struct {
 	own   subnet.Lease
 	claim ownClaims
 
-	entries map[string]*entry // every lease but the own, by key
-	on      int               // entries programmed
+	entries    map[string]*entry // every lease but the own, by key
+	on         int               // entries programmed
+	contesting int               // entries whose self Skipped Contests: older claims of the own lease's
 	// The claims of usable leases. Their subnets all have the config's length, so the first
 	// address names one.
 	bySubnet claims[netip.Addr]
@@ -178,6 +179,7 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 		if old.on {
 			s.on--
 		}
+		s.setSelf(old, nil)
 	}
 	if e.typ == s.b.Type() {
 		e.typ = s.b.Type() // share the string rather than keep one per lease
@@ -195,6 +197,7 @@ func (s *Set) Remove(key string, r *Result) {
 	}
 	var touched touchList
 	s.unclaim(e, &touched)
+	s.setSelf(e, nil)
 	delete(s.entries, key)
 	if e.on {
 		s.on--
@@ -239,10 +242,11 @@ func (t *touchList) add(e *entry) {
 // the entries sharing a claim with it are added to touched.
 func (s *Set) settle(e *entry, touched *touchList) {
 	touched.add(e)
-	e.self = e.c.skip
-	if e.self == nil {
-		e.self = s.claim.against(e.key, e.c)
+	self := e.c.skip
+	if self == nil {
+		self = s.claim.against(e.key, e.c, e.created)
 	}
+	s.setSelf(e, self)
 	if e.self != nil {
 		return
 	}
@@ -254,6 +258,21 @@ func (s *Set) settle(e *entry, touched *touchList) {
 		s.byMAC.add(e.c.mac, e, touched)
 	}
 }
+
+// setSelf sets e.self, keeping the count of contesting entries.
+func (s *Set) setSelf(e *entry, self *Skipped) {
+	if e.self != nil && e.self.Contests {
+		s.contesting--
+	}
+	e.self = self
+	if self != nil && self.Contests {
+		s.contesting++
+	}
+}
+
+// Contesting is how many peer leases claim the own lease's subnet, public IP or VTEP MAC and
+// are older than it: this node is the newcomer to those claims.
+func (s *Set) Contesting() int { return s.contesting }
 
 // unclaim takes e out of the claim indexes; the entries that shared a claim with it are
 // added to touched.

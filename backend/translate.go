@@ -262,7 +262,8 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 // ownClaims is what the node's own lease claims: no peer may take its subnet, public IP or
 // VTEP MAC.
 type ownClaims struct {
-	fam    Family
+	fam     Family
+	created int64 // the own lease's age (subnet.Lease.Created)
 	subnet netip.Prefix
 	ip     netip.Addr
 	mac    MAC
@@ -270,7 +271,7 @@ type ownClaims struct {
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 	sn, ip, data := b.half(own)
-	o := ownClaims{fam: b.fam, subnet: sn, ip: ip}
+	o := ownClaims{fam: b.fam, subnet: sn, ip: ip, created: own.Created}
 	if b.dev != nil {
 		if d, err := DecodeVXLANData(data); err == nil {
 			o.mac = d.VtepMAC
@@ -279,8 +280,18 @@ func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 	return o
 }
 
-// against checks a candidate that passed translate against the node's own lease.
-func (o ownClaims) against(key string, c candidate) *Skipped {
+// against checks a candidate that passed translate, of age created, against the node's own
+// lease.
+func (o ownClaims) against(key string, c candidate, created int64) *Skipped {
+	sk := o.clash(key, c)
+	if sk != nil && age(created, o.created) < 0 && o.created != 0 {
+		sk.Contests = true
+		sk.Reason += "; that lease is the older: this node is the newcomer"
+	}
+	return sk
+}
+
+func (o ownClaims) clash(key string, c candidate) *Skipped {
 	switch {
 	case o.subnet.IsValid() && c.peer.Subnet.Overlaps(o.subnet):
 		return &Skipped{Key: key, Family: o.fam, Code: SkipOverlapsOwn, Reason: fmt.Sprintf("subnet %s overlaps this node's %s", c.peer.Subnet, o.subnet)}

@@ -521,6 +521,18 @@ func (d *daemon) take(batch []subnet.Event) {
 	}
 	d.mu.Unlock()
 	d.noteSkipped(before)
+	d.noteContested()
+}
+
+// noteContested publishes how many older peer leases claim the own lease's subnet, public IP
+// or VTEP MAC (in any family): a gauge and the readiness reason.
+func (d *daemon) noteContested() {
+	n := 0
+	for _, st := range d.stacks {
+		n += st.set.Contesting()
+	}
+	d.m.contested.Set(float64(n))
+	d.health.update(func(h *health) { h.contested = n })
 }
 
 // skippedSoFar is how many skips each stack's pending result holds, for noteSkipped.
@@ -536,8 +548,13 @@ func (d *daemon) skippedSoFar() []int {
 func (d *daemon) noteSkipped(before []int) {
 	for i, st := range d.stacks {
 		for _, s := range st.result.Skipped[before[i]:] {
-			d.log.Warn("skipping peer lease", "lease", s.Key, "family", s.Family, "reason", s.Reason)
 			d.m.skipped.WithLabelValues(s.Code).Inc()
+			if s.Contests {
+				d.log.Error("an older lease claims what this node's lease claims: this node is the newcomer (a cloned VM, a copied config?); it keeps its claim, the other nodes program the older lease",
+					"lease", s.Key, "family", s.Family, "reason", s.Reason)
+				continue
+			}
+			d.log.Warn("skipping peer lease", "lease", s.Key, "family", s.Family, "reason", s.Reason)
 		}
 	}
 }
@@ -580,7 +597,7 @@ func (d *daemon) renew(ctx context.Context) {
 
 // setOwn makes l the own lease: every peer is weighed against it again.
 func (d *daemon) setOwn(l subnet.Lease) {
-	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) { // not just a new expiry
+	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) || l.Created != d.own.Created { // not just a new expiry
 		before := d.skippedSoFar()
 		d.mu.Lock()
 		for _, st := range d.stacks {
@@ -590,6 +607,7 @@ func (d *daemon) setOwn(l subnet.Lease) {
 		}
 		d.mu.Unlock()
 		d.noteSkipped(before)
+		d.noteContested()
 	}
 	d.own = l
 	d.leaseChanged()

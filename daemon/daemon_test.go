@@ -507,3 +507,39 @@ func TestDaemonOlderClaimWins(t *testing.T) {
 		return fmt.Sprint(routes(st)) == "[10.244.2.0/24 10.244.3.0/24]"
 	})
 }
+
+// TestDaemonContestedOwnLease: a lease older than the node's own that claims the node's VTEP
+// MAC (the node is a clone whose device came with the image) makes the node say so: /readyz
+// fails naming it and weft_own_lease_contested is 1; the node keeps its own claim. When that
+// lease goes, the node is ready again. (A lease with the node's public IP is not a rival in
+// etcd mode: the node takes it as its own, as flanneld does after a restart.)
+func TestDaemonContestedOwnLease(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "0e:01:00:00:00:00") // this node's VTEP MAC, there first
+	putPeer(t, cli, "10.244.3.0-24", "192.0.2.13", "0e:00:00:00:00:03")
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
+	eventually(t, "the contest reported", func() bool {
+		code, body := get(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "newcomer")
+	})
+	if _, body := get(base + "/metrics"); !strings.Contains(body, "weft_own_lease_contested 1") {
+		t.Errorf("metrics lack weft_own_lease_contested 1")
+	}
+	if st, _ := plane.last(); fmt.Sprint(routes(st)) != "[10.244.3.0/24]" {
+		t.Errorf("programmed %v; want the unrelated peer only", routes(st))
+	}
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.9.0-24"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready once the older lease went", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+	if _, body := get(base + "/metrics"); !strings.Contains(body, "weft_own_lease_contested 0") {
+		t.Errorf("metrics lack weft_own_lease_contested 0")
+	}
+}

@@ -29,6 +29,7 @@ type health struct {
 	envWritten    bool
 	everConverged bool
 	lastErr       error
+	contested     int       // older peer leases claiming what the own lease claims (backend.Set.Contesting)
 	expiration    time.Time // of the own lease; zero: never expires
 	ownInStore    bool      // the own lease is in the datastore, as far as the watch says
 	synced        bool
@@ -104,6 +105,8 @@ func (h *health) notReadyLocked() error {
 		return errors.New("data plane not converged yet")
 	case h.lastErr != nil:
 		return fmt.Errorf("last convergence failed: %v", h.lastErr)
+	case h.contested > 0:
+		return fmt.Errorf("%d older peer lease(s) claim this node's subnet, public IP or VTEP MAC: this node is the newcomer, and the other nodes route to the older (weftctl status names them)", h.contested)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	driftRestored    *prometheus.CounterVec
 	errors           *prometheus.CounterVec
 	skipped          *prometheus.CounterVec
+	contested        prometheus.Gauge
 	programDelay     prometheus.Histogram
 	datastoreLatency *prometheus.HistogramVec
 }
@@ -75,6 +76,9 @@ func newMetrics() *metrics {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_peer_leases_skipped_total", Help: "Peer leases skipped as unusable, by reason; each lease counts once per reason.",
 		}, []string{"reason"}),
+		contested: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_own_lease_contested", Help: "Peer leases older than the node's own that claim its subnet, public IP or VTEP MAC: the node is the newcomer.",
+		}),
 		programDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "weft_peer_programming_delay_seconds", Help: "Delay from a peer's lease change seen in the datastore to the data plane programmed.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
@@ -94,7 +98,7 @@ func newMetrics() *metrics {
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
-		m.errors, m.skipped, m.programDelay, m.datastoreLatency, build,
+		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Start every labelled series at zero so that rate() and absent() work from the first scrape.
 	for _, r := range []string{"success", "error"} {

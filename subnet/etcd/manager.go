@@ -425,6 +425,7 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	}
 	a.grant = 0 // bound to the key now: no longer ours to revoke on failure
 	l.Expiration = time.Now().Add(m.ttl)
+	l.Created = created
 	m.log.Info("acquired lease", "lease", l.String())
 	return l, true, nil, nil
 }
@@ -445,6 +446,7 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, er
 	if len(resp.Kvs) == 1 {
 		e, _ := m.parse(resp.Kvs[0])
 		if e.valErr == nil && e.lease.Attrs.PublicIP == own.Attrs.PublicIP && e.lease.Attrs.PublicIPv6 == own.Attrs.PublicIPv6 {
+			own.Created = e.lease.Created
 			if id := clientv3.LeaseID(e.kv.Lease); id == 0 {
 				own.Expiration = time.Time{} // a reservation never expires
 				return own, nil

@@ -75,7 +75,7 @@ func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subne
 	if err != nil {
 		return subnet.Lease{}, err
 	}
-	l := subnet.Lease{Attrs: req.Attrs}
+	l := subnet.Lease{Attrs: req.Attrs, Created: nodeAge(n)}
 	if l.Subnet, l.IPv6Subnet, err = m.ownSubnets(cfg, n); err != nil {
 		return subnet.Lease{}, fmt.Errorf("kube: acquire: %w", err)
 	}
@@ -111,7 +111,7 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, er
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("kube: renew: get node %q: %w", m.node, err)
 	}
-	l := subnet.Lease{Attrs: own.Attrs}
+	l := subnet.Lease{Attrs: own.Attrs, Created: nodeAge(n)}
 	if l.Subnet, l.IPv6Subnet, err = m.ownSubnets(cfg, n); err != nil {
 		return subnet.Lease{}, fmt.Errorf("kube: renew: %w", err)
 	}

@@ -313,10 +313,17 @@ func (m *Manager) peerLease(cfg *subnet.Config, n *corev1.Node) (l subnet.Lease,
 	if l.Attrs, err = m.ann.attrs(cfg, n.Annotations); err != nil {
 		return subnet.Lease{}, true, err
 	}
-	if !n.CreationTimestamp.IsZero() {
-		l.Created = n.CreationTimestamp.UnixNano()
-	}
+	l.Created = nodeAge(n)
 	return l, true, nil
+}
+
+// nodeAge is the age of a Node's lease (subnet.Lease.Created): its creation time in ns; 0
+// when unknown.
+func nodeAge(n *corev1.Node) int64 {
+	if n.CreationTimestamp.IsZero() {
+		return 0
+	}
+	return n.CreationTimestamp.UnixNano()
 }
 
 // watchError takes over from client-go's default handler, which logs through klog. Failed
