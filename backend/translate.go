@@ -264,9 +264,9 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 type ownClaims struct {
 	fam     Family
 	created int64 // the own lease's age (subnet.Lease.Created)
-	subnet netip.Prefix
-	ip     netip.Addr
-	mac    MAC
+	subnet  netip.Prefix
+	ip      netip.Addr
+	mac     MAC
 }
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
