@@ -543,3 +543,44 @@ func TestDaemonContestedOwnLease(t *testing.T) {
 		t.Errorf("metrics lack weft_own_lease_contested 0")
 	}
 }
+
+// TestDaemonDatastoreWiped: etcd's leases all gone (a restore from a backup taken before
+// they were made, or a wipe; the network config stays): weftd publishes its lease again at
+// once, with the same subnet and VTEP MAC, subnet.env untouched; a peer that publishes its
+// own again is programmed again.
+func TestDaemonDatastoreWiped(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNode(t, cli, t.TempDir(), plane)
+	eventually(t, "the peer", func() bool { st, _ := plane.last(); return fmt.Sprint(routes(st)) == "[10.244.7.0/24]" })
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	own := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	before, err := cli.Get(t.Context(), own)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("own lease %s: %v %v", own, err, before.Kvs)
+	}
+
+	start := time.Now()
+	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the own lease published again", func() bool {
+		r, err := cli.Get(t.Context(), own)
+		return err == nil && len(r.Kvs) == 1 && string(r.Kvs[0].Value) == string(before.Kvs[0].Value)
+	})
+	t.Logf("own lease %s back after %v", own, time.Since(start).Round(time.Millisecond))
+	if after, err := subnet.ReadEnv(n.cfg.SubnetFile); err != nil || after != env {
+		t.Errorf("subnet.env %+v (%v), was %+v", after, err, env)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07") // the peer publishes again
+	eventually(t, "the peer again", func() bool { st, _ := plane.last(); return fmt.Sprint(routes(st)) == "[10.244.7.0/24]" })
+}
