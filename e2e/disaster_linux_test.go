@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,4 +84,80 @@ func sameLeases(a, b []subnet.Lease) bool {
 		}
 	}
 	return true
+}
+
+// TestNodeCutOffFromDatastore: node n1's path to etcd dropped (a blackhole route to etcd's
+// address in its namespace; its path to the other nodes stays): pods keep reaching n1's pod
+// without a lost packet, n1's /readyz says the datastore is unreachable; meanwhile n3 leaves
+// and n4 joins. When the path returns, n1 catches up without a restart: it forgets n3, routes
+// to n4, and is ready again.
+func TestNodeCutOffFromDatastore(t *testing.T) {
+	bins := needBinaries(t)
+	b := backends()[0]
+	c, err := cluster.New(t, cluster.Options{NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
+		WeftdArgs: []string{"--datastore-timeout=2s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	nodes := startNodes(t, c, "n1", "n2", "n3")
+	pods := onePodEach(t, c, nodes)
+	pingAll(t, pods)
+	n1, gone := nodes[0], nodes[2]
+	goneSubnet := mustSubnet(t, gone)
+
+	cut := []string{"ip", "route", "add", "blackhole", cluster.UnderlayGateway + "/32"}
+	nodeExec(t, n1, cut...)
+	start := time.Now()
+	// Traffic to the cut-off node's pod flows on: its data plane stays as it was.
+	sent, recv, err := cluster.Ping(pods[1], pods[0].IP, 500, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ping %s -> %s every 10 ms while n1 is cut off: %d sent, %d lost", pods[1].Name, pods[0].Name, sent, sent-recv)
+	if recv != sent {
+		t.Errorf("%d of %d pings to the cut-off node's pod lost", sent-recv, sent)
+	}
+	// etcd's keepalive notices the dead path within 15 s, then --datastore-timeout (2 s).
+	why := waitReadyz(t, n1, 503, 30*time.Second)
+	if !strings.Contains(why, "datastore unreachable") {
+		t.Errorf("n1's /readyz while cut off: %q; want it to say the datastore is unreachable", why)
+	}
+	t.Logf("n1 not ready after %v: %s", time.Since(start).Round(time.Millisecond), why)
+
+	// The cluster moves on without n1 hearing of it.
+	if _, err := gone.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteLease(goneSubnet); err != nil {
+		t.Fatal(err)
+	}
+	late := startNodes(t, c, "n4")[0]
+	lp := addPod(t, c, late, "p4")
+	lateSubnet := mustSubnet(t, late)
+	if d := peerState(t, n1, lateSubnet, ""); d.route != "" {
+		t.Fatalf("n1 learnt of n4 while cut off from etcd: %v", d)
+	}
+
+	nodeExec(t, n1, "ip", "route", "del", "blackhole", cluster.UnderlayGateway+"/32")
+	healed := time.Now()
+	waitReadyz(t, n1, 200, 30*time.Second)
+	for {
+		if peerState(t, n1, lateSubnet, "").route != "" && peerState(t, n1, goneSubnet, "").route == "" {
+			break
+		}
+		if time.Since(healed) > 30*time.Second {
+			t.Fatalf("n1 has not caught up 30 s after the path returned: route to n4 %q, to the departed n3 %q",
+				peerState(t, n1, lateSubnet, "").route, peerState(t, n1, goneSubnet, "").route)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("n1 caught up (n4 routed, n3 forgotten) %v after the path returned, cut off for %v",
+		time.Since(healed).Round(time.Millisecond), healed.Sub(start).Round(time.Millisecond))
+	waitReachable(t, pods[0], lp, convergeTimeout)
+	waitReachable(t, lp, pods[0], convergeTimeout)
 }

@@ -53,6 +53,13 @@ func NewClient(c ClientConfig) (*clientv3.Client, error) {
 		Username:    c.Username,
 		Password:    c.Password,
 		DialTimeout: timeout,
+		// A path to etcd that silently drops packets (a partition, not a refused connection)
+		// leaves the connection "ready" for ever unless something talks on it: HTTP/2 pings
+		// every 10 s (etcd refuses them more often than every 5 s), 5 s to answer, make such a
+		// connection fail within 15 s, so that Check and /readyz say so.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		PermitWithoutStream:  true,
 		// The client's own retries are noise in the daemon's log: weft logs what matters.
 		Logger: zap.NewNop(),
 	})
