@@ -584,3 +584,57 @@ func TestDaemonDatastoreWiped(t *testing.T) {
 	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07") // the peer publishes again
 	eventually(t, "the peer again", func() bool { st, _ := plane.last(); return fmt.Sprint(routes(st)) == "[10.244.7.0/24]" })
 }
+
+// TestDaemonDatastoreRestored: etcd restored from a backup taken before the node's lease and
+// its peers' were written: the store, and its revision, go back in time, and the etcd client
+// follows in silence. weftd notices the revision behind the one it saw, lists again, forgets
+// the peers that are gone, publishes its own lease again on the same subnet, and programs a
+// peer that joins after the restore.
+func TestDaemonDatastoreRestored(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	backup := srv.Backup(t)
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.Ifaces = []string{"eth0"}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log, RevisionCheck: 200 * time.Millisecond}), Plane: plane,
+			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
+			DefaultIf:  func() (string, error) { return "eth0", nil }})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	// Enough writes that the revision after the restore stays behind the one weftd saw.
+	for i := range 20 {
+		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 100+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:01:%02x", i))
+	}
+	eventually(t, "the peers", func() bool { st, _ := plane.last(); return len(st.peers) == 20 })
+	env, err := subnet.ReadEnv(cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	own := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+
+	srv.RestoreBackup(t, backup)
+	eventually(t, "the peers of before the restore forgotten", func() bool { st, _ := plane.last(); return len(st.peers) == 0 })
+	eventually(t, "the own lease published again on the same subnet", func() bool {
+		r, err := cli.Get(t.Context(), own)
+		return err == nil && len(r.Kvs) == 1
+	})
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	eventually(t, "a peer that joined after the restore", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24]"
+	})
+	if after, err := subnet.ReadEnv(cfg.SubnetFile); err != nil || after != env {
+		t.Errorf("subnet.env %+v (%v), was %+v", after, err, env)
+	}
+}

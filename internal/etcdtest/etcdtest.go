@@ -191,6 +191,33 @@ func (s *Server) Restart(t testing.TB) {
 	s.start(t)
 }
 
+// Backup copies the data directory, stopping the server for the copy and starting it again:
+// a consistent file-level backup of the store as it is now, for RestoreBackup.
+func (s *Server) Backup(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "backup")
+	s.stop()
+	if err := os.CopyFS(dir, os.DirFS(s.dataDir)); err != nil {
+		t.Fatalf("etcdtest: backing up %s: %v", s.dataDir, err)
+	}
+	s.start(t)
+	return dir
+}
+
+// RestoreBackup replaces the store with a Backup and restarts the server on it, as an
+// operator restoring etcd does: everything written since is gone, and the revision goes back.
+func (s *Server) RestoreBackup(t testing.TB, backup string) {
+	t.Helper()
+	s.stop()
+	if err := os.RemoveAll(s.dataDir); err != nil {
+		t.Fatalf("etcdtest: removing %s: %v", s.dataDir, err)
+	}
+	if err := os.CopyFS(s.dataDir, os.DirFS(backup)); err != nil {
+		t.Fatalf("etcdtest: restoring %s: %v", backup, err)
+	}
+	s.start(t)
+}
+
 // RotatePKI restarts a TLS server with new TLS material: a new CA, and server and client
 // certificates it signed, in new files (CAFile and the others name them from now on; the old
 // files stay as they were), as an operator replacing a CA does. Clients holding the old

@@ -44,6 +44,11 @@ type Options struct {
 	// lost history and lists the leases again.
 	OnWatchRestart func(err error)
 	OnRelist       func()
+	// RevisionCheck is how often the watch reads etcd's revision (one count-only read) to
+	// notice an etcd restored from a backup, whose revision is behind the watch's: the
+	// client's own reconnection follows it from the old, now future, revision and reports
+	// nothing, not even progress notifications. Default 30 s.
+	RevisionCheck time.Duration
 }
 
 // Manager is a subnet.Manager on etcd v3.

@@ -102,12 +102,33 @@ func (w *watcher) sync(ctx context.Context) error {
 	return nil
 }
 
-// follow watches from the revision after the last one seen until the watch breaks.
+// follow watches from the revision after the last one seen until the watch breaks, or until
+// etcd's revision is found behind it (restored from a backup: see Options.RevisionCheck), when
+// the leases are listed again.
 func (w *watcher) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
-	for resp := range ch {
+	every := w.m.opts.RevisionCheck
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	check := time.NewTicker(every)
+	defer check.Stop()
+	for {
+		var resp clientv3.WatchResponse
+		var open bool
+		select {
+		case resp, open = <-ch:
+		case <-check.C:
+			if w.wentBack(wctx) {
+				return nil
+			}
+			continue
+		}
+		if !open {
+			break
+		}
 		if err := resp.Err(); err != nil {
 			if errors.Is(err, rpctypes.ErrCompacted) || resp.CompactRevision != 0 {
 				w.m.log.Info("lease history compacted past the watch, listing again", "revision", w.rev, "compacted", resp.CompactRevision)
@@ -132,6 +153,22 @@ func (w *watcher) follow(ctx context.Context) error {
 		return err
 	}
 	return errors.New("watch channel closed")
+}
+
+// wentBack reads etcd's revision and, if it is behind the last one the watch saw (etcd was
+// restored from a backup), arranges for the leases to be listed again and reports true. A
+// failed read is left to the watch to notice.
+func (w *watcher) wentBack(ctx context.Context) bool {
+	r, err := w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+	if err != nil || r.Header.Revision >= w.rev {
+		return false
+	}
+	w.m.log.Warn("etcd's revision went back (restored from a backup?): listing the leases again", "seen", w.rev, "now", r.Header.Revision)
+	w.rev = 0
+	if w.m.opts.OnRelist != nil {
+		w.m.opts.OnRelist()
+	}
+	return true
 }
 
 // relisted takes a full listing of the leases and returns the events that bring the
