@@ -216,7 +216,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
-	req := subnet.AcquireRequest{Attrs: d.attrs(subnet.LeaseAttrs{}, nil), Prepare: func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+	req := subnet.AcquireRequest{Attrs: d.attrs(nil), Prepare: func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
 		macs := make([]backend.MAC, len(d.stacks))
 		for i, st := range d.stacks {
 			mac, err := st.plane.Prepare(ctx, st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq))
@@ -225,7 +225,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 			}
 			macs[i] = mac
 		}
-		return d.attrs(subnet.LeaseAttrs{}, macs), nil
+		return d.attrs(macs), nil
 	}}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
 	case err == nil:
@@ -246,9 +246,10 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	return d.writeEnv()
 }
 
-// attrs are the lease attributes the node publishes: a's, with each stack's half set from its
-// backend and the VTEP MAC of its device in macs (by stack; nil: zero MACs).
-func (d *daemon) attrs(a subnet.LeaseAttrs, macs []backend.MAC) subnet.LeaseAttrs {
+// attrs are the lease attributes the node publishes: each stack's half, from its backend and
+// the VTEP MAC of its device in macs (by stack; nil: zero MACs).
+func (d *daemon) attrs(macs []backend.MAC) subnet.LeaseAttrs {
+	var a subnet.LeaseAttrs
 	for i, st := range d.stacks {
 		var mac backend.MAC
 		if macs != nil {

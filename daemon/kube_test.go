@@ -118,32 +118,42 @@ current-context: test
 // TestDaemonKubeMode runs the daemon on the kube manager: the lease is the node's podCIDR,
 // published in its annotations; an annotated peer node becomes a route, and its deletion
 // removes the route.
-func TestDaemonKubeMode(t *testing.T) {
+// kubeCluster is a real kube-apiserver with an admin client, for the daemon in Kubernetes mode.
+type kubeCluster struct {
+	srv   *kubetest.Server
+	admin *kubernetes.Clientset
+}
+
+func startKube(t *testing.T) kubeCluster {
 	srv := kubetest.Start(t, kubetest.Options{})
 	admin, err := kubernetes.NewForConfig(srv.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	node := func(name, cidr string, ann map[string]string) {
-		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
-			Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := kube.DefaultAnnotationPrefix + "/"
-	node("self", "10.244.1.0/24", nil)
-	node("peer", "10.244.2.0/24", map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "host-gw",
-		p + "backend-data": "null", p + "public-ip": "192.0.2.20"})
+	return kubeCluster{srv: srv, admin: admin}
+}
 
+// node creates a Node with its podCIDRs (the first is also its podCIDR) and annotations.
+func (k kubeCluster) node(t *testing.T, name string, cidrs []string, ann map[string]string) {
+	t.Helper()
+	_, err := k.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+		Spec: corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs weftd in Kubernetes mode as Node "self" under the network config conf, on deps'
+// planes (and testIfaces unless deps has interfaces), until the test ends; it returns the
+// daemon's config.
+func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 	dir := t.TempDir()
 	netConf := filepath.Join(dir, "net-conf.json")
-	if err := os.WriteFile(netConf, []byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`), 0o600); err != nil {
+	if err := os.WriteFile(netConf, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	km, err := kube.New(kube.Config{REST: srv.Admin(), NetConfPath: netConf, NodeName: "self", Logger: log})
+	km, err := kube.New(kube.Config{REST: k.srv.Admin(), NetConfPath: netConf, NodeName: "self", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,20 +162,32 @@ func TestDaemonKubeMode(t *testing.T) {
 	cfg.HealthzPort = 0
 	cfg.ResyncInterval = time.Second
 	cfg.Ifaces = []string{"eth0"}
-	plane := &fakePlane{}
-	rctx, cancel := context.WithCancel(ctx)
+	deps.Manager = km
+	if deps.Interfaces == nil {
+		deps.Interfaces = func() ([]netif.Interface, error) { return testIfaces, nil }
+	}
+	deps.DefaultIf = func() (string, error) { return "eth0", nil }
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- RunWith(rctx, cfg, log, Deps{Manager: km, Plane: plane,
-			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
-			DefaultIf:  func() (string, error) { return "eth0", nil }})
-	}()
-	defer func() {
+	go func() { done <- RunWith(ctx, cfg, log, deps) }()
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("RunWith: %v", err)
 		}
-	}()
+	})
+	return cfg
+}
+
+func TestDaemonKubeMode(t *testing.T) {
+	k := startKube(t)
+	admin, ctx := k.admin, context.Background()
+	p := kube.DefaultAnnotationPrefix + "/"
+	k.node(t, "self", []string{"10.244.1.0/24"}, nil)
+	k.node(t, "peer", []string{"10.244.2.0/24"}, map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "host-gw",
+		p + "backend-data": "null", p + "public-ip": "192.0.2.20"})
+	plane := &fakePlane{}
+	cfg := k.run(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, Deps{Plane: plane})
 
 	hasRoutes := func(want ...string) func() bool {
 		return func() bool { st, _ := plane.last(); return slices.Equal(routes(st), want) }
@@ -197,59 +219,22 @@ func TestDaemonKubeMode(t *testing.T) {
 // subnet.env, and programs each family's half of a dual-stack peer node on its plane; a peer
 // whose public-ipv6 annotation is no IPv6 address is programmed for IPv4 only.
 func TestDaemonKubeModeDualStack(t *testing.T) {
-	srv := kubetest.Start(t, kubetest.Options{})
-	admin, err := kubernetes.NewForConfig(srv.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	node := func(name string, cidrs []string, ann map[string]string) {
-		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
-			Spec: corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	k := startKube(t)
+	admin, ctx := k.admin, context.Background()
 	p := kube.DefaultAnnotationPrefix + "/"
 	peer := func(ip, ip6, mac, mac6 string) map[string]string {
 		return map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "vxlan",
 			p + "backend-data": `{"VNI":1,"VtepMAC":"` + mac + `"}`, p + "backend-v6-data": `{"VNI":1,"VtepMAC":"` + mac6 + `"}`,
 			p + "public-ip": ip, p + "public-ipv6": ip6}
 	}
-	node("self", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, nil)
-	node("peer", []string{"10.244.2.0/24", "fd00:10:244:2::/64"}, peer("192.0.2.20", "fd77:77::20", "0e:00:00:00:00:20", "0e:00:00:00:06:20"))
-	node("bad6", []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, peer("192.0.2.30", "192.0.2.30", "0e:00:00:00:00:30", "0e:00:00:00:06:30"))
+	k.node(t, "self", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, nil)
+	k.node(t, "peer", []string{"10.244.2.0/24", "fd00:10:244:2::/64"}, peer("192.0.2.20", "fd77:77::20", "0e:00:00:00:00:20", "0e:00:00:00:06:20"))
+	k.node(t, "bad6", []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, peer("192.0.2.30", "192.0.2.30", "0e:00:00:00:00:30", "0e:00:00:00:06:30"))
 
-	dir := t.TempDir()
-	netConf := filepath.Join(dir, "net-conf.json")
-	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`
-	if err := os.WriteFile(netConf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	km, err := kube.New(kube.Config{REST: srv.Admin(), NetConfPath: netConf, NodeName: "self", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
-	cfg.HealthzPort = 0
-	cfg.Ifaces = []string{"eth0"}
 	plane4 := &fakePlane{mac: backend.MAC{0x0e, 4, 4, 4, 4, 4}}
 	plane6 := &fakePlane{mac: backend.MAC{0x0e, 6, 6, 6, 6, 6}}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- RunWith(rctx, cfg, log, Deps{Manager: km, Plane: plane4, PlaneV6: plane6,
-			Interfaces: func() ([]netif.Interface, error) { return dualIfaces, nil },
-			DefaultIf:  func() (string, error) { return "eth0", nil }})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("RunWith: %v", err)
-		}
-	}()
+	cfg := k.run(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`,
+		Deps{Plane: plane4, PlaneV6: plane6, Interfaces: func() ([]netif.Interface, error) { return dualIfaces, nil }})
 	eventually(t, "both families' routes", func() bool {
 		st4, _ := plane4.last()
 		st6, _ := plane6.last()

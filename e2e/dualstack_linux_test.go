@@ -199,36 +199,8 @@ func dualDrift(t *testing.T, c *cluster.Cluster, b backend, nodes []*cluster.Nod
 // over IPv6 every 10 ms: not one packet may be lost.
 func dualRestart(t *testing.T, nodes []*cluster.Node, pods []*cluster.Pod) {
 	const count, interval = 250, 10 * time.Millisecond
-	restarted, from, to := nodes[0], pods[1], pods[0]
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		run, err := cluster.StartPing(from, to.IP6, count, interval)
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
-		start := time.Now()
-		if _, err := restarted.Stop(sig); err != nil {
-			t.Fatal(err)
-		}
-		if err := restarted.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := restarted.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-		ready := time.Since(start)
-		time.Sleep(time.Second)
-		select {
-		case <-run.Done():
-			t.Fatalf("%v: the ping ended before the restart window did: raise its count", sig)
-		default:
-		}
-		sent, recv, err := run.Wait()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("weftd on %s: %v, ready again after %v; IPv6 ping %s -> %s: %d transmitted, %d received",
-			restarted.Name, sig, ready.Round(time.Millisecond), from.Name, to.IP6, sent, recv)
+		sent, recv := restartUnderPing(t, nodes[0], pods[1], pods[0].IP6, sig, count, interval)
 		if sent != count || recv != sent {
 			t.Errorf("%v: %d of %d IPv6 pings lost across the restart", sig, sent-recv, sent)
 		}

@@ -155,49 +155,58 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			name string
 			sig  syscall.Signal
 		}{{"SIGTERM", syscall.SIGTERM}, {"SIGKILL", syscall.SIGKILL}} {
-			sig := s.sig
 			t.Run(s.name, func(t *testing.T) {
-				run, err := cluster.StartPing(from, to.IP, count, interval)
-				if err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(300 * time.Millisecond) // some traffic before the stop
-				start := time.Now()
-				state, err := restarted.Stop(sig)
-				if err != nil {
-					t.Fatal(err)
-				}
-				stopped := time.Since(start)
-				if sig == syscall.SIGTERM && !state.Success() {
-					t.Errorf("weftd on %s exited with %v after SIGTERM; want status 0", restarted.Name, state)
-				}
-				if err := restarted.Start(); err != nil {
-					t.Fatal(err)
-				}
-				if err := restarted.WaitReady(readyTimeout); err != nil {
-					t.Fatal(err)
-				}
-				ready := time.Since(start)
-				time.Sleep(time.Second) // the restarted weftd settles while traffic flows
-				window := time.Since(start)
-				select {
-				case <-run.Done():
-					t.Fatalf("the ping ended before the restart window (%v) did: raise its count", window)
-				default:
-				}
-				sent, recv, err := run.Wait()
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("weftd on %s: %s, exited (%v) after %v, ready again after %v, watched for %v; ping %s -> %s: %d transmitted, %d received",
-					restarted.Name, s.name, state, stopped.Round(time.Millisecond), ready.Round(time.Millisecond),
-					window.Round(time.Millisecond), from.Name, to.Name, sent, recv)
+				sent, recv := restartUnderPing(t, restarted, from, to.IP, s.sig, count, interval)
 				if sent != count || recv != sent {
 					t.Errorf("%d of %d pings lost across the restart", sent-recv, sent)
 				}
 			})
 		}
 	})
+}
+
+// restartUnderPing restarts weftd on n with sig while from pings to every interval (count
+// pings, which must outlast the stop, the start, readiness and a settling second: the test
+// fails if they do not), requires a clean exit after SIGTERM, logs the timings, and returns the
+// pings sent and answered.
+func restartUnderPing(t *testing.T, n *cluster.Node, from *cluster.Pod, to netip.Addr, sig syscall.Signal, count int, interval time.Duration) (sent, recv int) {
+	t.Helper()
+	run, err := cluster.StartPing(from, to, count, interval)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // some traffic before the stop
+	start := time.Now()
+	state, err := n.Stop(sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Since(start)
+	if sig == syscall.SIGTERM && !state.Success() {
+		t.Errorf("weftd on %s exited with %v after SIGTERM; want status 0", n.Name, state)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Since(start)
+	time.Sleep(time.Second) // the restarted weftd settles while traffic flows
+	window := time.Since(start)
+	select {
+	case <-run.Done():
+		t.Fatalf("the ping ended before the restart window (%v) did: raise its count", window)
+	default:
+	}
+	sent, recv, err = run.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("weftd on %s: %v, exited (%v) after %v, ready again after %v, watched for %v; ping %s -> %s: %d transmitted, %d received",
+		n.Name, sig, state, stopped.Round(time.Millisecond), ready.Round(time.Millisecond),
+		window.Round(time.Millisecond), from.Name, to, sent, recv)
+	return sent, recv
 }
 
 // TestDriftRepaired: a route, a neighbour and an FDB entry deleted by hand on a node come

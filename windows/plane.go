@@ -801,16 +801,24 @@ func (p *Plane) IPv6() backend.Plane { return ipv6Plane{p} }
 
 type ipv6Plane struct{ p *Plane }
 
-func (v ipv6Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
+// overlay refuses an Overlay (vxlan) State: HNS carries no IPv6 between its pods.
+func (ipv6Plane) overlay(st *backend.State) error {
 	if st.Device != nil {
-		return backend.MAC{}, errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
+		return errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
+	}
+	return nil
+}
+
+func (v ipv6Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
+	if err := v.overlay(st); err != nil {
+		return backend.MAC{}, err
 	}
 	return v.p.Prepare(ctx, st)
 }
 
 func (v ipv6Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
-	if st.Device != nil {
-		return nil, errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
+	if err := v.overlay(st); err != nil {
+		return nil, err
 	}
 	return v.p.Apply(ctx, st, u)
 }

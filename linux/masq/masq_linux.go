@@ -2,6 +2,7 @@ package masq
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -67,20 +68,11 @@ func NewInNetNS(log *slog.Logger, netnsFd int) (*Manager, error) {
 // a half-written chain, and the table and chain that carry traffic are kept.
 // A disabled family loses weft's chain (and its table, if nothing else is in it).
 func (m *Manager) Ensure(r Rules) (changed bool, err error) {
-	p, err := buildPlan(r)
-	if err != nil {
-		return false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	// IPv4 first and apart from IPv6: a failure in one family must not keep
 	// the other from being programmed, but is still returned.
-	c4, err4 := m.ensureFamily(familyOf(false), p.v4)
-	c6, err6 := m.ensureFamily(familyOf(true), p.v6)
-	if err4 != nil {
-		return c4 || c6, err4
-	}
-	return c4 || c6, err6
+	c4, err4 := m.EnsureFamily(r, false)
+	c6, err6 := m.EnsureFamily(r, true)
+	return c4 || c6, errors.Join(err4, err6)
 }
 
 // EnsureFamily is Ensure for one family (IPv6 if v6), leaving the other family's rules as
