@@ -202,7 +202,9 @@ func putPeer(t *testing.T, cli *clientv3.Client, key, ip, mac string) {
 	}
 }
 
-const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
+// vxlanConf: the daemon draws its own subnet at random from 10.244.100.0 up, clear of the
+// peers the tests put below it.
+const vxlanConf = `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"vxlan"}}`
 
 // TestDaemonFollowsLeases: subnet.env is written, peers come and go, bad peers are skipped
 // without disturbing the others.

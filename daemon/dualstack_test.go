@@ -32,7 +32,7 @@ var dualIfaces = []netif.Interface{
 func TestDaemonDualStack(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
-	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`
+	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","IPv6SubnetMin":"fd00:10:244:80::","Backend":{"Type":"vxlan"}}`
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
 		t.Fatal(err)
 	}

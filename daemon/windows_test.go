@@ -23,7 +23,7 @@ import (
 )
 
 // windowsConf is flannel's vxlan config for a cluster with Windows nodes: VNI 4096, port 4789.
-const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+const windowsConf = `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
 
 // winDaemon is weftd on a Windows node, run on Linux: the daemon with the Windows plane over
 // an in-memory HNS (which outlives the daemon, as HNS outlives weftd).
@@ -251,7 +251,7 @@ func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
 func TestDaemonWindowsDualStackHostGW(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
-	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}`
+	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","IPv6SubnetMin":"fd00:10:244:80::","Backend":{"Type":"host-gw"}}`
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestDaemonWindowsDualStackHostGW(t *testing.T) {
 func TestDaemonWindowsDualStackOldHNS(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
-	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}`
+	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","IPv6SubnetMin":"fd00:10:244:80::","Backend":{"Type":"host-gw"}}`
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
 		t.Fatal(err)
 	}

@@ -199,6 +199,18 @@ func (w *watch) until(t *testing.T, what string, cond func(map[string]subnet.Lea
 	}
 }
 
+// otherSubnets returns two subnets of the suite's network for peers put after a node
+// acquired own: neither is own, nor the early peer's 10.42.199.0/24.
+func otherSubnets(own netip.Prefix) (netip.Prefix, netip.Prefix) {
+	var out []netip.Prefix
+	for _, s := range []string{"10.42.200.0/24", "10.42.201.0/24", "10.42.202.0/24"} {
+		if p := netip.MustParsePrefix(s); p != own {
+			out = append(out, p)
+		}
+	}
+	return out[0], out[1]
+}
+
 func keys(m map[string]subnet.Lease) []string {
 	var out []string
 	for k, l := range m {
@@ -213,7 +225,9 @@ func testWatch(t *testing.T, h Harness) {
 	early := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.199.0/24"), Attrs: Attrs("e")}
 	env.PutPeer(t, "e", early)
 	own := acquire(t, a, "a")
-	peer := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.200.0/24"), Attrs: Attrs("p")}
+	// The node's subnet is drawn at random: the peers put after it take others.
+	peerNet, lateNet := otherSubnets(own.Subnet)
+	peer := subnet.Lease{Subnet: peerNet, Attrs: Attrs("p")}
 	env.PutPeer(t, "p", peer)
 
 	// The first batch is every lease as of one revision at or after the node's acquisition
@@ -226,7 +240,7 @@ func testWatch(t *testing.T, h Harness) {
 	}
 	w.until(t, "the peer put after the acquisition", func(s map[string]subnet.Lease) bool { return s[peer.Key()].Attrs.Equal(peer.Attrs) })
 
-	late := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.201.0/24"), Attrs: Attrs("q")}
+	late := subnet.Lease{Subnet: lateNet, Attrs: Attrs("q")}
 	env.PutPeer(t, "q", late)
 	w.until(t, "the late peer", func(s map[string]subnet.Lease) bool { return s[late.Key()].Attrs.Equal(late.Attrs) })
 
