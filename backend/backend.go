@@ -179,6 +179,9 @@ type Skipped struct {
 	Family Family // the half of the lease that is skipped: the other may be programmed
 	Code   string
 	Reason string
+	// ClashesWith is the key of the lease that wins a claim this one also makes (the same
+	// subnet, public IP or VTEP MAC): the older peer lease, or this node's own lease.
+	ClashesWith string
 	// Contests: the lease claims this node's own subnet, public IP or VTEP MAC and is older
 	// than the node's lease: this node is the newcomer (a clone, a misconfiguration), and its
 	// operator must hear of it; the node keeps its own claim meanwhile.

@@ -197,8 +197,9 @@ func TestClaims(t *testing.T) {
 				if _, ok := maps.Collect(s.State().Peers.All())[c.live.Key()]; !ok || s.State().Peers.Len() != 1 {
 					t.Fatalf("put %s then %s: %s; want the live lease programmed", order[0].Key(), order[1].Key(), render(s.State()))
 				}
-				if len(r.Skipped) != 1 || r.Skipped[0].Key != c.newcomer.Key() || r.Skipped[0].Code != c.code || !strings.Contains(r.Skipped[0].Reason, c.live.Key()) {
-					t.Errorf("skipped %+v; want the newcomer, %s, naming %s", r.Skipped, c.code, c.live.Key())
+				if len(r.Skipped) != 1 || r.Skipped[0].Key != c.newcomer.Key() || r.Skipped[0].Code != c.code ||
+					!strings.Contains(r.Skipped[0].Reason, c.live.Key()) || r.Skipped[0].ClashesWith != c.live.Key() {
+					t.Errorf("skipped %+v; want the newcomer, %s, clashing with %s", r.Skipped, c.code, c.live.Key())
 				}
 				r = Result{}
 				s.Remove(c.live.Key(), &r)
@@ -231,6 +232,9 @@ func TestContests(t *testing.T) {
 	for _, sk := range r.Skipped {
 		if sk.Contests != (sk.Key == older.Key()) {
 			t.Errorf("skip %+v: Contests should be set for the older lease only", sk)
+		}
+		if sk.ClashesWith != own.Key() {
+			t.Errorf("skip %+v: it clashes with the own lease %s", sk, own.Key())
 		}
 	}
 	// The own lease re-created (younger still): still contested. Then the older lease goes.

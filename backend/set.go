@@ -312,14 +312,17 @@ func age(a, b int64) int {
 func (s *Set) rival(e *entry) *Skipped {
 	p := e.c.peer
 	if w := s.bySubnet.first(p.Subnet.Addr()); w != e {
-		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipOverlapsPeer, Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
+		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipOverlapsPeer, ClashesWith: w.key,
+			Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
 	}
 	if w := s.byIP.first(p.PublicIP); w != e {
-		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
+		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateIP, ClashesWith: w.key,
+			Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
 	}
 	if e.c.mac != (MAC{}) {
 		if w := s.byMAC.first(e.c.mac); w != e {
-			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
+			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateMAC, ClashesWith: w.key,
+				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
 		}
 	}
 	return nil

@@ -263,7 +263,8 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 // VTEP MAC.
 type ownClaims struct {
 	fam     Family
-	created int64 // the own lease's age (subnet.Lease.Created)
+	key     string // the own lease's key
+	created int64  // the own lease's age (subnet.Lease.Created)
 	subnet  netip.Prefix
 	ip      netip.Addr
 	mac     MAC
@@ -271,7 +272,7 @@ type ownClaims struct {
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 	sn, ip, data := b.half(own)
-	o := ownClaims{fam: b.fam, subnet: sn, ip: ip, created: own.Created}
+	o := ownClaims{fam: b.fam, key: own.Key(), subnet: sn, ip: ip, created: own.Created}
 	if b.dev != nil {
 		if d, err := DecodeVXLANData(data); err == nil {
 			o.mac = d.VtepMAC
@@ -294,11 +295,14 @@ func (o ownClaims) against(key string, c candidate, created int64) *Skipped {
 func (o ownClaims) clash(key string, c candidate) *Skipped {
 	switch {
 	case o.subnet.IsValid() && c.peer.Subnet.Overlaps(o.subnet):
-		return &Skipped{Key: key, Family: o.fam, Code: SkipOverlapsOwn, Reason: fmt.Sprintf("subnet %s overlaps this node's %s", c.peer.Subnet, o.subnet)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipOverlapsOwn, ClashesWith: o.key,
+			Reason: fmt.Sprintf("subnet %s overlaps this node's %s", c.peer.Subnet, o.subnet)}
 	case c.peer.PublicIP == o.ip:
-		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateIP, Reason: fmt.Sprintf("public IP %s is this node's", o.ip)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateIP, ClashesWith: o.key,
+			Reason: fmt.Sprintf("public IP %s is this node's", o.ip)}
 	case c.mac != MAC{} && c.mac == o.mac:
-		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, ClashesWith: o.key,
+			Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
 	}
 	return nil
 }

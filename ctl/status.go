@@ -146,13 +146,13 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 		return nil
 	}
 	t = newTable(out)
-	t.row("SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "STATE", "REASON")
+	t.row("SUBNET", "PUBLIC IP", "BACKEND", "VTEP MAC", "STATE", "CLASHES WITH", "REASON")
 	for _, p := range st.Peers {
 		mac := ""
 		if d, ok := vxlanData(p.BackendData); ok {
 			mac = d.VtepMAC
 		}
-		t.row(orDash(p.Subnet), orDash(p.PublicIP), orDash(p.BackendType), orDash(mac), p.State, p.Reason)
+		t.row(orDash(p.Subnet), orDash(p.PublicIP), orDash(p.BackendType), orDash(mac), p.State, orDash(p.ClashesWith), p.Reason)
 	}
 	return t.flush()
 }

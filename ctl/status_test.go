@@ -23,6 +23,9 @@ func testStatus(now time.Time) status.Node {
 				BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:02"}`), State: "programmed"},
 			{Key: "10.244.3.0-24", Subnet: "10.244.3.0/24", PublicIP: "192.0.2.13", BackendType: "host-gw",
 				State: "skipped", Reason: `backend type "host-gw", this node runs "vxlan"`},
+			{Key: "10.244.0.0-24", Subnet: "10.244.0.0/24", PublicIP: "192.0.2.12", BackendType: "vxlan",
+				BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0a:00:00:00:00:09"}`), State: "skipped",
+				Reason: "public IP 192.0.2.12 is also claimed by 10.244.2.0-24", ClashesWith: "10.244.2.0-24"},
 		},
 		Last:     &status.Converge{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
 		NotReady: "last convergence failed: setting route: file exists",
@@ -40,10 +43,11 @@ lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP M
 ready      no: last convergence failed: setting route: file exists
 converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
 
-peers: 2
-SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       REASON
-10.244.2.0/24  192.0.2.12  vxlan    0a:00:00:00:00:02  programmed  
-10.244.3.0/24  192.0.2.13  host-gw  -                  skipped     backend type "host-gw", this node runs "vxlan"
+peers: 3
+SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       CLASHES WITH   REASON
+10.244.2.0/24  192.0.2.12  vxlan    0a:00:00:00:00:02  programmed  -              
+10.244.3.0/24  192.0.2.13  host-gw  -                  skipped     -              backend type "host-gw", this node runs "vxlan"
+10.244.0.0/24  192.0.2.12  vxlan    0a:00:00:00:00:09  skipped     10.244.2.0-24  public IP 192.0.2.12 is also claimed by 10.244.2.0-24
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
@@ -82,7 +86,7 @@ func TestStatusCommand(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Lease.Subnet != st.Lease.Subnet || len(back.Peers) != 2 || back.Peers[1].Reason != st.Peers[1].Reason {
+	if back.Lease.Subnet != st.Lease.Subnet || len(back.Peers) != 3 || back.Peers[1].Reason != st.Peers[1].Reason || back.Peers[2].ClashesWith != "10.244.2.0-24" {
 		t.Errorf("JSON round trip: %+v", back)
 	}
 

@@ -757,7 +757,7 @@ func (d *daemon) peerStatus() []status.Peer {
 				ps.BackendData = backend.VXLANData{VNI: st.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
 			}
 			if p.Skipped != nil {
-				ps.State, ps.Reason = "skipped", p.Skipped.Reason
+				ps.State, ps.Reason, ps.ClashesWith = "skipped", p.Skipped.Reason, p.Skipped.ClashesWith
 			}
 			out = append(out, ps)
 		}

@@ -492,7 +492,8 @@ func TestDaemonOlderClaimWins(t *testing.T) {
 	}
 	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "0e:00:00:00:00:09")
 	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
-	startNode(t, cli, t.TempDir(), plane)
+	port := freePort(t)
+	startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
 	eventually(t, "the live peer", func() bool { st, _ := plane.last(); return fmt.Sprint(routes(st)) == "[10.244.9.0/24]" })
 
 	putPeer(t, cli, "10.244.2.0-24", "192.0.2.19", "0e:00:00:00:00:02") // the clone: lower subnet, same IP
@@ -501,6 +502,16 @@ func TestDaemonOlderClaimWins(t *testing.T) {
 		st, _ := plane.last()
 		return fmt.Sprint(routes(st)) == "[10.244.3.0/24 10.244.9.0/24]"
 	})
+	// /status shows the clone skipped, with the lease it clashes with.
+	_, body := get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+	var st status.Node
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	clone := slices.IndexFunc(st.Peers, func(p status.Peer) bool { return p.Key == "10.244.2.0-24" })
+	if clone < 0 || st.Peers[clone].State != "skipped" || st.Peers[clone].ClashesWith != "10.244.9.0-24" {
+		t.Errorf("/status peers %+v; want 10.244.2.0-24 skipped, clashing with 10.244.9.0-24", st.Peers)
+	}
 	if _, err := cli.Delete(t.Context(), etcd.DefaultPrefix+"/subnets/10.244.9.0-24"); err != nil {
 		t.Fatal(err)
 	}

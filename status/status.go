@@ -44,6 +44,9 @@ type Peer struct {
 	BackendData json.RawMessage `json:"backendData,omitempty"`
 	State       string          `json:"state"` // programmed, skipped
 	Reason      string          `json:"reason,omitempty"`
+	// ClashesWith is the key of the lease that won a claim this one also makes (the same
+	// subnet, public IP or VTEP MAC): the older peer lease, or this node's own.
+	ClashesWith string `json:"clashesWith,omitempty"`
 }
 
 // Converge is the last convergence.
