@@ -135,9 +135,18 @@ func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
+// MaxAttrsSize bounds a lease's attributes as the datastore holds them: an etcd value, a
+// Node's backend-data annotation. flannel's and weft's are a few hundred bytes; a larger one
+// is refused unread, so that no writer can make every node parse and keep megabytes a lease.
+const MaxAttrsSize = 16 << 10
+
 // UnmarshalJSON reads a lease value. It is written by other nodes, maybe by other software,
-// so unknown keys are ignored, but every known key must hold a valid value.
+// so unknown keys are ignored, but every known key must hold a valid value. A value over
+// MaxAttrsSize is refused.
 func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
+	if len(data) > MaxAttrsSize {
+		return fmt.Errorf("lease attributes: %d bytes, over the %d-byte limit", len(data), MaxAttrsSize)
+	}
 	var w wireAttrs
 	if err := json.Unmarshal(data, &w); err != nil {
 		return fmt.Errorf("lease attributes: %w", err)

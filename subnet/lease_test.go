@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -64,6 +65,7 @@ func TestLeaseAttrsUnmarshalRejects(t *testing.T) {
 	for _, s := range []string{
 		`{"PublicIP":"10.0.0.300"}`, `{"PublicIP":"fd00::1"}`, `{"PublicIP":5}`, `{"PublicIPv6":5}`,
 		`{"BackendData":{`, `[]`, `"x"`,
+		`{"PublicIP":"10.0.0.1","BackendData":{"Pad":"` + strings.Repeat("x", MaxAttrsSize) + `"}}`, // over the limit
 	} {
 		var a LeaseAttrs
 		if err := json.Unmarshal([]byte(s), &a); err == nil {

@@ -1,15 +1,12 @@
 package perf
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/weftnet/weft/backend"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -169,11 +166,11 @@ func (r *daemonRun) coldStart(ctx context.Context) coldStart {
 	case <-time.After(r.b.cfg.Settle):
 	case <-ctx.Done():
 	}
-	rss, err := readRSS(r.node.Pid())
+	mem, err := cluster.ReadMemory(r.node.Pid())
 	if err != nil {
 		res.rss = missing("%v", err)
 	} else {
-		res.rss = Value{N: float64(rss)}
+		res.rss = Value{N: float64(mem.RSS)}
 	}
 	r.b.log.Info("cold start", "daemon", r.daemon, "peers", r.watch.Status().want, "subnet.env", res.env.Format(Duration),
 		"first", res.first.Format(Duration), "all", res.all.Format(Duration), "rss", res.rss.Format(Memory))
@@ -207,32 +204,4 @@ func (r *daemonRun) stop() {
 		}
 	}
 	r.watch.Close()
-}
-
-// readRSS reads a process's resident set size from /proc.
-func readRSS(pid int) (int64, error) {
-	if pid == 0 {
-		return 0, errors.New("the daemon is not running")
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the RSS of pid %d: %w", pid, err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parsing VmRSS %q of pid %d: %w", v, pid, err)
-		}
-		return kb << 10, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading the RSS of pid %d: %w", pid, err)
-	}
-	return 0, fmt.Errorf("pid %d has no VmRSS", pid)
 }

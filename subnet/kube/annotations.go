@@ -173,6 +173,9 @@ func jsonValue(ann map[string]string, key string) (json.RawMessage, error) {
 	if !ok || strings.TrimSpace(s) == "null" {
 		return nil, nil
 	}
+	if len(s) > subnet.MaxAttrsSize {
+		return nil, fmt.Errorf("annotation %s: over the %d-byte limit", key, subnet.MaxAttrsSize)
+	}
 	if !json.Valid([]byte(s)) {
 		return nil, fmt.Errorf("annotation %s=%q: not JSON", key, s)
 	}
@@ -232,6 +235,11 @@ func (a annotations) trim(obj any) (any, error) {
 		if v, ok := n.Annotations[k]; ok {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
+			}
+			if len(v) > subnet.MaxAttrsSize {
+				// Refused when read (jsonValue); the cache need not keep it whole to say
+				// so, nor the string it is cut from.
+				v = strings.Clone(v[:subnet.MaxAttrsSize+1])
 			}
 			out.Annotations[k] = v
 		}

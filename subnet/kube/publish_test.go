@@ -3,8 +3,10 @@ package kube
 import (
 	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,5 +72,43 @@ func TestPeerLeaseAge(t *testing.T) {
 		if err != nil || !peer || l.Created != c.want {
 			t.Errorf("Node created %v: lease %+v (%v), want Created %d", c.at, l, err, c.want)
 		}
+	}
+}
+
+// TestOversizedAnnotation: a backend-data annotation over subnet.MaxAttrsSize is cut to just
+// over the limit in the informer's cache (which does not keep the original string alive),
+// and the peer is refused naming the limit; one at the limit is read.
+func TestOversizedAnnotation(t *testing.T) {
+	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16"}`)
+	node := func(data string) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "peer", Annotations: map[string]string{
+				m.ann.managed: "true", m.ann.publicIP: "192.0.2.10", m.ann.backendType: "vxlan", m.ann.backendData: data,
+			}},
+			Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24"},
+		}
+	}
+	padded := func(size int) string {
+		const head, tail = `{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44","Pad":"`, `"}`
+		return head + strings.Repeat("x", size-len(head)-len(tail)) + tail
+	}
+	big := padded(1 << 20)
+	trimmed, err := m.ann.trim(node(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := trimmed.(*corev1.Node).Annotations[m.ann.backendData]
+	if len(kept) != subnet.MaxAttrsSize+1 || unsafe.StringData(kept) == unsafe.StringData(big) {
+		t.Errorf("the cache keeps %d bytes of the 1 MiB annotation (shared with it: %v); want %d of its own",
+			len(kept), unsafe.StringData(kept) == unsafe.StringData(big), subnet.MaxAttrsSize+1)
+	}
+	for _, n := range []*corev1.Node{node(big), trimmed.(*corev1.Node)} {
+		if _, _, err := m.peerLease(cfg, n); err == nil || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("oversized backend data: %v, want an error naming the limit", err)
+		}
+	}
+	l, peer, err := m.peerLease(cfg, node(padded(subnet.MaxAttrsSize)))
+	if err != nil || !peer || len(l.Attrs.BackendData) != subnet.MaxAttrsSize {
+		t.Errorf("backend data at the limit: %v, %v, %d bytes", err, peer, len(l.Attrs.BackendData))
 	}
 }
