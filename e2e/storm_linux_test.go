@@ -16,6 +16,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
@@ -56,14 +59,7 @@ func TestLeaseStorm(t *testing.T) {
 			free = append(free, sn)
 		}
 	}
-	before := make([]cluster.Memory, len(nodes))
-	for i, n := range nodes {
-		m, err := cluster.ReadMemory(n.Pid())
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[i] = m
-	}
+	before := memoryOf(t, nodes)
 
 	run, err := cluster.StartPing(pods[0], pods[1].IP, int((stormFor+2*time.Second)/(10*time.Millisecond)), 10*time.Millisecond)
 	if err != nil {
@@ -85,20 +81,46 @@ func TestLeaseStorm(t *testing.T) {
 		t.Errorf("only %d small puts in %v: no storm", storm.small.Load(), stormFor)
 	}
 
-	// What the storm leaves: a third valid (each with addresses of its own), a third
-	// deleted, a third deleted then malformed.
+	// What the storm leaves (see settle), and what each node must then program.
 	settling := time.Now()
 	want := storm.settle(t)
 	settled := time.Now()
 	t.Logf("the storm's leftovers written in %v", settled.Sub(settling).Round(time.Millisecond))
+	waitConverged(t, nodes, want, before, settled)
+	pingAll(t, pods)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// memoryOf reads the resident memory of each node's weftd.
+func memoryOf(t *testing.T, nodes []*cluster.Node) []cluster.Memory {
+	t.Helper()
+	out := make([]cluster.Memory, len(nodes))
 	for i, n := range nodes {
+		m, err := cluster.ReadMemory(n.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// waitConverged waits until each node's weftd has programmed exactly the peer subnets want
+// gives it (by node name), after a storm whose leftovers were written at settled, and checks
+// that its resident memory peaked under stormPeakLimit (before: as it was before the storm)
+// and that it is ready.
+func waitConverged(t *testing.T, nodes []*cluster.Node, want map[string][]string, before []cluster.Memory, settled time.Time) {
+	t.Helper()
+	for i, n := range nodes {
+		w := slices.Sorted(slices.Values(want[n.Name]))
 		for {
 			got, err := programmed(n)
-			if err == nil && slices.Equal(got, want[n.Name]) {
+			if err == nil && slices.Equal(got, w) {
 				break
 			}
 			if time.Since(settled) > convergeTimeout {
-				t.Fatalf("node %s has not converged to the storm's leftovers %v after the storm: programmed %v (%v)", n.Name, want[n.Name], got, err)
+				t.Fatalf("node %s has not converged to the storm's leftovers %v: programmed %v (%v)", n.Name, w, got, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -107,7 +129,7 @@ func TestLeaseStorm(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("node %s: converged %v after the leftovers were written, to %d peers; resident memory %.1f MiB before, peak %.1f MiB, %.1f MiB after",
-			n.Name, time.Since(settled).Round(time.Millisecond), len(want[n.Name]), mib(before[i].RSS), mib(m.Peak), mib(m.RSS))
+			n.Name, time.Since(settled).Round(time.Millisecond), len(w), mib(before[i].RSS), mib(m.Peak), mib(m.RSS))
 		if m.Peak > stormPeakLimit {
 			t.Errorf("node %s: weftd's resident memory peaked at %.1f MiB in the storm, over %.0f MiB", n.Name, mib(m.Peak), mib(stormPeakLimit))
 		}
@@ -115,10 +137,7 @@ func TestLeaseStorm(t *testing.T) {
 			t.Errorf("node %s not ready after the storm: %d %s (%v)", n.Name, code, body, err)
 		}
 	}
-	pingAll(t, pods)
 }
-
-func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // programmed lists the subnets of the peers a node's weftd reports programmed, sorted.
 func programmed(n *cluster.Node) ([]string, error) {
@@ -276,7 +295,6 @@ func (s *storm) settle(t *testing.T) map[string][]string {
 				peers = append(peers, sn.String())
 			}
 		}
-		slices.Sort(peers)
 		want[n.Name] = peers
 	}
 	return want
@@ -301,6 +319,135 @@ func (s *storm) put(ctx context.Context, sn netip.Prefix, v string) error {
 	_, err := s.c.Etcd().Put(ctx, s.key(sn), v)
 	if err != nil {
 		return fmt.Errorf("put %s (%d bytes): %w", sn, len(v), err)
+	}
+	return nil
+}
+
+// TestNodeUpdateStorm is TestLeaseStorm in Kubernetes mode: for 10 s, writers patch the
+// annotations of a hundred Node objects as fast as the API server takes it (valid leases,
+// copies of a live node's public IP and VTEP MAC, malformed and 200 KiB backend data,
+// annotations weft does not read), while a pod pings across the two weftd nodes. weftd's
+// resident memory stays bounded, no ping is lost, and every weftd converges to what the
+// storm leaves.
+func TestNodeUpdateStorm(t *testing.T) {
+	bins := needBinaries(t)
+	needKubeAPIServer(t)
+	kc := newKubeCluster(t, bins, backends()[0], bins.weftd)
+	kc.createNode(t, "n1", podCIDR(1))
+	kc.createNode(t, "n2", podCIDR(2))
+	nodes := startNodes(t, kc.Cluster, "n1", "n2")
+	pods := onePodEach(t, kc.Cluster, nodes)
+	pingAll(t, pods)
+	const fakes = 100
+	for i := range fakes {
+		kc.createNode(t, fmt.Sprintf("storm-%d", i), podCIDR(10+i))
+	}
+	liveIP, liveMAC := nodes[1].IP.String(), kc.annotatedVtepMAC(t, "n2")
+	before := memoryOf(t, nodes)
+
+	run, err := cluster.StartPing(pods[0], pods[1].IP, int((stormFor+2*time.Second)/(10*time.Millisecond)), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patches, failed atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), stormFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range stormWriters / 2 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 2))
+			for ctx.Err() == nil {
+				i := r.IntN(fakes)
+				var ann map[string]any
+				switch k := r.IntN(10); {
+				case k < 4:
+					ann = stormAnnotations(fmt.Sprintf("198.18.%d.%d", i, r.IntN(250)+1), fmt.Sprintf("0e:55:%02x:%02x:00:01", i, r.IntN(256)), "")
+				case k < 6:
+					ann = stormAnnotations(liveIP, liveMAC, "")
+				case k < 7:
+					ann = map[string]any{annotation("backend-data"): "{"}
+				case k < 8:
+					ann = stormAnnotations(fmt.Sprintf("198.18.%d.2", i), fmt.Sprintf("0e:77:%02x:00:00:01", i), strings.Repeat("x", 200<<10))
+				default: // what the kubelet and others write, which weft does not read
+					ann = map[string]any{"example.com/heartbeat": fmt.Sprint(r.Int())}
+				}
+				if err := kc.patchAnnotations(ctx, fmt.Sprintf("storm-%d", i), ann); err == nil {
+					patches.Add(1)
+				} else if ctx.Err() == nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sent, recv, err := run.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("storm of %v: %d Node patches (%.0f/s; %d refused); ping %s -> %s every 10 ms across it: %d sent, %d lost",
+		stormFor, patches.Load(), float64(patches.Load())/stormFor.Seconds(), failed.Load(), pods[0].Name, pods[1].Name, sent, sent-recv)
+	if recv != sent {
+		t.Errorf("%d of %d pings across the storm lost", sent-recv, sent)
+	}
+	if patches.Load() < 500 {
+		t.Errorf("only %d patches in %v: no storm", patches.Load(), stormFor)
+	}
+
+	// What the storm leaves: a third valid, a third without weft's annotations, a third
+	// with backend data over the limit. A bad value leaves the last good one standing, as
+	// in etcd mode, so the annotations of those first go.
+	settling := time.Now()
+	var valid []string
+	for i := range fakes {
+		name := fmt.Sprintf("storm-%d", i)
+		ann := stormAnnotations(fmt.Sprintf("198.18.%d.1", i), fmt.Sprintf("0e:66:%02x:00:00:01", i), "")
+		if i%3 == 0 {
+			valid = append(valid, podCIDR(10+i).String())
+		} else {
+			for k := range ann {
+				ann[k] = nil // removed
+			}
+		}
+		err := kc.patchAnnotations(context.Background(), name, ann)
+		if err == nil && i%3 == 2 {
+			err = kc.patchAnnotations(context.Background(), name,
+				stormAnnotations(fmt.Sprintf("198.18.%d.2", i), fmt.Sprintf("0e:77:%02x:00:00:01", i), strings.Repeat("x", 200<<10)))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := time.Now()
+	t.Logf("the storm's leftovers written in %v", settled.Sub(settling).Round(time.Millisecond))
+	want := map[string][]string{
+		"n1": append(slices.Clone(valid), podCIDR(2).String()),
+		"n2": append(slices.Clone(valid), podCIDR(1).String()),
+	}
+	waitConverged(t, nodes, want, before, settled)
+	pingAll(t, pods)
+}
+
+// stormAnnotations are the annotations of a vxlan node; pad, if any, goes into its backend
+// data.
+func stormAnnotations(ip, mac, pad string) map[string]any {
+	return map[string]any{
+		annotation("kube-subnet-manager"): "true",
+		annotation("backend-type"):        "vxlan",
+		annotation("public-ip"):           ip,
+		annotation("backend-data"):        fmt.Sprintf(`{"VNI":1,"VtepMAC":%q,"Pad":%q}`, mac, pad),
+	}
+}
+
+// patchAnnotations merges ann into a Node's annotations (a nil value removes one).
+func (kc *kubeCluster) patchAnnotations(ctx context.Context, name string, ann map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, kubeOpTimeout)
+	defer cancel()
+	if _, err := kc.admin.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching Node %s: %w", name, err)
 	}
 	return nil
 }
