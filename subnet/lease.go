@@ -125,9 +125,13 @@ func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
 	if a.PublicIP.IsValid() {
 		w.PublicIP = a.PublicIP.String()
 	}
-	if a.PublicIPv6.IsValid() {
+	switch {
+	case a.PublicIPv6.IsValid():
 		s := a.PublicIPv6.String()
 		w.PublicIPv6 = &s
+	case a.BadPublicIPv6 != "":
+		// Written back as it was read, so that a lease read and written again is the same.
+		w.PublicIPv6 = &a.BadPublicIPv6
 	}
 	if len(w.BackendData) == 0 {
 		w.BackendData = json.RawMessage("null")
@@ -173,13 +177,24 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 	out.BackendType = w.BackendType
 	// json.RawMessage copies what it is given: the data is already the lease's own.
 	if !isJSONNull(w.BackendData) {
-		out.BackendData = w.BackendData
+		out.BackendData = htmlEscaped(w.BackendData)
 	}
 	if !isJSONNull(w.BackendV6Data) {
-		out.BackendV6Data = w.BackendV6Data
+		out.BackendV6Data = htmlEscaped(w.BackendV6Data)
 	}
 	*a = out
 	return nil
+}
+
+// htmlEscaped is v with <, >, & and U+2028/9 in its strings escaped as json.Marshal writes
+// them, so that backend data read, written back and read again is the same bytes (Equal).
+func htmlEscaped(v json.RawMessage) json.RawMessage {
+	if !bytes.ContainsAny(v, "<>&\u2028\u2029") {
+		return v
+	}
+	var b bytes.Buffer
+	json.HTMLEscape(&b, v)
+	return b.Bytes()
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
