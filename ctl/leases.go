@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/subnet"
 )
 
 // LeaseRow is one lease as weftctl leases shows it.
@@ -49,7 +51,36 @@ func runLeases(ctx context.Context, args []string, out io.Writer) error {
 	if c.output == "json" {
 		return writeJSON(out, rows)
 	}
-	return writeLeases(out, rows, time.Now())
+	var pool []string
+	if cfg, err := store.Config(ctx); err != nil {
+		pool = []string{"pool: unknown: " + err.Error()}
+	} else {
+		pool = poolLines(cfg, entries)
+	}
+	return writeLeases(out, rows, pool, time.Now())
+}
+
+// poolLines tell how much of each of the config's subnet ranges the entries' keys take (as
+// the allocator sees it: a key whose value cannot be read still takes its subnet).
+func poolLines(cfg *subnet.Config, entries []Entry) []string {
+	taken := make([]netip.Prefix, 0, 2*len(entries))
+	for _, e := range entries {
+		taken = append(taken, e.Lease.Subnet, e.Lease.IPv6Subnet)
+	}
+	var out []string
+	for _, p := range []struct {
+		fam string
+		r   subnet.Range
+	}{{"IPv4", cfg.IPv4Range()}, {"IPv6", cfg.IPv6Range()}} {
+		n := p.r.Size()
+		if n == 0 {
+			continue
+		}
+		leased := p.r.Leased(taken)
+		out = append(out, fmt.Sprintf("pool %s: %d of %d subnets free (/%d from %s to %s, %d leased)",
+			p.fam, n-leased, n, p.r.Len, p.r.Min, p.r.Max, leased))
+	}
+	return out
 }
 
 // leaseRows turns entries into rows, ordered by subnet.
@@ -97,7 +128,21 @@ func vxlanData(raw json.RawMessage) (struct {
 	return d, ok
 }
 
-func writeLeases(out io.Writer, rows []LeaseRow, now time.Time) error {
+// writeLeases writes the leases as a table, then the pool's lines.
+func writeLeases(out io.Writer, rows []LeaseRow, pool []string, now time.Time) error {
+	if err := writeLeaseTable(out, rows, now); err != nil {
+		return err
+	}
+	if len(pool) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(out, "\n%s\n", strings.Join(pool, "\n")); err != nil {
+		return fmt.Errorf("writing the pool: %w", err)
+	}
+	return nil
+}
+
+func writeLeaseTable(out io.Writer, rows []LeaseRow, now time.Time) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(out, "no leases")
 		return err

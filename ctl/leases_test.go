@@ -22,15 +22,20 @@ func TestWriteLeases(t *testing.T) {
 	own.Expiration = now.Add(23*time.Hour + 59*time.Minute + 10*time.Second)
 	hg := subnet.Lease{Subnet: netip.MustParsePrefix("10.244.12.0/24"),
 		Attrs: subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.0.2.12"), BackendType: "host-gw"}}
-	rows := leaseRows([]Entry{
+	entries := []Entry{
 		{Key: "/coreos.com/network/subnets/10.244.12.0-24", Lease: hg},
 		{Key: "/coreos.com/network/subnets/10.244.5.0-24", Lease: subnet.Lease{Subnet: netip.MustParsePrefix("10.244.5.0/24")},
 			Err: errors.New(`lease attributes: PublicIP "x" is not an IPv4 address`)},
 		{Key: "/coreos.com/network/subnets/" + own.Key(), Lease: own},
-	})
+	}
+	rows := leaseRows(entries)
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","SubnetMax":"10.244.9.0","EnableIPv6":true,"IPv6Network":"fd00::/60"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var b bytes.Buffer
-	if err := writeLeases(&b, rows, now); err != nil {
+	if err := writeLeases(&b, rows, poolLines(cfg, entries), now); err != nil {
 		t.Fatal(err)
 	}
 	want := `SUBNET          PUBLIC IP   BACKEND  VTEP MAC           EXPIRES
@@ -40,6 +45,9 @@ func TestWriteLeases(t *testing.T) {
 
 unreadable, skipped by every node:
   /coreos.com/network/subnets/10.244.5.0-24: lease attributes: PublicIP "x" is not an IPv4 address
+
+pool IPv4: 7 of 9 subnets free (/24 from 10.244.1.0 to 10.244.9.0, 2 leased)
+pool IPv6: 15 of 15 subnets free (/64 from fd00:0:0:1:: to fd00:0:0:f::, 0 leased)
 `
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
@@ -77,7 +85,7 @@ unreadable, skipped by every node:
 	}
 
 	b.Reset()
-	if err := writeLeases(&b, nil, now); err != nil || b.String() != "no leases\n" {
+	if err := writeLeases(&b, nil, nil, now); err != nil || b.String() != "no leases\n" {
 		t.Errorf("no rows: %q, %v", b.String(), err)
 	}
 }

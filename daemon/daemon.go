@@ -104,6 +104,9 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	d.health = newHealth(cfg, d.m, check)
 	d.health.peers = d.peerStatus
 	d.m.peers.count = d.peerCounts
+	if p, ok := deps.Manager.(subnet.PoolReporter); ok {
+		d.m.pool.pool = p.Pool
+	}
 	wg.Go(func() { d.health.watchDatastore(ctx) })
 	if cfg.HealthzPort != 0 {
 		stop, err := d.health.serve(netip.AddrPortFrom(netip.MustParseAddr(cfg.HealthzIP), uint16(cfg.HealthzPort)), log, defaultHTTPLimits())

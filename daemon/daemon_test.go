@@ -409,6 +409,9 @@ func TestDaemonEndpoints(t *testing.T) {
 		`weft_lease_acquisitions_total{result="success"} 1`,
 		`weft_dataplane_changes_total{kind="route"} 1`,
 		`weft_lease_info{backend="vxlan",public_ip="192.0.2.10",subnet="10.244.`,
+		// 10.244.100.0 to 10.244.255.0; the peers' subnets are below the range, the own is in it.
+		`weft_subnet_pool_subnets{family="IPv4"} 156`,
+		`weft_subnet_pool_free_subnets{family="IPv4"} 155`,
 		`weft_convergence_duration_seconds_count`,
 		`weft_peer_programming_delay_seconds_count`,
 		`weft_build_info{`,

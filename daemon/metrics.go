@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/weftnet/weft/subnet"
 )
 
 // metrics are what weftd exports on /metrics. Each is documented in the README.
@@ -17,6 +19,7 @@ type metrics struct {
 	acquisitions     *prometheus.CounterVec
 	renewals         *prometheus.CounterVec
 	peers            *countCollector
+	pool             *poolCollector
 	eventsReceived   *prometheus.CounterVec
 	eventsApplied    prometheus.Counter
 	watchRestarts    prometheus.Counter
@@ -48,6 +51,12 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		peers: &countCollector{desc: prometheus.NewDesc("weft_peers",
 			"Peer leases known, by backend type and state (programmed, skipped).", []string{"backend", "state"}, nil)},
+		pool: &poolCollector{
+			total: prometheus.NewDesc("weft_subnet_pool_subnets",
+				"Subnets the network config allows, by family (etcd mode: weft hands them out).", []string{"family"}, nil),
+			free: prometheus.NewDesc("weft_subnet_pool_free_subnets",
+				"Of those, subnets no lease holds, by family: what nodes joining can still get.", []string{"family"}, nil),
+		},
 		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_events_received_total", Help: "Lease events received from the datastore, by type (added, removed).",
 		}, []string{"type"}),
@@ -96,7 +105,7 @@ func newMetrics() *metrics {
 		Name: "weft_build_info", Help: "Build of this weftd: always 1, the version in the labels.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.eventsReceived,
+	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -131,5 +140,28 @@ func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for labels, n := range c.count() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), labels[0], labels[1])
+	}
+}
+
+// poolCollector reports the subnet pool when scraped, from what the datastore's watch keeps
+// (subnet.PoolReporter); nothing where weft does not hand out the subnets (Kubernetes).
+type poolCollector struct {
+	total, free *prometheus.Desc
+	pool        func() []subnet.PoolUsage // set before the metrics are served, if at all
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.total; ch <- c.free }
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.pool == nil {
+		return
+	}
+	for _, u := range c.pool() {
+		fam := "IPv4"
+		if u.IPv6 {
+			fam = "IPv6"
+		}
+		ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(u.Total), fam)
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(u.Total-min(u.Leased, u.Total)), fam)
 	}
 }

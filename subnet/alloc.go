@@ -95,10 +95,7 @@ func Allocate(r Range, taken []netip.Prefix, prefer netip.Prefix, randN func(n u
 			return prefer, nil
 		}
 	}
-	var inUse uint64
-	for _, iv := range used {
-		inUse += iv.hi - iv.lo + 1
-	}
+	inUse := count(used)
 	if inUse >= size {
 		return netip.Prefix{}, fmt.Errorf("%w: all %d subnets /%d from %s to %s are taken", ErrOutOfSubnets, size, r.Len, r.Min, r.Max)
 	}
@@ -117,6 +114,24 @@ func Allocate(r Range, taken []netip.Prefix, prefer netip.Prefix, randN func(n u
 }
 
 type interval struct{ lo, hi uint64 } // inclusive indexes into a Range
+
+// Leased is how many of the range's subnets the taken prefixes (of any length and family)
+// cover: the allocator's view of what is in use.
+func (r Range) Leased(taken []netip.Prefix) uint64 {
+	if r.Size() == 0 {
+		return 0
+	}
+	return count(r.takenIntervals(taken))
+}
+
+// count is how many indexes the intervals hold.
+func count(ivs []interval) uint64 {
+	var n uint64
+	for _, iv := range ivs {
+		n += iv.hi - iv.lo + 1
+	}
+	return n
+}
 
 // takenIntervals maps taken prefixes onto sorted, merged intervals of range indexes.
 func (r Range) takenIntervals(taken []netip.Prefix) []interval {

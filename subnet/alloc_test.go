@@ -139,3 +139,35 @@ func BenchmarkAllocate(b *testing.B) {
 		}
 	}
 }
+
+// TestRangeLeased: how many of a range's subnets taken prefixes cover: each once, whatever
+// their length, family or overlap; nothing outside the range.
+func TestRangeLeased(t *testing.T) {
+	r := Range{Min: netip.MustParseAddr("10.1.1.0"), Max: netip.MustParseAddr("10.1.8.0"), Len: 24} // 8 subnets
+	pfx := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		taken []netip.Prefix
+		want  uint64
+	}{
+		{nil, 0},
+		{pfx("10.1.1.0/24", "10.1.8.0/24"), 2},
+		{pfx("10.1.1.0/24", "10.1.1.0/24"), 1},              // the same twice
+		{pfx("10.1.0.0/24", "10.1.9.0/24", "fd00::/64"), 0}, // outside, other family
+		{pfx("10.1.4.0/22"), 4},                             // 10.1.4.0 to 10.1.7.0
+		{pfx("10.1.4.0/22", "10.1.5.0/24", "10.1.6.128/25"), 4},
+		{pfx("10.1.0.0/16"), 8},
+	} {
+		if got := r.Leased(tc.taken); got != tc.want {
+			t.Errorf("Leased(%v) = %d, want %d", tc.taken, got, tc.want)
+		}
+	}
+	if got := (Range{}).Leased(pfx("10.1.1.0/24")); got != 0 {
+		t.Errorf("the empty range: Leased = %d", got)
+	}
+}

@@ -85,3 +85,18 @@ var ErrNoConfig = errors.New("no network configuration")
 type Checker interface {
 	Check() error
 }
+
+// PoolUsage is how much of one family's subnet range (Config.IPv4Range, IPv6Range) is
+// leased.
+type PoolUsage struct {
+	IPv6   bool
+	Total  uint64 // the range's subnets
+	Leased uint64 // those that hold a lease, whatever its value
+}
+
+// PoolReporter is implemented by Managers that hand out the subnets themselves (etcd; in
+// Kubernetes, kube-controller-manager does): it tells how much of the pool is leased, as of
+// the watch's last batch. Nil before the watch's first batch.
+type PoolReporter interface {
+	Pool() []PoolUsage
+}

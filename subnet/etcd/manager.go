@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -65,6 +66,12 @@ type Manager struct {
 	mu       sync.Mutex
 	handoff  *listing
 	watching bool
+
+	// The pool (Pool): the config GetConfig read last, and how many subnets of its IPv4
+	// and IPv6 ranges hold a key, kept by the watch.
+	cfg     atomic.Pointer[subnet.Config]
+	leased  [2]atomic.Uint64
+	counted atomic.Bool
 }
 
 // listing is the leases' key-values as of a revision.
@@ -74,8 +81,9 @@ type listing struct {
 }
 
 var (
-	_ subnet.Manager = (*Manager)(nil)
-	_ subnet.Checker = (*Manager)(nil)
+	_ subnet.Manager      = (*Manager)(nil)
+	_ subnet.Checker      = (*Manager)(nil)
+	_ subnet.PoolReporter = (*Manager)(nil)
 )
 
 // New returns a Manager on cli. The caller keeps ownership of cli.
@@ -124,7 +132,27 @@ func (m *Manager) GetConfig(ctx context.Context) (*subnet.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %s: %w", m.configKey(), err)
 	}
+	m.cfg.Store(cfg)
 	return cfg, nil
+}
+
+// Pool implements subnet.PoolReporter: of each range of the config GetConfig read, how many
+// subnets hold a key under <prefix>/subnets/ (a lease, whether or not its value can be read,
+// for its key cannot be created again), as of the watch's last batch. A key that is no
+// subnet of the range (another length, outside it) is not counted; the allocator's
+// subnet.Range.Leased would count what it overlaps.
+func (m *Manager) Pool() []subnet.PoolUsage {
+	cfg := m.cfg.Load()
+	if cfg == nil || !m.counted.Load() {
+		return nil
+	}
+	var out []subnet.PoolUsage
+	for i, r := range [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()} {
+		if n := r.Size(); n > 0 {
+			out = append(out, subnet.PoolUsage{IPv6: i == 1, Total: n, Leased: m.leased[i].Load()})
+		}
+	}
+	return out
 }
 
 // entry is one key under <prefix>/subnets/ whose key names a subnet.

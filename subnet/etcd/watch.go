@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -25,8 +26,12 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 }
 
 func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
-	return &watcher{m: m, out: out, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
+	w := &watcher{m: m, out: out, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
 		known: map[string]seen{}, skipped: map[string]int64{}}
+	if cfg := m.cfg.Load(); cfg != nil {
+		w.ranges = [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()}
+	}
+	return w
 }
 
 // watcher remembers of each lease sent so far only digests, from which every later batch is
@@ -41,6 +46,8 @@ type watcher struct {
 	skipped map[string]int64 // mod revision of a bad value already reported
 	rev     int64            // last revision the receiver is up to date with
 	sent    bool             // the first batch went out
+	ranges  [2]subnet.Range  // the config's IPv4 and IPv6 ranges, whose keys are counted
+	leased  [2]uint64        // keys that are subnets of ranges, published in Manager.leased
 }
 
 // seen is what the watcher keeps of a lease the receiver has been told of.
@@ -98,8 +105,50 @@ func (w *watcher) sync(ctx context.Context) error {
 	if err := w.send(ctx, w.relisted(ls.kvs)); err != nil {
 		return err
 	}
+	w.leased = [2]uint64{}
+	for _, kv := range ls.kvs {
+		w.count(kv.Key, 1)
+	}
+	w.publishPool()
 	w.rev = ls.rev
 	return nil
+}
+
+// count adds d to the leased subnets for an etcd key that is one of the ranges' subnets.
+func (w *watcher) count(etcdKey []byte, d int) {
+	if w.ranges[0].Size() == 0 && w.ranges[1].Size() == 0 {
+		return
+	}
+	sn, sn6, err := subnet.ParseKey(string(w.key(etcdKey)))
+	if err != nil {
+		return
+	}
+	for i, p := range [2]netip.Prefix{sn, sn6} {
+		if w.ranges[i].Contains(p) {
+			w.leased[i] += uint64(d)
+		}
+	}
+}
+
+// countEvents follows the keys created and deleted by a watch response (a put over an
+// existing key changes nothing; etcd reports deletions only of keys that exist).
+func (w *watcher) countEvents(events []*clientv3.Event) {
+	for _, ev := range events {
+		switch {
+		case ev.Type == mvccpb.DELETE:
+			w.count(ev.Kv.Key, -1)
+		case ev.IsCreate():
+			w.count(ev.Kv.Key, 1)
+		}
+	}
+	w.publishPool()
+}
+
+func (w *watcher) publishPool() {
+	for i, n := range w.leased {
+		w.m.leased[i].Store(n)
+	}
+	w.m.counted.Store(true)
 }
 
 // follow watches from the revision after the last one seen until the watch breaks, or until
@@ -141,6 +190,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
 		}
 		if len(resp.Events) > 0 {
+			w.countEvents(resp.Events)
 			if err := w.send(ctx, w.changed(resp.Events)); err != nil {
 				return err
 			}
