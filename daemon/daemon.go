@@ -104,6 +104,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	d.health = newHealth(cfg, d.m, check)
 	d.health.peers = d.peerStatus
 	d.m.peers.count = d.peerCounts
+	d.m.ready = func() bool { return d.health.readyz() == nil }
 	if p, ok := deps.Manager.(subnet.PoolReporter); ok {
 		d.m.pool.pool = p.Pool
 	}

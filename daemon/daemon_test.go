@@ -411,6 +411,7 @@ func TestDaemonEndpoints(t *testing.T) {
 		`weft_lease_info{backend="vxlan",public_ip="192.0.2.10",subnet="10.244.`,
 		// 10.244.100.0 to 10.244.255.0; the peers' subnets are below the range, the own is in it.
 		`weft_subnet_pool_subnets{family="IPv4"} 156`,
+		"weft_ready 1",
 		`weft_subnet_pool_free_subnets{family="IPv4"} 155`,
 		`weft_convergence_duration_seconds_count`,
 		`weft_peer_programming_delay_seconds_count`,
@@ -439,6 +440,9 @@ func TestDaemonEndpoints(t *testing.T) {
 	})
 	if code, _ := get(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz fails while only etcd is down: the daemon itself is fine")
+	}
+	if _, metrics := get(base + "/metrics"); !strings.Contains(metrics, "\nweft_ready 0\n") {
+		t.Errorf("/metrics while not ready lacks weft_ready 0")
 	}
 	srv.Restart(t)
 	eventually(t, "/readyz recovering", func() bool { code, _ := get(base + "/readyz"); return code == 200 })

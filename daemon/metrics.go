@@ -20,6 +20,7 @@ type metrics struct {
 	renewals         *prometheus.CounterVec
 	peers            *countCollector
 	pool             *poolCollector
+	ready            func() bool // whether /readyz passes; set before the metrics are served
 	eventsReceived   *prometheus.CounterVec
 	eventsApplied    prometheus.Counter
 	watchRestarts    prometheus.Counter
@@ -105,9 +106,17 @@ func newMetrics() *metrics {
 		Name: "weft_build_info", Help: "Build of this weftd: always 1, the version in the labels.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "weft_ready", Help: "1 while /readyz passes (the body of /readyz says why not), else 0.",
+	}, func() float64 {
+		if m.ready != nil && m.ready() {
+			return 1
+		}
+		return 0
+	})
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
-		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build,
+		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build, ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Start every labelled series at zero so that rate() and absent() work from the first scrape.
 	for _, r := range []string{"success", "error"} {
