@@ -57,16 +57,35 @@ func needKubeAPIServer(t *testing.T) {
 // start no daemon: the caller starts one (weftd or flanneld) on each.
 func newKubeCluster(t *testing.T, bins binaries, b backend, weftd string) *kubeCluster {
 	t.Helper()
+	return newKubeClusterWith(t, bins, b, weftd, kubeClusterOptions{})
+}
+
+// kubeClusterOptions vary the cluster of newKubeClusterWith; the zero value makes
+// newKubeCluster's.
+type kubeClusterOptions struct {
+	// weftdArgs are added to every weftd's flags.
+	weftdArgs []string
+	// kubeconfig, if set, makes each node's kubeconfig, in place of one that holds a token
+	// of the node's own inline. The API server runs when it is called.
+	kubeconfig func(kc *kubeCluster, n *cluster.Node) ([]byte, error)
+}
+
+// newKubeClusterWith is newKubeCluster with options.
+func newKubeClusterWith(t *testing.T, bins binaries, b backend, weftd string, opts kubeClusterOptions) *kubeCluster {
+	t.Helper()
 	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	kc := &kubeCluster{}
 	c, err := cluster.New(t, cluster.Options{
-		NetConf: b.netConf, Weftd: weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
+		NetConf: b.netConf, Weftd: weftd, WeftdArgs: opts.weftdArgs, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI,
 		Kube: &cluster.KubeOptions{Kubeconfig: func(n *cluster.Node) ([]byte, error) {
-			// A token of its own per node, as each weftd pod would have; kc.srv is set
-			// below, before the first AddNode.
+			// kc.srv is set below, before the first AddNode.
+			if opts.kubeconfig != nil {
+				return opts.kubeconfig(kc, n)
+			}
+			// A token of its own per node, as each weftd pod would have.
 			rc := kc.srv.ServiceAccountConfig(t, weftNamespace, weftServiceAccount)
 			return cluster.Kubeconfig(rc.Host, rc.CAData, rc.BearerToken)
 		}},
@@ -125,6 +144,25 @@ func (kc *kubeCluster) createNode(t *testing.T, name string, cidrs ...netip.Pref
 	if err != nil {
 		t.Fatalf("creating Node %s with podCIDRs %v: %v", name, all, err)
 	}
+}
+
+// addNodes adds the nodes n<i> for each index i, as a cluster would: the Node object with
+// podCIDR(i) first, then weftd; it waits until every weftd is ready. The nodes must be
+// added in the order of their indices, which the cluster gives them.
+func (kc *kubeCluster) addNodes(t *testing.T, indices ...int) []*cluster.Node {
+	t.Helper()
+	var names []string
+	for _, i := range indices {
+		names = append(names, fmt.Sprintf("n%d", i))
+		kc.createNode(t, names[len(names)-1], podCIDR(i))
+	}
+	nodes := startNodes(t, kc.Cluster, names...)
+	for i, n := range nodes {
+		if n.Index != indices[i] {
+			t.Fatalf("node %s has index %d, so its pods and its podCIDR %s would not match", n.Name, n.Index, podCIDR(indices[i]))
+		}
+	}
+	return nodes
 }
 
 // deleteNode deletes a Node object, as an operator removing a dead node would.
@@ -312,11 +350,7 @@ func TestKubeMode(t *testing.T) {
 
 func testKubeMode(t *testing.T, bins binaries, b backend) {
 	kc := newKubeCluster(t, bins, b, bins.weftd)
-	names := []string{"n1", "n2", "n3"}
-	for i, name := range names {
-		kc.createNode(t, name, podCIDR(i+1))
-	}
-	nodes := startNodes(t, kc.Cluster, names...)
+	nodes := kc.addNodes(t, 1, 2, 3)
 	for i, n := range nodes {
 		kc.checkNode(t, n, b, podCIDR(i+1))
 	}
@@ -361,8 +395,7 @@ func testKubeMode(t *testing.T, bins binaries, b backend) {
 
 	// A node joining late: its Node appears, its weftd starts, and its pod and the pods
 	// already there reach each other.
-	kc.createNode(t, "n4", podCIDR(4))
-	late := startNodes(t, kc.Cluster, "n4")[0]
+	late := kc.addNodes(t, 4)[0]
 	kc.checkNode(t, late, b, podCIDR(4))
 	lp := addPod(t, kc.Cluster, late, "p4")
 	for _, p := range pods[:2] {

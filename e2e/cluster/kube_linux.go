@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/weftnet/weft/internal/atomicfile"
 )
 
 const (
@@ -22,6 +24,7 @@ const (
 	// Files of a Kubernetes-mode node, in its directory.
 	kubeconfigFile = "kubeconfig"
 	netConfFile    = "net-conf.json"
+	tokenFile      = "token"
 )
 
 // KubeOptions put a cluster in Kubernetes mode: each weftd runs with --kube-subnet-mgr and
@@ -43,7 +46,7 @@ type KubeOptions struct {
 }
 
 // kubeconfig is the part of a kubeconfig file a weftd needs: one cluster, one user with a
-// bearer token, one context joining them.
+// bearer token (or the file holding one), one context joining them.
 type kubeconfig struct {
 	APIVersion     string            `json:"apiVersion"`
 	Kind           string            `json:"kind"`
@@ -68,7 +71,8 @@ type kubeconfigCluster struct {
 }
 
 type kubeconfigUser struct {
-	Token string `json:"token"`
+	Token     string `json:"token,omitempty"`
+	TokenFile string `json:"tokenFile,omitempty"`
 }
 
 type kubeconfigContext struct {
@@ -80,15 +84,27 @@ type kubeconfigContext struct {
 // certificates ca and authenticates with a bearer token. It is JSON, which kubeconfig
 // readers take as the YAML it also is.
 func Kubeconfig(server string, ca []byte, token string) ([]byte, error) {
-	if server == "" || len(ca) == 0 || token == "" {
-		return nil, errors.New("kubeconfig: a server, a CA and a token are all required")
+	return encodeKubeconfig(server, ca, kubeconfigUser{Token: token})
+}
+
+// KubeconfigTokenFile is Kubeconfig for a client that reads its bearer token from the file
+// at path, as a pod reads its projected service-account token: a new token written there
+// (Node.WriteToken) is taken up without a restart.
+func KubeconfigTokenFile(server string, ca []byte, path string) ([]byte, error) {
+	return encodeKubeconfig(server, ca, kubeconfigUser{TokenFile: path})
+}
+
+// encodeKubeconfig encodes the kubeconfig of Kubeconfig with user as its user.
+func encodeKubeconfig(server string, ca []byte, user kubeconfigUser) ([]byte, error) {
+	if server == "" || len(ca) == 0 || user == (kubeconfigUser{}) {
+		return nil, errors.New("kubeconfig: a server, a CA and a token (or token file) are all required")
 	}
 	const name = "weft-e2e"
 	data, err := json.MarshalIndent(kubeconfig{
 		APIVersion:     "v1",
 		Kind:           "Config",
 		Clusters:       []kubeconfigNamed{{Name: name, Cluster: &kubeconfigCluster{Server: server, CA: ca}}},
-		Users:          []kubeconfigNamed{{Name: name, User: &kubeconfigUser{Token: token}}},
+		Users:          []kubeconfigNamed{{Name: name, User: &user}},
 		Contexts:       []kubeconfigNamed{{Name: name, Context: &kubeconfigContext{Cluster: name, User: name}}},
 		CurrentContext: name,
 	}, "", "  ")
@@ -116,6 +132,22 @@ func (c *Cluster) DialUnderlay(ctx context.Context, network, address string) (ne
 func (n *Node) setKubeFiles() {
 	n.KubeconfigPath = filepath.Join(n.Dir, kubeconfigFile)
 	n.NetConfPath = filepath.Join(n.Dir, netConfFile)
+	n.TokenPath = filepath.Join(n.Dir, tokenFile)
+}
+
+// WriteToken writes a bearer token to the node's TokenPath, for a kubeconfig that reads it
+// from there (KubeconfigTokenFile). The file is replaced by a rename, as the kubelet replaces
+// a projected token, so that a reader sees the old token or the new one, whole. It may be
+// called from KubeOptions.Kubeconfig, before weftd first starts, and again to rotate it.
+func (n *Node) WriteToken(token string) error {
+	if n.TokenPath == "" {
+		return fmt.Errorf("node %s: a token file is for Kubernetes mode", n.Name)
+	}
+	// 0600, as its kubeconfig: it is a credential.
+	if err := atomicfile.Write(n.TokenPath, []byte(token), 0o600); err != nil {
+		return fmt.Errorf("node %s: writing its token: %w", n.Name, err)
+	}
+	return nil
 }
 
 // writeKubeFiles writes the node's net-conf.json and kubeconfig, which weftd reads at start.

@@ -47,9 +47,11 @@ type Node struct {
 	Dir        string     // the node's files
 	LogPath    string     // weftd's stdout and stderr, every run appended
 	SubnetFile string     // the subnet.env weftd writes
-	// In Kubernetes mode (Options.Kube): the files weftd reads; "" otherwise.
+	// In Kubernetes mode (Options.Kube): the files weftd reads, and where WriteToken puts
+	// a token for a kubeconfig that names a token file; "" otherwise.
 	KubeconfigPath string
 	NetConfPath    string
+	TokenPath      string
 
 	http *http.Client // reaches the node's loopback from this process
 

@@ -120,15 +120,62 @@ func createOrUpdate[T metav1.Object](ctx context.Context, c typedClient[T], obj 
 // pod running under that account would.
 func (s *Server) ServiceAccountConfig(t testing.TB, namespace, name string) *rest.Config {
 	t.Helper()
+	return s.Config(s.serviceAccountToken(t, namespace, name, nil))
+}
+
+// BoundToken returns a token of the service account namespace/name from the
+// TokenRequest API, bound to a Secret called secret that it creates in the
+// same namespace, as a pod's projected token is bound to its pod: the token
+// is good while the Secret exists, and RevokeToken ends it.
+func (s *Server) BoundToken(t testing.TB, namespace, name, secret string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	obj := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: namespace}}
+	obj, err := s.adminClient(t).CoreV1().Secrets(namespace).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: creating Secret %s/%s to bind a token to: %v", namespace, secret, err)
+	}
+	return s.serviceAccountToken(t, namespace, name, &authenticationv1.BoundObjectReference{
+		Kind: "Secret", APIVersion: "v1", Name: obj.Name, UID: obj.UID,
+	})
+}
+
+// RevokeToken deletes the Secret that tokens from BoundToken are bound to: the
+// API server refuses them from then on. It may still accept one for up to
+// 10 s from its cache of successful authentications (kube-apiserver's
+// TokenSuccessCacheTTL, which no flag sets); a Restart forgets at once.
+func (s *Server) RevokeToken(t testing.TB, namespace, secret string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := s.adminClient(t).CoreV1().Secrets(namespace).Delete(ctx, secret, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("kubetest: revoking the tokens bound to Secret %s/%s: %v", namespace, secret, err)
+	}
+}
+
+// serviceAccountToken asks the TokenRequest API for an hour's token of the
+// service account namespace/name, bound to the object ref names if it is set.
+func (s *Server) serviceAccountToken(t testing.TB, namespace, name string, ref *authenticationv1.BoundObjectReference) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	expiry := int64(3600)
+	tr, err := s.adminClient(t).CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, BoundObjectRef: ref}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: token for service account %s/%s: %v", namespace, name, err)
+	}
+	return tr.Status.Token
+}
+
+// adminClient is a clientset with every permission.
+func (s *Server) adminClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(s.Admin())
 	if err != nil {
 		t.Fatalf("kubetest: client: %v", err)
 	}
-	expiry := int64(3600)
-	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("kubetest: token for service account %s/%s: %v", namespace, name, err)
-	}
-	return s.Config(tr.Status.Token)
+	return cs
 }

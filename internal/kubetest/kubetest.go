@@ -3,9 +3,10 @@
 // (internal/etcdtest), on 127.0.0.1 with a random port. Authorization is RBAC;
 // a static token file holds an administrator (group system:masters) and an
 // identity with no permission at all; service-account tokens can be had from
-// the TokenRequest API. Tests skip when the binary is missing. Options move the
-// server elsewhere: another address and port, the caller's etcd, a wrapper
-// command that runs it inside a network namespace (the e2e cluster's underlay).
+// the TokenRequest API, bound to a Secret when a test must revoke them. Tests
+// skip when the binary is missing. Options move the server elsewhere: another
+// address and port, the caller's etcd, a wrapper command that runs it inside a
+// network namespace (the e2e cluster's underlay).
 package kubetest
 
 import (
@@ -45,6 +46,8 @@ const (
 	// kube-apiserver serves /readyz about 3 s after it starts on an idle
 	// machine; the margin is for loaded CI machines that build meanwhile.
 	readyTimeout = 90 * time.Second
+	// opTimeout bounds each request made for a test (a token, a Secret).
+	opTimeout = 30 * time.Second
 	// A port reserved and released for the server can be taken by someone else
 	// before the server binds it; a few attempts cover that.
 	startAttempts = 3

@@ -24,7 +24,9 @@ func clientset(t *testing.T, rc *rest.Config) kubernetes.Interface {
 
 // TestServer: the administrator may do anything, the restricted user nothing until a
 // binding says so, a service account gets what its binding grants, and the server comes
-// back after a restart with its data.
+// back after a restart with its data. A token bound to a Secret is refused once the Secret
+// is deleted (after the restart, which clears the server's cache of authentications), and
+// another token of the account stays good.
 func TestServer(t *testing.T) {
 	srv := kubetest.Start(t, kubetest.Options{})
 	ctx := context.Background()
@@ -49,8 +51,23 @@ func TestServer(t *testing.T) {
 		t.Errorf("service account listing namespaces: %v, want forbidden", err)
 	}
 
+	revoked := clientset(t, srv.Config(srv.BoundToken(t, "kube-flannel", "weft", "token-a")))
+	kept := clientset(t, srv.Config(srv.BoundToken(t, "kube-flannel", "weft", "token-b")))
+	for _, cs := range []kubernetes.Interface{revoked, kept} {
+		if _, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+			t.Errorf("service account with a bound token reading a node: %v", err)
+		}
+	}
+	srv.RevokeToken(t, "kube-flannel", "token-a")
+
 	srv.Restart(t)
 	if _, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
 		t.Errorf("node after restart: %v", err)
+	}
+	if _, err := revoked.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("revoked token reading a node: %v, want unauthorized", err)
+	}
+	if _, err := kept.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the token that was not revoked reading a node: %v", err)
 	}
 }

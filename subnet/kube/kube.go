@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/transport"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -109,6 +110,7 @@ func New(c Config) (*Manager, error) {
 		}
 	}
 	rc = rest.CopyConfig(rc)
+	tokenFromFile(rc)
 	// Protobuf is several times cheaper than JSON to decode, which matters for a list of
 	// thousands of nodes; JSON stays acceptable for servers or proxies that lack it.
 	rc.ContentType = runtime.ContentTypeProtobuf
@@ -162,6 +164,25 @@ func restConfig(kubeconfig, apiURL string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kube: client config (kubeconfig %q, API URL %q): %w", kubeconfig, apiURL, err)
 	}
 	return rc, nil
+}
+
+// tokenFromFile makes a client whose token comes from a file (the pod's projected
+// service-account token in-cluster, a kubeconfig's tokenFile) read the file again as soon as
+// the API server refuses the token it holds. client-go alone reads it again only once a
+// minute: the kubelet writes a new token well before the old one expires, but a token
+// revoked when its successor is written (its bound object deleted) would fail every request,
+// the node watch included, for up to that minute. client-go's cached file token source,
+// behind its resettable wrapper, forgets its token on a 401 and reads the file at the next
+// request; it is used instead of the token read at start.
+func tokenFromFile(rc *rest.Config) {
+	if rc.BearerTokenFile == "" {
+		return
+	}
+	src := transport.NewCachedFileTokenSource(rc.BearerTokenFile)
+	// Without them the bearer-token wrapper stays out of the way: it would set the header
+	// first, and the token source's wrapper leaves a request that has one alone.
+	rc.BearerToken, rc.BearerTokenFile = "", ""
+	rc.Wrap(transport.ResettableTokenSourceWrapTransport(src))
 }
 
 // warningLogger sends the API server's warnings (deprecations and the like) to weft's log

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,7 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
@@ -635,6 +639,91 @@ func TestWatchAcrossAPIServerRestart(t *testing.T) {
 			t.Errorf("event %s %s across the restart, want only q's addition", ev.Type, ev.Lease)
 		}
 	}
+}
+
+// TestTokenFileRotated: a manager whose kubeconfig names a token file, as a pod's projected
+// service-account token is one, keeps working when a new token is written there and the old
+// one revoked at once (its Secret deleted; the API server restarted, which drops both its
+// cache of authentications and the watch). The first refusal of the old token makes the
+// client read the file again: the watch resumes and brings a peer added after the rotation,
+// and Renew writes back an annotation removed meanwhile, each with the new token. client-go
+// alone would send the revoked token until it reads the file again, up to a minute later.
+func TestTokenFileRotated(t *testing.T) {
+	c := newCluster(t)
+	const prefix = "rotate.weft.test"
+	createNode(t, c.admin, "a", nil, "10.42.1.0/24")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken := func(secret string) {
+		t.Helper()
+		// By a rename, as the kubelet replaces a projected token.
+		if err := atomicfile.Write(tokenFile, []byte(c.srv.BoundToken(t, "kube-flannel", "weft", secret)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeToken("weft-token-1")
+	var refused atomic.Int64
+	log, _ := testLogger(t)
+	a, err := kube.New(kube.Config{Kubeconfig: writeKubeconfig(t, c.srv, tokenFile), AnnotationPrefix: prefix,
+		NetConfPath: writeNetConf(t, netConf), NodeName: "a", Logger: log,
+		OnWatchRestart: func(err error) {
+			if apierrors.IsUnauthorized(err) {
+				refused.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := a.Acquire(ctxFor(t), subnet.AcquireRequest{Attrs: vxlanAttrs("192.0.2.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, a)
+	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != 1 {
+		t.Fatalf("first batch %v, want a alone", first)
+	}
+
+	writeToken("weft-token-2")
+	c.srv.RevokeToken(t, "kube-flannel", "weft-token-1")
+	c.srv.Restart(t)
+	waitForRBAC(t, c.weft, []rbacv1.PolicyRule{{Resources: []string{"nodes"}, Verbs: []string{"get"}}})
+	createNode(t, c.admin, "p", peerAnnotations(prefix, vxlanAttrs("192.0.2.2")), "10.42.2.0/24")
+	w.until(t, "the peer added after the rotation", func(s map[string]subnet.Lease) bool { _, ok := s["10.42.2.0-24"]; return ok })
+
+	_, _, _, publicIP := annotationKeys(prefix)
+	setAnnotations(t, c.admin, "a", map[string]any{publicIP: nil})
+	if _, err := a.Renew(ctxFor(t), own); err != nil {
+		t.Fatalf("Renew with the rotated token: %v", err)
+	}
+	n, err := c.admin.CoreV1().Nodes().Get(ctxFor(t), "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Annotations[publicIP]; got != "192.0.2.1" {
+		t.Errorf("annotation %s after Renew: %q, want 192.0.2.1 written back", publicIP, got)
+	}
+	// The old token is refused once or twice (the watch, perhaps a list racing it), then the
+	// file is read again; a client that kept sending it would be refused every few seconds.
+	t.Logf("%d node list or watch calls refused as unauthorized across the rotation", refused.Load())
+	if n := refused.Load(); n == 0 || n > 3 {
+		t.Errorf("%d list or watch calls refused as unauthorized; want 1 to 3: the revoked token once", n)
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for srv whose user reads its token from tokenFile.
+func writeKubeconfig(t *testing.T, srv *kubetest.Server, tokenFile string) string {
+	t.Helper()
+	const name = "test"
+	kc := clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: srv.URL(), CertificateAuthorityData: srv.Admin().CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{name: {TokenFile: tokenFile}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: name}},
+		CurrentContext: name,
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestGetConfig: net-conf.json is validated as in etcd mode; errors name the key.
