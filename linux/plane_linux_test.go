@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,44 +14,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/internal/netnstest"
 )
-
-// inNewNetns moves the calling goroutine, locked to its thread, into a fresh unnamed network
-// namespace until the test ends. Unnamed, the namespace vanishes with its last reference (the
-// thread and every socket in it), so a failing or killed test leaves nothing behind.
-func inNewNetns(tb testing.TB) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root to create network namespaces")
-	}
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		tb.Fatalf("opening the current network namespace: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		tb.Fatalf("creating a network namespace: %v", err)
-	}
-	tb.Cleanup(func() {
-		ns.Close()
-		defer orig.Close()
-		if err := netns.Set(orig); err != nil {
-			// Stay locked: the runtime then ends the thread with the goroutine instead of
-			// reusing a thread that is in the wrong namespace.
-			tb.Errorf("returning to the original network namespace: %v", err)
-			return
-		}
-		runtime.UnlockOSThread()
-	})
-}
 
 type fixture struct {
 	tb testing.TB
@@ -63,7 +28,7 @@ type fixture struct {
 // newFixture: a namespace with a veth pair as the underlay (ul0 192.168.50.1/24, its peer
 // ul1 up so ul0 has a carrier) and a Plane created inside it.
 func newFixture(tb testing.TB, log *slog.Logger) *fixture {
-	inNewNetns(tb)
+	netnstest.Enter(tb)
 	f := &fixture{tb: tb}
 	f.must(netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ul0"}, PeerName: "ul1"}))
 	f.must(netlink.LinkSetUp(f.link("ul1")))
