@@ -43,6 +43,10 @@ type Config struct {
 	DatastoreTimeout time.Duration
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
 	NotifySocket string
+	// ProbeInterval is how often a round of overlay probes goes out (0: no probes);
+	// ProbePeers how many peers a round probes at most, per family.
+	ProbeInterval time.Duration
+	ProbePeers    int
 }
 
 // DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.
@@ -57,6 +61,8 @@ func DefaultConfig() Config {
 		HealthzPort:      8285,
 		ResyncInterval:   30 * time.Second,
 		DatastoreTimeout: 30 * time.Second,
+		ProbeInterval:    time.Second,
+		ProbePeers:       4,
 	}
 }
 
@@ -80,6 +86,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "how often a round of probes checks peers through the data plane (0: no probes)")
+	fs.IntVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "peers a round of probes checks at most, per IP family: every peer is probed within (peers / (this / 2)) rounds")
 	c.KubeConfig.AddFlags(fs)
 }
 
@@ -125,6 +133,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ResyncInterval < time.Second {
 		return fmt.Errorf("--resync-interval=%v: must be at least 1s", c.ResyncInterval)
+	}
+	if c.ProbeInterval != 0 && c.ProbeInterval < 100*time.Millisecond {
+		return fmt.Errorf("--probe-interval=%v: must be 0 (off) or at least 100ms", c.ProbeInterval)
+	}
+	if c.ProbePeers < 1 || c.ProbePeers > 1000 {
+		return fmt.Errorf("--probe-peers=%d: must be between 1 and 1000", c.ProbePeers)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/probe"
 	"io/fs"
 	"log/slog"
 	"net/netip"
@@ -32,7 +33,9 @@ type Deps struct {
 	DefaultIf  func() (string, error)
 	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
 	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
-	GOOS    string
+	GOOS string
+	// Pinger sends the overlay probes (Config.ProbeInterval); nil: no probes.
+	Pinger  probe.Pinger
 	metrics *metrics // made by RunWith when nil
 }
 
@@ -71,7 +74,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			OnRelist:       m.watchRelists.Inc,
 		})
 	}
+	var pinger probe.Pinger
+	if runtime.GOOS == "linux" && cfg.ProbeInterval > 0 {
+		// Probes through HNS are not written yet: Windows nodes go without.
+		if icmp, err := probe.ListenICMP(); err != nil {
+			log.Warn("no overlay probes: cannot open ICMP sockets", "err", err)
+		} else {
+			defer icmp.Close()
+			pinger = icmp
+		}
+	}
 	return RunWith(ctx, cfg, log, Deps{
+		Pinger:     pinger,
 		Manager:    sm,
 		Plane:      plane,
 		PlaneV6:    plane6,
@@ -122,6 +136,9 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		}
 		return err
 	}
+	if deps.Pinger != nil && cfg.ProbeInterval > 0 {
+		d.startProbes(ctx, &wg, deps.Pinger)
+	}
 	return d.loop(ctx, &wg)
 }
 
@@ -165,6 +182,7 @@ type stack struct {
 	result  backend.Result // peer changes not yet applied
 	full    bool           // the next Apply must be a full one
 	drifted atomic.Bool    // the plane reported drift; the loop makes it full
+	prober  *probe.Prober  // probes the peers through the plane; nil when probes are off
 }
 
 func (st *stack) fam() backend.Family { return st.b.Family() }
@@ -702,6 +720,7 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 	st.result = backend.Result{}
 	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
 	changes, err := st.plane.Apply(ctx, st.set.State(), u)
+	st.probeApplied(u)
 	d.mu.Unlock()
 	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
@@ -709,6 +728,7 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 			var more backend.Changes
 			d.mu.Lock()
 			more, err = st.plane.Apply(ctx, st.set.State(), backend.Update{Full: true})
+			st.probeApplied(backend.Update{Full: true})
 			d.mu.Unlock()
 			changes = changes.Add(more)
 		}

@@ -262,7 +262,7 @@ func TestDaemonRestartKeepsPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 20; i++ {
-		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 100+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:00:%02x", i))
+		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 20+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:00:%02x", i))
 	}
 	dir := t.TempDir()
 	first := &fakePlane{mac: backend.MAC{0x0e, 1}}
@@ -401,6 +401,11 @@ func TestDaemonEndpoints(t *testing.T) {
 		t.Errorf("/healthz %d %s", code, body)
 	}
 
+	// The own lease counts once the watch brings its creation, which may follow readiness.
+	eventually(t, "the pool counted", func() bool {
+		_, metrics := get(base + "/metrics")
+		return strings.Contains(metrics, `weft_subnet_pool_free_subnets{family="IPv4"} 155`)
+	})
 	_, metrics := get(base + "/metrics")
 	for _, want := range []string{
 		`weft_peers{backend="vxlan",state="programmed"} 1`,
@@ -633,7 +638,7 @@ func TestDaemonDatastoreRestored(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	// Enough writes that the revision after the restore stays behind the one weftd saw.
 	for i := range 20 {
-		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 100+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:01:%02x", i))
+		putPeer(t, cli, fmt.Sprintf("10.244.%d.0-24", 20+i), fmt.Sprintf("192.0.2.%d", 100+i), fmt.Sprintf("0e:00:00:00:01:%02x", i))
 	}
 	eventually(t, "the peers", func() bool { st, _ := plane.last(); return len(st.peers) == 20 })
 	env, err := subnet.ReadEnv(cfg.SubnetFile)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 )
 
@@ -23,6 +24,9 @@ type health struct {
 	check   func() error // the datastore's cheap reachability check; nil when it has none
 	metrics *metrics
 	peers   func() []status.Peer // the peers, from the daemon's model, when asked; set before serving
+	// The overlay probes' summary and their view for /status, when probes run.
+	overlay       func() probe.Summary
+	overlayStatus func() (*status.Overlay, []status.Unreachable)
 
 	mu            sync.Mutex
 	lastBeat      time.Time
@@ -108,6 +112,11 @@ func (h *health) notReadyLocked() error {
 	case h.contested > 0:
 		return fmt.Errorf("%d older peer lease(s) claim this node's subnet, public IP or VTEP MAC: this node is the newcomer, and the other nodes route to the older (weftctl status names them)", h.contested)
 	}
+	if h.overlay != nil {
+		if s := h.overlay(); s.Isolated() {
+			return fmt.Errorf("overlay: none of the %d peers probed through the data plane answers: this node's side is the likely fault (weftctl status lists them)", s.Targets)
+		}
+	}
 	return nil
 }
 
@@ -115,6 +124,7 @@ func (h *health) statusJSON() status.Node {
 	h.mu.Lock()
 	st := h.status
 	err := h.notReadyLocked()
+	overlayStatus := h.overlayStatus
 	h.mu.Unlock()
 	st.Ready = err == nil
 	if err != nil {
@@ -122,6 +132,9 @@ func (h *health) statusJSON() status.Node {
 	}
 	if h.peers != nil {
 		st.Peers = h.peers() // not under h.mu: the daemon's lock is taken first elsewhere
+	}
+	if overlayStatus != nil {
+		st.Overlay, st.Unreachable = overlayStatus()
 	}
 	return st
 }

@@ -20,6 +20,9 @@ type metrics struct {
 	renewals         *prometheus.CounterVec
 	peers            *countCollector
 	pool             *poolCollector
+	probes           *prometheus.CounterVec
+	probeRTT         prometheus.Histogram
+	unreachable      prometheus.Gauge
 	ready            func() bool // whether /readyz passes; set before the metrics are served
 	eventsReceived   *prometheus.CounterVec
 	eventsApplied    prometheus.Counter
@@ -58,6 +61,16 @@ func newMetrics() *metrics {
 			free: prometheus.NewDesc("weft_subnet_pool_free_subnets",
 				"Of those, subnets no lease holds, by family: what nodes joining can still get.", []string{"family"}, nil),
 		},
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_probes_total", Help: "Probes of peers through the data plane, by kind (icmp) and outcome (ok, lost, error).",
+		}, []string{"kind", "outcome"}),
+		probeRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "weft_probe_rtt_seconds", Help: "Round trips of the answered ICMP probes through the data plane.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		unreachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_peers_unreachable", Help: "Peers (each IP family's half apart) whose last probes through the data plane all went unanswered.",
+		}),
 		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_events_received_total", Help: "Lease events received from the datastore, by type (added, removed).",
 		}, []string{"type"}),
@@ -114,7 +127,7 @@ func newMetrics() *metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.eventsReceived,
+	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build, ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

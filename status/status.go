@@ -20,8 +20,11 @@ type Node struct {
 	Lease      *Lease    `json:"lease,omitempty"`
 	Peers      []Peer    `json:"peers"`
 	Last       *Converge `json:"lastConvergence,omitempty"`
-	Ready      bool      `json:"ready"`
-	NotReady   string    `json:"notReadyReason,omitempty"`
+	// Overlay is what the probes through the data plane find; nil when they are off.
+	Overlay     *Overlay      `json:"overlay,omitempty"`
+	Unreachable []Unreachable `json:"unreachable,omitempty"`
+	Ready       bool          `json:"ready"`
+	NotReady    string        `json:"notReadyReason,omitempty"`
 }
 
 // Lease is the node's own lease.
@@ -55,4 +58,21 @@ type Converge struct {
 	Duration string    `json:"duration"`
 	Changes  string    `json:"changes,omitempty"`
 	Error    string    `json:"error,omitempty"`
+}
+
+// Overlay sums up the probes through the data plane.
+type Overlay struct {
+	Peers       int    `json:"peers"`       // probed (each IP family's half apart)
+	Answered    int    `json:"answered"`    // whose last probe was answered
+	Unreachable int    `json:"unreachable"` // whose last probes all went unanswered
+	Period      string `json:"period"`      // every peer is probed at least this often
+}
+
+// Unreachable is a peer whose last probes all went unanswered.
+type Unreachable struct {
+	Key     string    `json:"key"`
+	Family  string    `json:"family,omitempty"` // "IPv6" for an IPv6 half
+	Address string    `json:"address"`          // probed: its VTEP address or subnet gateway
+	Since   time.Time `json:"since"`            // the first unanswered probe
+	Error   string    `json:"error,omitempty"`
 }

@@ -217,8 +217,17 @@ func (m *Manager) handOwn(l subnet.Lease) {
 		return
 	}
 	key := []byte(m.subnetsDir() + l.Key())
-	kvs := slices.DeleteFunc(slices.Clone(m.handoff.kvs), func(kv *mvccpb.KeyValue) bool { return bytes.Equal(kv.Key, key) })
-	m.handoff.kvs = append(kvs, &mvccpb.KeyValue{Key: key, Value: value})
+	own := &mvccpb.KeyValue{Key: key, Value: value}
+	kvs := slices.DeleteFunc(slices.Clone(m.handoff.kvs), func(kv *mvccpb.KeyValue) bool {
+		if !bytes.Equal(kv.Key, key) {
+			return false
+		}
+		// The key was there at the listing's revision (adopted): it keeps its revisions.
+		// A key made since has none: its creation comes through the watch.
+		own.CreateRevision, own.ModRevision, own.Version = kv.CreateRevision, kv.ModRevision, kv.Version
+		return true
+	})
+	m.handoff.kvs = append(kvs, own)
 }
 
 // takeListing returns the listing the last Acquire made, once, and keeps none from now on.

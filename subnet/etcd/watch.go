@@ -107,7 +107,11 @@ func (w *watcher) sync(ctx context.Context) error {
 	}
 	w.leased = [2]uint64{}
 	for _, kv := range ls.kvs {
-		w.count(kv.Key, 1)
+		// Not the own lease Acquire created after the listing (no revision yet): the
+		// watch brings its creation.
+		if kv.ModRevision != 0 {
+			w.count(kv.Key, 1)
+		}
 	}
 	w.publishPool()
 	w.rev = ls.rev
