@@ -41,6 +41,7 @@ type watcher struct {
 	skipped map[string]int64 // mod revision of a bad value already reported
 	rev     int64            // last revision the receiver is up to date with
 	sent    bool             // the first batch went out
+	failing bool             // the last attempt failed: Manager.Check says so until one runs
 }
 
 // seen is what the watcher keeps of a lease the receiver has been told of.
@@ -69,6 +70,8 @@ func (w *watcher) run(ctx context.Context) error {
 			continue
 		}
 		w.m.log.Warn("lease watch interrupted, resuming", "revision", w.rev, "retry_in", backoff, "err", err)
+		w.failing = true
+		w.m.setWatchErr(err)
 		if w.m.opts.OnWatchRestart != nil {
 			w.m.opts.OnWatchRestart(err)
 		}
@@ -104,11 +107,15 @@ func (w *watcher) sync(ctx context.Context) error {
 
 // follow watches from the revision after the last one seen until the watch breaks, or until
 // etcd's revision is found behind it (restored from a backup: see Options.RevisionCheck), when
-// the leases are listed again.
+// the leases are listed again. The watch requires a leader, so that a member without one
+// (cut off from the others, or left without a quorum) fails it rather than holding it open
+// with no changes to send; its creation is notified, so that a failed watch is known to run
+// again.
 func (w *watcher) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
+	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
+		clientv3.WithCreatedNotify())
 	every := w.m.opts.RevisionCheck
 	if every <= 0 {
 		every = 30 * time.Second
@@ -139,6 +146,15 @@ func (w *watcher) follow(ctx context.Context) error {
 				return nil
 			}
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
+		}
+		if resp.Created {
+			// Its revision is etcd's now, not one that the events before it were sent up
+			// to: w.rev stays.
+			if w.failing {
+				w.failing = false
+				w.m.setWatchErr(nil)
+			}
+			continue
 		}
 		if len(resp.Events) > 0 {
 			if err := w.send(ctx, w.changed(resp.Events)); err != nil {
