@@ -454,6 +454,52 @@ func TestDaemonEndpoints(t *testing.T) {
 	_ = n
 }
 
+// TestDaemonEtcdQuorumLost: a three-member etcd loses two members under a running daemon.
+// The last member still takes connections, but it has no leader: /readyz says the datastore
+// is unreachable, and the data plane keeps its peer. Once a member is back the daemon is
+// ready again on the same subnet and follows a peer added after.
+func TestDaemonEtcdQuorumLost(t *testing.T) {
+	members := etcdtest.StartCluster(t, 3)
+	cli := etcdtest.ClusterClient(t, members)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) {
+		c.HealthzPort = port
+		c.DatastoreTimeout = time.Second
+	})
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+	before, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	members[0].Stop(t)
+	members[1].Stop(t)
+	eventually(t, "/readyz failing without a quorum", func() bool {
+		code, body := get(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "datastore unreachable") && strings.Contains(body, "no leader")
+	})
+	if st, _ := plane.last(); fmt.Sprint(routes(st)) != "[10.244.7.0/24]" {
+		t.Errorf("routes without a quorum: %v; want the peer's kept", routes(st))
+	}
+
+	members[1].Restart(t)
+	eventually(t, "ready once the quorum is back", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+	putPeer(t, cli, "10.244.8.0-24", "192.0.2.18", "0e:00:00:00:00:08")
+	eventually(t, "the peer added after", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24 10.244.8.0/24]"
+	})
+	if after, err := subnet.ReadEnv(n.cfg.SubnetFile); err != nil || after.Subnet != before.Subnet {
+		t.Errorf("subnet.env after the quorum came back: %+v, %v; had subnet %s", after, err, before.Subnet)
+	}
+}
+
 // TestRunWithLeavesNoGoroutines: RunWith returns only once every goroutine it started (the
 // lease watch, the data plane's watch, the datastore checker, the HTTP server) has ended.
 func TestRunWithLeavesNoGoroutines(t *testing.T) {

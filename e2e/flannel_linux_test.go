@@ -29,12 +29,6 @@ import (
 // drop-in contract of COMPAT.md checked against flannel itself rather than against weft's
 // reading of it.
 
-// flannelSwitchPings is the count of the 10 ms pings that watch a daemon being switched or
-// restarted under traffic. At about 62 requests a second here they last 6.5 s, which must
-// cover a second of traffic before, flanneld's stop (it waits for its goroutines), the other
-// daemon's start and readiness, and a settling second; the tests fail if they do not.
-const flannelSwitchPings = 400
-
 // flannelCase is a network config both daemons run in a test.
 type flannelCase struct {
 	backend
@@ -376,35 +370,6 @@ func leasesOf(t *testing.T, c *cluster.Cluster, ip netip.Addr) []subnet.Lease {
 		}
 	}
 	return mine
-}
-
-// watchPings pings from one pod to another every 10 ms while fn runs, then a settling second
-// more, and requires that not one request was lost.
-func watchPings(t *testing.T, what string, from, to *cluster.Pod, fn func()) {
-	t.Helper()
-	run, err := cluster.StartPing(from, to.IP, flannelSwitchPings, 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second) // traffic before, so that the ping is known to work
-	start := time.Now()
-	fn()
-	time.Sleep(time.Second)
-	window := time.Since(start)
-	select {
-	case <-run.Done():
-		t.Fatalf("%s: the ping ended before the watched window (%v) did: raise flannelSwitchPings", what, window)
-	default:
-	}
-	sent, recv, err := run.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s, watched for %v: ping %s (node %s) -> %s (node %s) every 10 ms: %d transmitted, %d received",
-		what, window.Round(time.Millisecond), from.Name, from.Node.Name, to.Name, to.Node.Name, sent, recv)
-	if sent != flannelSwitchPings || recv != sent {
-		t.Errorf("%s: %d of %d pings lost", what, sent-recv, sent)
-	}
 }
 
 // flannelNodes is the etcd-mode mixed cluster of TestFlannelMixedCluster and

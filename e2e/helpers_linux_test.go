@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +86,15 @@ func needBinaries(t *testing.T) binaries {
 // state of every node and the end of its log are logged before the cluster goes.
 func newCluster(t *testing.T, bins binaries, b backend) *cluster.Cluster {
 	t.Helper()
-	c, err := cluster.New(t, cluster.Options{NetConf: b.netConf, Weftd: bins.weftd, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	return newClusterWith(t, bins, b, cluster.Options{})
+}
+
+// newClusterWith is newCluster with more options; their network config and binaries are
+// the backend's and bins'.
+func newClusterWith(t *testing.T, bins binaries, b backend, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	opts.NetConf, opts.Weftd, opts.CNIBin, opts.WeftCNI = b.netConf, bins.weftd, bins.cniBin, bins.weftCNI
+	c, err := cluster.New(t, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +182,56 @@ func waitReachableAt(t *testing.T, from, to *cluster.Pod, addr netip.Addr, timeo
 	if sent != 3 || recv != 3 {
 		t.Fatalf("ping pod %s (node %s) -> pod %s %s (node %s): %d of %d answered",
 			from.Name, from.Node.Name, to.Name, addr, to.Node.Name, recv, sent)
+	}
+}
+
+// pingRun is how many requests each ping of watchPings sends, about 1.6 s of them. The runs
+// follow each other until the watched window ends and each is left to finish, so that the
+// window may take as long as it takes and no request in flight at its end counts as lost.
+const pingRun = 100
+
+// watchPings pings from one pod to another every 10 ms while fn runs, with a second of
+// traffic before (the ping is known to work) and a settling second after, and requires that
+// not one request was lost.
+func watchPings(t *testing.T, what string, from, to *cluster.Pod, fn func()) {
+	t.Helper()
+	type total struct {
+		sent, recv int
+		err        error
+	}
+	stop, done := make(chan struct{}), make(chan total, 1)
+	go func() {
+		var tot total
+		for {
+			sent, recv, err := cluster.Ping(from, to.IP, pingRun, 10*time.Millisecond)
+			tot.sent, tot.recv, tot.err = tot.sent+sent, tot.recv+recv, err
+			select {
+			case <-stop:
+			default:
+				if err == nil {
+					continue
+				}
+			}
+			done <- tot
+			return
+		}
+	}()
+	stopOnce := sync.OnceFunc(func() { close(stop) })
+	defer stopOnce() // fn may end the test: the pings end with their run
+	time.Sleep(time.Second)
+	start := time.Now()
+	fn()
+	time.Sleep(time.Second)
+	window := time.Since(start)
+	stopOnce()
+	tot := <-done
+	if tot.err != nil {
+		t.Fatalf("%s: %v", what, tot.err)
+	}
+	t.Logf("%s, watched for %v: ping %s (node %s) -> %s (node %s) every 10 ms: %d transmitted, %d received",
+		what, window.Round(time.Millisecond), from.Name, from.Node.Name, to.Name, to.Node.Name, tot.sent, tot.recv)
+	if tot.sent == 0 || tot.recv != tot.sent {
+		t.Errorf("%s: %d of %d pings lost", what, tot.sent-tot.recv, tot.sent)
 	}
 }
 
@@ -320,5 +379,35 @@ func dumpCluster(t *testing.T, c *cluster.Cluster) {
 		}
 		t.Logf("node %s (%s, weftd running: %v):\n%s--- end of %s:\n%s", n.Name, n.NS, n.Running(),
 			b.String(), n.LogPath, n.LogTail(20))
+	}
+}
+
+// waitRoutes waits until each node routes to every subnet of want but its own and to none
+// of gone, and returns how long that took.
+func waitRoutes(t *testing.T, nodes []*cluster.Node, want, gone []netip.Prefix, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		var wrong []string
+		for _, n := range nodes {
+			own := mustSubnet(t, n)
+			for _, sn := range want {
+				if r := peerState(t, n, sn, "").route; sn != own && r == "" {
+					wrong = append(wrong, fmt.Sprintf("%s has no route to %s", n.Name, sn))
+				}
+			}
+			for _, sn := range gone {
+				if r := peerState(t, n, sn, "").route; r != "" {
+					wrong = append(wrong, fmt.Sprintf("%s still routes %s: %s", n.Name, sn, r))
+				}
+			}
+		}
+		if len(wrong) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("not converged %v on: %s", timeout, strings.Join(wrong, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -168,36 +168,6 @@ func (kc *kubeCluster) removeNode(t *testing.T, n *cluster.Node) {
 	kc.deleteNode(t, n.Name)
 }
 
-// waitRoutes waits until each node routes to every subnet of want but its own and to none
-// of gone, and returns how long that took.
-func waitRoutes(t *testing.T, nodes []*cluster.Node, want, gone []netip.Prefix, timeout time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		var wrong []string
-		for _, n := range nodes {
-			own := mustSubnet(t, n)
-			for _, sn := range want {
-				if r := peerState(t, n, sn, "").route; sn != own && r == "" {
-					wrong = append(wrong, fmt.Sprintf("%s has no route to %s", n.Name, sn))
-				}
-			}
-			for _, sn := range gone {
-				if r := peerState(t, n, sn, "").route; r != "" {
-					wrong = append(wrong, fmt.Sprintf("%s still routes %s: %s", n.Name, sn, r))
-				}
-			}
-		}
-		if len(wrong) == 0 {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("not converged %v on: %s", timeout, strings.Join(wrong, "; "))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestKubeAPIServerRestart: the API server of a three-node vxlan cluster in Kubernetes mode
 // is killed and started again while the pods ping each other every 10 ms: not one request
 // is lost, the data plane being the kernel's. Readiness as weftd reports it: with

@@ -241,15 +241,19 @@ func TestObservability(t *testing.T) {
 	})
 
 	t.Run("readiness without etcd", func(t *testing.T) {
-		pid := tools.stopEtcd(t, c)
-		t.Logf("etcd (pid %d) stopped", pid)
+		etcd := c.EtcdMembers()[0]
+		if err := etcd.Stop(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
 		start := time.Now()
 		body := waitReadyz(t, n1, http.StatusServiceUnavailable, 5*datastoreTimeout+10*time.Second)
 		t.Logf("%s: /readyz failed %v after etcd stopped: %s", n1.Name, time.Since(start).Round(time.Millisecond), body)
 		if !strings.Contains(body, "datastore unreachable") {
 			t.Errorf("%s: /readyz says %q; want it to say the datastore is unreachable", n1.Name, body)
 		}
-		tools.startEtcd(t, c)
+		if err := etcd.Start(); err != nil {
+			t.Fatal(err)
+		}
 		start = time.Now()
 		waitReadyz(t, n1, http.StatusOK, 60*time.Second)
 		t.Logf("%s: /readyz ok %v after etcd restarted", n1.Name, time.Since(start).Round(time.Millisecond))
@@ -328,10 +332,10 @@ func needPrometheus(t *testing.T) prometheusBins {
 	return b
 }
 
-// testTools are the binaries this test builds besides weftd.
+// testTools are the binaries the tests build besides weftd.
 type testTools struct {
 	weftctlBin string
-	demo       string // the demo, whose --serve-etcd lets the test stop and restart etcd
+	demo       string // the demo, whose --serve-etcd lets a test stop and start etcd members
 }
 
 func buildTools(t *testing.T) testTools {
@@ -354,52 +358,9 @@ func buildTools(t *testing.T) testTools {
 	return tt
 }
 
-// etcdCommand runs the cluster's etcd as a process of its own, which the test can stop.
+// etcdCommand runs each member of the cluster's etcd as a process of its own, which a test
+// can stop and start (cluster.EtcdMember).
 func (tt testTools) etcdCommand() []string { return []string{tt.demo, "--serve-etcd"} }
-
-// stopEtcd stops the cluster's etcd: the one process in its underlay namespace.
-func (tt testTools) stopEtcd(t *testing.T, c *cluster.Cluster) int {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "pids", c.Underlay()).Output()
-	if err != nil {
-		t.Fatalf("ip netns pids %s: %v", c.Underlay(), err)
-	}
-	pids := strings.Fields(string(out))
-	if len(pids) != 1 {
-		t.Fatalf("want one process, etcd, in namespace %s; found %q", c.Underlay(), pids)
-	}
-	pid, err := strconv.Atoi(pids[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		t.Fatalf("stopping etcd (pid %d): %v", pid, err)
-	}
-	for start := time.Now(); syscall.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("etcd (pid %d) still runs 10s after SIGTERM", pid)
-		}
-	}
-	return pid
-}
-
-// startEtcd starts the cluster's etcd again on its data, as the harness did. The cluster's
-// Close ends it with every process of the underlay namespace.
-func (tt testTools) startEtcd(t *testing.T, c *cluster.Cluster) {
-	t.Helper()
-	logf, err := os.OpenFile(filepath.Join(c.Dir(), "etcd.out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", c.Underlay()}, append(tt.etcdCommand(), filepath.Join(c.Dir(), "etcd"))...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting etcd again: %v", err)
-	}
-	go func() { _ = cmd.Wait() }()
-}
 
 // weftctl runs weftctl inside a node and returns its stdout, stderr and exit status.
 func (tt testTools) weftctl(t *testing.T, n *cluster.Node, args ...string) (string, string, int) {

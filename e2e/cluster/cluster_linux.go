@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -92,10 +92,18 @@ type Options struct {
 	// EtcdPrefix is the etcd key prefix. Default DefaultEtcdPrefix.
 	EtcdPrefix string
 	// EtcdCommand, if set, runs etcd as this command inside the underlay namespace (with
-	// the data directory as its last argument) instead of inside this process; it must
-	// serve EtcdURL and EtcdURL6, as ServeEtcd does. The demo uses it with Keep so that
-	// etcd outlives it.
+	// the member's directory as its last argument) instead of inside this process, once for
+	// each member; it must serve the member that the directory describes, as ServeEtcd
+	// does. The demo uses it with Keep so that etcd outlives it; tests, to stop and start
+	// members (see EtcdMembers).
 	EtcdCommand []string
+	// EtcdMembers is how many members the cluster's etcd has: 0 or 1 for one, serving
+	// EtcdURL and EtcdURL6; up to 9, the i-th serving http://192.0.2.i:2379 (the first
+	// EtcdURL and EtcdURL6 too), each added to the underlay bridge. The nodes and the
+	// harness's client are given every member (EtcdEndpoints). More than one needs
+	// EtcdCommand: a member in this process would dial its peers from whatever thread,
+	// outside the underlay namespace.
+	EtcdMembers int
 	// Keep makes Close leave everything running (for Teardown to remove later). It needs
 	// EtcdCommand.
 	Keep bool
@@ -112,8 +120,8 @@ type Cluster struct {
 	dir    string
 	ul     string // underlay namespace
 
-	etcd    *embed.Etcd // the in-process etcd; nil with EtcdCommand
-	etcdCmd *exec.Cmd   // the etcd process with EtcdCommand
+	etcd    *embed.Etcd   // the in-process etcd; nil with EtcdCommand
+	members []*EtcdMember // the etcd processes with EtcdCommand
 	client  *clientv3.Client
 
 	mu    sync.Mutex
@@ -141,6 +149,12 @@ func New(log Logger, opts Options) (*Cluster, error) {
 	}
 	if opts.Keep && len(opts.EtcdCommand) == 0 {
 		return nil, errors.New("cluster: Options.Keep needs Options.EtcdCommand: an etcd inside this process would die with it")
+	}
+	if opts.EtcdMembers < 0 || opts.EtcdMembers > maxEtcdMembers {
+		return nil, fmt.Errorf("cluster: Options.EtcdMembers=%d: want 0 to %d", opts.EtcdMembers, maxEtcdMembers)
+	}
+	if opts.EtcdMembers > 1 && len(opts.EtcdCommand) == 0 {
+		return nil, errors.New("cluster: Options.EtcdMembers > 1 needs Options.EtcdCommand: a member inside this process would dial its peers from outside the underlay namespace")
 	}
 	if opts.Kube != nil && opts.Kube.Kubeconfig == nil {
 		return nil, errors.New("cluster: Options.Kube needs Kubeconfig: a kube-mode weftd cannot reach the API server without one")
@@ -254,35 +268,26 @@ func (c *Cluster) start() error {
 		}
 	}
 
-	etcdDir := filepath.Join(c.dir, "etcd")
 	if len(c.opts.EtcdCommand) > 0 {
-		if err := c.startEtcdCommand(etcdDir); err != nil {
+		if err := c.startEtcdMembers(); err != nil {
 			return err
 		}
 	} else {
-		e, err := startEtcdIn(c.ul, etcdDir)
+		e, err := startEtcdIn(c.ul, filepath.Join(c.dir, "etcd"))
 		if err != nil {
 			return fmt.Errorf("cluster %s: %w", c.prefix, err)
 		}
 		c.etcd = e
 	}
 
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{EtcdURL},
-		DialTimeout: etcdOpTimeout,
-		Logger:      zap.NewNop(),
-		// The harness runs in the host namespace, where 192.0.2.1 does not exist: its
-		// connections are made from inside the underlay.
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return dialIn(ctx, c.ul, "tcp", addr)
-		})},
-	})
+	client, err := c.newEtcdClient(c.EtcdEndpoints())
 	if err != nil {
-		return fmt.Errorf("cluster %s: creating etcd client for %s: %w", c.prefix, EtcdURL, err)
+		return fmt.Errorf("cluster %s: %w", c.prefix, err)
 	}
 	c.client = client
 
-	// An etcd process may still be starting: retry until its first answer.
+	// Etcd processes may still be starting, or electing a leader: retry until the first
+	// answer.
 	key := c.opts.EtcdPrefix + "/config"
 	deadline := time.Now().Add(etcdReadyTimeout)
 	for {
@@ -297,33 +302,34 @@ func (c *Cluster) start() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.log.Logf("cluster %s: underlay %s, etcd on %s, files in %s", c.prefix, c.ul, EtcdURL, c.dir)
+	c.log.Logf("cluster %s: underlay %s, etcd on %s, files in %s", c.prefix, c.ul, strings.Join(c.EtcdEndpoints(), ","), c.dir)
 	return nil
 }
 
-// startEtcdCommand starts Options.EtcdCommand in the underlay namespace, in a session of its
-// own so that it survives this process when the cluster is kept.
-func (c *Cluster) startEtcdCommand(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("cluster %s: creating %s: %w", c.prefix, dir, err)
-	}
-	logPath := filepath.Join(c.dir, "etcd.out")
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+// newEtcdClient makes a client of the cluster's etcd at the endpoints. The harness runs in
+// the host namespace, where the underlay's addresses do not exist: its connections are made
+// from inside the underlay.
+func (c *Cluster) newEtcdClient(endpoints []string) (*clientv3.Client, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: etcdOpTimeout,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return dialIn(ctx, c.ul, "tcp", addr)
+			}),
+			// An etcd member that was down is dialled again within 50 ms, not gRPC's
+			// default second, so that the harness times the member, not its own backoff.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+				MinConnectTimeout: etcdOpTimeout,
+			}),
+		},
+	})
 	if err != nil {
-		return fmt.Errorf("cluster %s: opening etcd output: %w", c.prefix, err)
+		return nil, fmt.Errorf("creating etcd client for %v: %w", endpoints, err)
 	}
-	defer logf.Close() // the child has its own copy
-	argv := append(append([]string{}, c.opts.EtcdCommand...), dir)
-	cmd := exec.Command("ip", netnsExecArgs(c.ul, argv...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = c.procAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("cluster %s: starting etcd command %q: %w", c.prefix, argv, err)
-	}
-	c.etcdCmd = cmd
-	// Reap it if it dies early; a kept one is adopted by init when this process exits.
-	go func() { _ = cmd.Wait() }()
-	return nil
+	return client, nil
 }
 
 // procAttr is how the harness starts long-lived processes (weftd, an etcd command): in a
@@ -470,8 +476,8 @@ func (c *Cluster) close() error {
 	if c.etcd != nil {
 		c.etcd.Close()
 	}
-	if c.etcdCmd != nil && c.etcdCmd.Process != nil {
-		_ = c.etcdCmd.Process.Kill() // destroying the underlay below would do it too
+	for _, m := range c.members {
+		m.kill()
 	}
 	if c.prefix != "" {
 		if err := teardown(c.prefix, false); err != nil {

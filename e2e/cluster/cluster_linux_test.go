@@ -6,9 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -190,6 +194,100 @@ func TestHarnessWithoutWeftd(t *testing.T) {
 	}
 	if _, err := os.Stat(c.Dir()); !os.IsNotExist(err) {
 		t.Errorf("directory %s left after a passing Close: %v", c.Dir(), err)
+	}
+}
+
+// TestEtcdMembers checks a cluster whose etcd has three members, each a process of the demo
+// (--serve-etcd) on its own underlay address: a node reaches each; the leader crashed, another
+// is elected and writes go on; a follower crashed too, no write succeeds; both started again
+// on their data, writes succeed and nothing written before is lost.
+func TestEtcdMembers(t *testing.T) {
+	needRoot(t)
+	demo := goBuild(t, "./e2e/demo")
+	c, err := New(t, Options{NetConf: testNetConf, EtcdCommand: []string{demo, "--serve-etcd"}, EtcdMembers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{EtcdURL, "http://192.0.2.2:2379", "http://192.0.2.3:2379"}
+	if got := c.EtcdEndpoints(); !slices.Equal(got, want) {
+		t.Fatalf("EtcdEndpoints() = %q, want %q", got, want)
+	}
+	n1, err := c.AddNode("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.EtcdMembers() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := dialIn(ctx, n1.NS, "tcp", strings.TrimPrefix(m.URL, "http://"))
+		cancel()
+		if err != nil {
+			t.Fatalf("etcd member %s from node n1: %v", m.Name, err)
+		}
+		conn.Close()
+	}
+
+	put := func(key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := c.Etcd().Put(ctx, key, "x")
+		return err
+	}
+	leader, err := c.EtcdLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put("/before"); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Stop(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next *EtcdMember
+	for start := time.Now(); next == nil; time.Sleep(50 * time.Millisecond) {
+		if next, err = c.EtcdLeader(); err != nil && time.Since(start) > etcdReadyTimeout {
+			t.Fatalf("no new leader %v after %s crashed: %v", etcdReadyTimeout, leader.Name, err)
+		}
+	}
+	if next == leader {
+		t.Fatalf("%s still leads after it crashed", leader.Name)
+	}
+	if err := put("/one-down"); err != nil {
+		t.Fatalf("write with %s down: %v", leader.Name, err)
+	}
+	var follower *EtcdMember
+	for _, m := range c.EtcdMembers() {
+		if m != leader && m != next {
+			follower = m
+		}
+	}
+	if err := follower.Stop(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("/no-quorum"); err == nil {
+		t.Fatal("a write succeeded with two of three members down")
+	}
+	for _, m := range []*EtcdMember{leader, follower} {
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("/after"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.Etcd().Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	// The write without a quorum may or may not have been applied once quorum returned.
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == "/no-quorum" || strings.HasPrefix(k, DefaultEtcdPrefix) })
+	if want := []string{"/after", "/before", "/one-down"}; !slices.Equal(keys, want) {
+		t.Errorf("keys after the restarts: %q, want %q", keys, want)
 	}
 }
 

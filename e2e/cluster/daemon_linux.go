@@ -1,12 +1,6 @@
 package cluster
 
-import (
-	"fmt"
-	"os"
-	"os/exec"
-	"strings"
-	"time"
-)
+import "fmt"
 
 // StartDaemon starts argv (a binary and its flags) in the node's namespace in weftd's place,
 // the way Start starts weftd: output appended to LogPath after a line naming the run, a
@@ -24,32 +18,15 @@ func (n *Node) StartDaemon(argv ...string) error {
 	if n.proc != nil && !n.proc.exited() {
 		return fmt.Errorf("node %s: its daemon is running already (pid %d)", n.Name, n.proc.cmd.Process.Pid)
 	}
-	logf, err := os.OpenFile(n.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("node %s: opening the daemon log: %w", n.Name, err)
-	}
-	defer logf.Close() // the child has its own descriptor
-	n.runs++
-	// The same header as Start's, so that a log that changes daemons shows which ran when.
-	fmt.Fprintf(logf, "=== weft-e2e %s: run %d: %s\n", time.Now().Format(time.RFC3339Nano), n.runs,
-		strings.Join(argv, " "))
-	// ip execs the daemon in place: signals sent to this process reach it, and its exit
-	// status is the daemon's.
-	cmd := exec.Command("ip", netnsExecArgs(n.NS, argv...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = n.c.procAttr()
+	var env []string
 	if n.c.opts.Kube != nil {
-		cmd.Env = n.kubeEnv()
+		env = n.kubeEnv()
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("node %s: starting %s: %w", n.Name, argv[0], err)
+	n.runs++
+	p, err := n.c.spawn(n.NS, n.LogPath, n.runs, env, argv)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	p := &weftdProc{cmd: cmd, started: time.Now(), done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait() // the status is in ProcessState
-		p.state = cmd.ProcessState
-		close(p.done)
-	}()
 	n.proc = p
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package cluster builds a weft cluster inside one Linux machine for end-to-end tests and the
-// demo: an underlay network namespace with a bridge and an etcd server, one network namespace
-// per node running a real weftd, and pods made by the real CNI bridge and host-local plugins.
+// demo: an underlay network namespace with a bridge and an etcd server (or a cluster of etcd
+// members that a test can stop and start: Options.EtcdMembers), one network namespace per
+// node running a real weftd, and pods made by the real CNI bridge and host-local plugins.
 //
 // Everything it creates is named after a short per-cluster prefix and registered under
 // /run/weft-e2e, so that a later run can sweep what a killed run left behind. Test traffic

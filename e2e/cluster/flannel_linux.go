@@ -30,7 +30,7 @@ func (n *Node) FlanneldArgs() []string {
 	if n.c.opts.Kube != nil {
 		args = n.kubeArgs()
 	} else {
-		args = []string{"--etcd-endpoints=" + EtcdURL}
+		args = []string{"--etcd-endpoints=" + strings.Join(n.c.EtcdEndpoints(), ",")}
 		if n.c.opts.EtcdPrefix != DefaultEtcdPrefix {
 			args = append(args, "--etcd-prefix="+n.c.opts.EtcdPrefix)
 		}

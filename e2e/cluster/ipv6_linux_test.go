@@ -34,15 +34,22 @@ func weftCNIPlugin(t *testing.T) string {
 	if bin := os.Getenv("WEFT_CNI_PLUGIN"); bin != "" {
 		return bin
 	}
+	return goBuild(t, "./cmd/weft")
+}
+
+// goBuild builds the repository's package pkg into the test's directory and returns the
+// binary.
+func goBuild(t *testing.T, pkg string) string {
+	t.Helper()
 	repo, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "weft")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/weft")
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the weft CNI plugin: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }

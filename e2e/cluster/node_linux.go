@@ -1,16 +1,13 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -56,26 +53,8 @@ type Node struct {
 	http *http.Client // reaches the node's loopback from this process
 
 	mu   sync.Mutex
-	proc *weftdProc // the current or last weftd run; nil before the first
+	proc *process // the current or last weftd run; nil before the first
 	runs int
-}
-
-// weftdProc is one run of weftd.
-type weftdProc struct {
-	cmd     *exec.Cmd
-	started time.Time
-	done    chan struct{} // closed when it has exited and state is set
-	// state is its exit status, valid once done is closed.
-	state *os.ProcessState
-}
-
-func (p *weftdProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // AddNode creates a node: namespace <prefix>-<name>, eth0 on the underlay at 192.0.2.(10+i)/24
@@ -109,7 +88,7 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 		Name:  name,
 		Index: index,
 		NS:    c.prefix + "-" + name,
-		IP:    netip.AddrFrom4([4]byte{192, 0, 2, byte(firstNodeHost + index)}),
+		IP:    underlayIP(firstNodeHost + index),
 		IP6:   nodeIP6(firstNodeHost + index),
 		Dir:   filepath.Join(c.dir, name),
 	}
@@ -185,6 +164,14 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 	return n, nil
 }
 
+// underlayIP is the underlay's IPv4 address whose last byte is host: the gateway's (1), an
+// etcd member's (see EtcdMember) or a node's.
+func underlayIP(host int) netip.Addr {
+	b := netip.MustParsePrefix(Underlay).Addr().As4()
+	b[3] = byte(host)
+	return netip.AddrFrom4(b)
+}
+
 // nodeIP6 is the IPv6 underlay address of the node whose IPv4 one ends in host: Underlay6's
 // prefix with host's decimal digits as its last group (11 gives fd77:77::11, that is
 // 0x0011), so that the two addresses read alike.
@@ -206,7 +193,7 @@ func (n *Node) weftdArgs() []string {
 	if kube {
 		args = n.kubeArgs()
 	} else {
-		args = []string{"--etcd-endpoints=" + EtcdURL}
+		args = []string{"--etcd-endpoints=" + strings.Join(n.c.EtcdEndpoints(), ",")}
 	}
 	args = append(args,
 		"--iface=eth0",
@@ -261,19 +248,14 @@ func (n *Node) stop(sig syscall.Signal, timeout time.Duration) (*os.ProcessState
 	if p.exited() {
 		return p.state, fmt.Errorf("node %s: weftd is not running (it exited: %v)", n.Name, p.state)
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return nil, fmt.Errorf("node %s: sending %v to weftd: %w", n.Name, sig, err)
+	killed, err := p.stop(sig, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: weftd: %w", n.Name, err)
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return p.state, nil
-	case <-timer.C:
-		_ = p.cmd.Process.Kill() // it may exit right now on its own
-		<-p.done
+	if killed {
 		return p.state, fmt.Errorf("node %s: weftd did not exit within %v of %v; killed", n.Name, timeout, sig)
 	}
+	return p.state, nil
 }
 
 // stopForClose ends weftd for Close: SIGTERM, and SIGKILL soon after.
@@ -426,22 +408,4 @@ func (n *Node) Ping(to netip.Addr, count int, interval time.Duration) (sent, rec
 }
 
 // LogTail returns the last lines of the node's weftd log.
-func (n *Node) LogTail(lines int) string {
-	data, err := os.ReadFile(n.LogPath)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "(no log)"
-		}
-		return fmt.Sprintf("(reading log: %v)", err)
-	}
-	data = bytes.TrimRight(data, "\n")
-	for i, cut := len(data)-1, 0; i >= 0; i-- {
-		if data[i] == '\n' {
-			cut++
-			if cut == lines {
-				return string(data[i+1:])
-			}
-		}
-	}
-	return string(data)
-}
+func (n *Node) LogTail(lines int) string { return logTail(n.LogPath, lines) }

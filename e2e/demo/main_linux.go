@@ -71,7 +71,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.prefix, "prefix", "", "the cluster's name prefix (namespaces are <prefix>-ul, <prefix>-n1, ...); default: random")
 	fs.StringVar(&c.dir, "dir", "", "directory for logs and state; default: a new one under $TMPDIR")
 	fs.BoolVar(&c.verbose, "v", false, "print the harness's progress messages")
-	fs.StringVar(&c.serveEtcd, "serve-etcd", "", "internal: serve the cluster's etcd from this directory (how --keep outlives this process)")
+	fs.StringVar(&c.serveEtcd, "serve-etcd", "", "internal: serve the member of the cluster's etcd that this directory holds (how --keep outlives this process, and how tests stop and start members)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

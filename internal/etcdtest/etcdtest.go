@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,8 +53,12 @@ type Options struct {
 // Server is an embedded etcd member owned by one test.
 type Server struct {
 	dataDir string
+	name    string
 	peerURL url.URL
 	pki     *pki // nil unless Options.TLS
+	// initialCluster names the peers of a member of StartCluster, itself included; "" for
+	// a member alone.
+	initialCluster string
 
 	mu sync.Mutex
 	// clientURL starts with port 0 and is pinned to the real port after the
@@ -72,7 +77,7 @@ type Server struct {
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 
-	s := &Server{dataDir: t.TempDir()}
+	s := &Server{dataDir: t.TempDir(), name: memberName}
 	scheme := "http"
 	if opts.TLS {
 		p, err := newPKI(t.TempDir())
@@ -95,6 +100,50 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Cleanup(s.cleanup)
 	s.start(t)
 	return s
+}
+
+// StartCluster starts size embedded etcd members forming one cluster, each as Start makes
+// one (plain HTTP), and waits until every one serves; each is stopped at test cleanup. A
+// member stopped with Stop leaves the others serving while a majority of them runs; without
+// one they have no leader, and refuse what needs one (writes, linearizable reads, watches
+// that require a leader). Restart brings a member back on its data.
+func StartCluster(t testing.TB, size int) []*Server {
+	t.Helper()
+	members := make([]*Server, size)
+	peers := make([]string, size)
+	for i := range members {
+		peerAddr, err := reserveLoopbackAddr()
+		if err != nil {
+			t.Fatalf("etcdtest: %v", err)
+		}
+		s := &Server{dataDir: t.TempDir(), name: fmt.Sprintf("%s%d", memberName, i+1),
+			peerURL: url.URL{Scheme: "http", Host: peerAddr}, clientURL: url.URL{Scheme: "http", Host: "127.0.0.1:0"}}
+		t.Cleanup(s.cleanup)
+		members[i], peers[i] = s, s.name+"="+s.peerURL.String()
+	}
+	// Together: each is ready only once a majority of them runs.
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i, s := range members {
+		s.initialCluster = strings.Join(peers, ",")
+		wg.Go(func() { errs[i] = s.tryStart() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return members
+}
+
+// ClusterClient returns a new clientv3.Client connected to every member of a cluster that
+// StartCluster made, closed automatically at test cleanup.
+func ClusterClient(t testing.TB, members []*Server) *clientv3.Client {
+	t.Helper()
+	var eps []string
+	for _, s := range members {
+		eps = append(eps, s.Endpoints()...)
+	}
+	return members[0].clientFor(t, eps)
 }
 
 // Endpoints returns the client URLs, for clients built by the caller.
@@ -265,11 +314,16 @@ func (s *Server) Compact(t testing.TB) {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
+	if err := s.tryStart(); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+}
 
+func (s *Server) tryStart() error {
 	s.stopping.Store(false)
 	cfg, err := s.config()
 	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
+		return err
 	}
 	var e *embed.Etcd
 	for attempt := 1; ; attempt++ {
@@ -280,22 +334,23 @@ func (s *Server) start(t testing.TB) {
 		time.Sleep(startBackoff)
 		// StartEtcd has taken ownership of the old config (logger and all).
 		if cfg, err = s.config(); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+			return err
 		}
 	}
 	if err != nil {
-		t.Fatalf("etcdtest: starting embedded etcd (data dir %s, client %s, peer %s): %v",
-			cfg.Dir, cfg.ListenClientUrls[0].String(), cfg.ListenPeerUrls[0].String(), err)
+		return fmt.Errorf("starting embedded etcd %s (data dir %s, client %s, peer %s): %w",
+			s.name, cfg.Dir, cfg.ListenClientUrls[0].String(), cfg.ListenPeerUrls[0].String(), err)
 	}
 	if err := waitReady(e); err != nil {
 		e.Close()
-		t.Fatalf("etcdtest: %v", err)
+		return fmt.Errorf("etcd %s: %w", s.name, err)
 	}
 
 	s.mu.Lock()
 	s.etcd = e
 	s.clientURL.Host = e.Clients[0].Addr().String()
 	s.mu.Unlock()
+	return nil
 }
 
 func waitReady(e *embed.Etcd) error {
@@ -319,7 +374,7 @@ func (s *Server) config() (*embed.Config, error) {
 	s.mu.Unlock()
 
 	cfg := embed.NewConfig()
-	cfg.Name = memberName
+	cfg.Name = s.name
 	// A restart finds the WAL in this directory and rejoins from it, so
 	// ClusterState and InitialCluster are ignored then.
 	cfg.Dir = s.dataDir
@@ -341,7 +396,10 @@ func (s *Server) config() (*embed.Config, error) {
 	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.InitialCluster = s.initialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	}
 
 	// Test data is throwaway and fsync dominates the latency of every write.
 	cfg.UnsafeNoFsync = true

@@ -158,6 +158,28 @@ func TestStopRestartKeepsData(t *testing.T) {
 	putGet(t, c, "durable", "after")
 }
 
+// TestClusterQuorum: a three-member cluster serves with one member stopped, refuses writes
+// with two stopped, and serves again, its data whole, once one of them is back.
+func TestClusterQuorum(t *testing.T) {
+	t.Parallel()
+	members := StartCluster(t, 3)
+	c := ClusterClient(t, members)
+	putGet(t, c, "k", "three")
+
+	members[0].Stop(t)
+	putGet(t, c, "k", "two")
+	members[1].Stop(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "k", "one"); err == nil {
+		t.Fatal("a write succeeded with two of three members stopped")
+	}
+
+	members[1].Restart(t)
+	mustGet(t, c, "k", "two")
+	putGet(t, c, "k", "two again")
+}
+
 func TestCompactBreaksOldWatch(t *testing.T) {
 	t.Parallel()
 	s := Start(t, Options{})

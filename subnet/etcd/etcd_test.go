@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/weftnet/weft/internal/etcdtest"
@@ -476,25 +477,9 @@ func TestWatchAcrossEtcdRestart(t *testing.T) {
 	m := etcd.New(srv.Client(t), etcd.Options{Logger: testLogger(t)})
 	w := watch(t, m)
 	w.wait(t, "10.1.1.0-24")
-	// The connection may pass through "connecting" now and then (that is why the daemon
-	// only reports a datastore that stays unreachable): it must settle on healthy.
-	checkEventually := func(what string) {
-		t.Helper()
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if err = m.Check(); err == nil {
-				return
-			}
-		}
-		t.Fatalf("Check %s: %v", what, err)
-	}
-	checkEventually("with etcd up")
+	checkEventually(t, m, "with etcd up")
 	srv.Stop(t)
-	for deadline := time.Now().Add(10 * time.Second); m.Check() == nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("Check still reports a healthy connection 10s after etcd stopped")
-		}
-	}
+	checkFails(t, m, "etcd stopped")
 	srv.Restart(t)
 	putLease(t, cli, "10.1.2.0-24", 2)
 	w.wait(t, "10.1.1.0-24", "10.1.2.0-24")
@@ -502,7 +487,59 @@ func TestWatchAcrossEtcdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.wait(t, "10.1.2.0-24")
-	checkEventually("after etcd came back")
+	checkEventually(t, m, "after etcd came back")
+}
+
+// TestWatchWithoutQuorum: a three-member etcd loses two members. The client's connection
+// stays up (the last member accepts it), but that member has no leader and fails the watch:
+// Check says so. Once a member is back, Check is fine again and the watch delivers what
+// changed meanwhile.
+func TestWatchWithoutQuorum(t *testing.T) {
+	members := etcdtest.StartCluster(t, 3)
+	cli := etcdtest.ClusterClient(t, members)
+	putLease(t, cli, "10.1.1.0-24", 1)
+	m := etcd.New(cli, etcd.Options{Logger: testLogger(t)})
+	w := watch(t, m)
+	w.wait(t, "10.1.1.0-24")
+	checkEventually(t, m, "with every member up")
+
+	members[0].Stop(t)
+	members[1].Stop(t)
+	if err := checkFails(t, m, "two of three members stopped"); !errors.Is(err, rpctypes.ErrNoLeader) {
+		t.Errorf("Check without a quorum: %v; want it to say etcd has no leader", err)
+	}
+	members[1].Restart(t)
+	checkEventually(t, m, "once the quorum is back")
+	putLease(t, cli, "10.1.2.0-24", 2)
+	w.wait(t, "10.1.1.0-24", "10.1.2.0-24")
+}
+
+// checkEventually requires m.Check to succeed within 20 s. The connection may pass through
+// "connecting" now and then (that is why the daemon only reports a datastore that stays
+// unreachable), and a failed watch is tried again after a backoff: it must settle on
+// healthy.
+func checkEventually(t *testing.T, m *etcd.Manager, what string) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = m.Check(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("Check %s: %v", what, err)
+}
+
+// checkFails requires m.Check to fail within 10 s, and returns its error.
+func checkFails(t *testing.T, m *etcd.Manager, what string) error {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err := m.Check(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Check still reports etcd reachable 10 s after %s", what)
+		}
+	}
 }
 
 // TestMalformedLeasesSkipped: hostile or broken values are skipped and reported once each;

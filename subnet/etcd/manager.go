@@ -66,6 +66,8 @@ type Manager struct {
 	mu       sync.Mutex
 	handoff  *listing
 	watching bool
+	// watchErr is why the lease watch failed last, until it runs again; Check reports it.
+	watchErr error
 
 	// The pool (Pool): the config GetConfig read last, and how many subnets of its IPv4
 	// and IPv6 ranges hold a key, kept by the watch.
@@ -101,8 +103,11 @@ func New(cli *clientv3.Client, opts Options) *Manager {
 	return m
 }
 
-// Check implements subnet.Checker from the state of the client's connection: it costs no
-// request, so it can be asked on every readiness probe.
+// Check implements subnet.Checker from the state of the client's connection and of the lease
+// watch: it costs no request, so it can be asked on every readiness probe. The watch's state
+// matters because a connection can be fine while etcd cannot serve: a member that lost its
+// quorum still accepts connections, but no request that needs a leader, the watch included
+// (it is made with WithRequireLeader).
 func (m *Manager) Check() error {
 	conn := m.cli.ActiveConnection()
 	if conn == nil {
@@ -110,10 +115,22 @@ func (m *Manager) Check() error {
 	}
 	switch st := conn.GetState(); st {
 	case connectivity.Ready, connectivity.Idle:
-		return nil
 	default:
 		return fmt.Errorf("etcd: connection to %v is %s", m.cli.Endpoints(), strings.ToLower(st.String()))
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.watchErr != nil {
+		return fmt.Errorf("etcd: the lease watch cannot run: %w", m.watchErr)
+	}
+	return nil
+}
+
+// setWatchErr records why the lease watch failed, or with nil that it runs again, for Check.
+func (m *Manager) setWatchErr(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.watchErr = err
 }
 
 func (m *Manager) configKey() string  { return m.prefix + "/config" }

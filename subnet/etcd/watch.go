@@ -48,6 +48,7 @@ type watcher struct {
 	sent    bool             // the first batch went out
 	ranges  [2]subnet.Range  // the config's IPv4 and IPv6 ranges, whose keys are counted
 	leased  [2]uint64        // keys that are subnets of ranges, published in Manager.leased
+	failing bool             // the last attempt failed: Manager.Check says so until one runs
 }
 
 // seen is what the watcher keeps of a lease the receiver has been told of.
@@ -76,6 +77,8 @@ func (w *watcher) run(ctx context.Context) error {
 			continue
 		}
 		w.m.log.Warn("lease watch interrupted, resuming", "revision", w.rev, "retry_in", backoff, "err", err)
+		w.failing = true
+		w.m.setWatchErr(err)
 		if w.m.opts.OnWatchRestart != nil {
 			w.m.opts.OnWatchRestart(err)
 		}
@@ -157,11 +160,15 @@ func (w *watcher) publishPool() {
 
 // follow watches from the revision after the last one seen until the watch breaks, or until
 // etcd's revision is found behind it (restored from a backup: see Options.RevisionCheck), when
-// the leases are listed again.
+// the leases are listed again. The watch requires a leader, so that a member without one
+// (cut off from the others, or left without a quorum) fails it rather than holding it open
+// with no changes to send; its creation is notified, so that a failed watch is known to run
+// again.
 func (w *watcher) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
+	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
+		clientv3.WithCreatedNotify())
 	every := w.m.opts.RevisionCheck
 	if every <= 0 {
 		every = 30 * time.Second
@@ -192,6 +199,15 @@ func (w *watcher) follow(ctx context.Context) error {
 				return nil
 			}
 			return fmt.Errorf("watch from revision %d: %w", w.rev+1, err)
+		}
+		if resp.Created {
+			// Its revision is etcd's now, not one that the events before it were sent up
+			// to: w.rev stays.
+			if w.failing {
+				w.failing = false
+				w.m.setWatchErr(nil)
+			}
+			continue
 		}
 		if len(resp.Events) > 0 {
 			w.countEvents(resp.Events)
