@@ -28,11 +28,13 @@ func TestPool(t *testing.T) {
 	if _, err := m.GetConfig(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	dual := func(i int) string { return fmt.Sprintf(`{"PublicIP":"192.0.2.%d","PublicIPv6":"fd77::%d","BackendType":"host-gw"}`, i, i) }
+	dual := func(i int) string {
+		return fmt.Sprintf(`{"PublicIP":"192.0.2.%d","PublicIPv6":"fd77::%d","BackendType":"host-gw"}`, i, i)
+	}
 	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.1.0-24&fd00:1:0:4::-64", dual(1))
 	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.2.0-24&fd00:1:0:5::-64", "not JSON") // counted: its key is taken
-	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.9.0-24&fd00:1:0:1::-64", dual(9))   // outside both ranges
-	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.0.0-16", dual(10))                  // no subnet of the range
+	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.9.0-24&fd00:1:0:1::-64", dual(9))    // outside both ranges
+	put(t, cli, etcd.DefaultPrefix+"/subnets/10.1.0.0-16", dual(10))                   // no subnet of the range
 	w := watch(t, m)
 	w.wait(t, "10.1.1.0-24&fd00:1:0:4::-64", "10.1.9.0-24&fd00:1:0:1::-64", "10.1.0.0-16")
 	pool := func(want4, want6 uint64) {
