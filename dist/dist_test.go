@@ -48,6 +48,10 @@ const (
 	installScript = "windows/install-weftd.ps1"
 	dockerfile    = "Dockerfile"
 	dockerignore  = "Dockerfile.dockerignore"
+	alertRules    = "prometheus/weft-alerts.yaml"
+	alertTests    = "prometheus/weft-alerts_test.yaml"
+	dashboardFile = "grafana/weft-dashboard.json"
+	readme        = "../README.md" // its table of metrics is what the rules may use
 )
 
 // What the manifests are made of.

@@ -9,10 +9,15 @@
 //   - kubernetes/weft.yaml: everything for `kubectl apply -f`, with a verbatim copy of
 //     kubernetes/rbac.yaml;
 //   - windows/install-weftd.ps1: weftd as a Windows service, or only the CNI plugin;
-//   - Dockerfile: the Linux image and (target windows) the HostProcess image.
+//   - Dockerfile: the Linux image and (target windows) the HostProcess image;
+//   - prometheus/weft-alerts.yaml: Prometheus alerting rules, and weft-alerts_test.yaml,
+//     their unit tests for `promtool test rules`;
+//   - grafana/weft-dashboard.json: a Grafana dashboard over the same metrics.
 //
 // The tests run `systemd-analyze verify` on the unit, create every Kubernetes object with a
 // server-side dry run on a real kube-apiserver (internal/kubetest), parse the configs with
 // weft's own parsers, check that every flag the files give weftd is one it has, and check
-// the Dockerfile statically: no container engine runs here.
+// the Dockerfile statically: no container engine runs here. promtool checks the alert rules
+// and runs their unit tests, and parses every query of the dashboard; the metrics and labels
+// both use must be those of the README's table of metrics (internal/promtest).
 package dist

@@ -25,6 +25,7 @@ import (
 
 	"github.com/weftnet/weft/ctl"
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/promtest"
 )
 
 const (
@@ -71,7 +72,7 @@ func TestObservability(t *testing.T) {
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("GET /metrics on %s: %d %v", n1.Name, code, err)
 		}
-		cmd := exec.Command(prom.promtool, "check", "metrics")
+		cmd := exec.Command(prom.Promtool, "check", "metrics")
 		cmd.Stdin = strings.NewReader(body)
 		out, err := cmd.CombinedOutput()
 		// promtool exits 1 when it cannot parse the exposition, 3 when its lint has remarks,
@@ -91,7 +92,7 @@ func TestObservability(t *testing.T) {
 	})
 
 	t.Run("prometheus", func(t *testing.T) {
-		api := startPrometheus(t, prom.server, n1)
+		api := startPrometheus(t, prom.Server, n1)
 		var weftValue string
 		for line := range strings.Lines(mustGet(t, n1, "/metrics")) {
 			if strings.HasPrefix(line, `weft_peers{backend="vxlan",state="programmed"} `) {
@@ -300,36 +301,14 @@ func mustGet(t *testing.T, n *cluster.Node, path string) string {
 	return body
 }
 
-// prometheusBins are Debian's prometheus package's programs.
-type prometheusBins struct{ server, promtool string }
-
-// needPrometheus finds prometheus and promtool, installing them with
-// tools/install-prometheus.sh when they are missing, or skips the test.
-func needPrometheus(t *testing.T) prometheusBins {
+// needPrometheus finds prometheus and promtool (promtest.Need), or skips the test.
+func needPrometheus(t *testing.T) promtest.Binaries {
 	t.Helper()
-	find := func() (prometheusBins, error) {
-		var b prometheusBins
-		var err1, err2 error
-		b.server, err1 = exec.LookPath("prometheus")
-		b.promtool, err2 = exec.LookPath("promtool")
-		return b, errors.Join(err1, err2)
-	}
-	if b, err := find(); err == nil {
-		return b
-	}
 	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(repo, "tools", "install-prometheus.sh")
-	if out, err := exec.Command(script).CombinedOutput(); err != nil {
-		t.Skipf("prometheus and promtool (Debian package prometheus) are missing and %s failed: %v\n%s", script, err, out)
-	}
-	b, err := find()
-	if err != nil {
-		t.Skipf("prometheus or promtool missing even after %s: %v", script, err)
-	}
-	return b
+	return promtest.Need(t, repo)
 }
 
 // testTools are the binaries the tests build besides weftd.
