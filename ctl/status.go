@@ -136,7 +136,14 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 	} else {
 		t.row("converged", "not yet")
 	}
+	if o := st.Overlay; o != nil {
+		t.row("overlay", fmt.Sprintf("%d of %d peers answer probes through the data plane, %d unreachable; each probed at least every %s",
+			o.Answered, o.Peers, o.Unreachable, o.Period))
+	}
 	if err := t.flush(); err != nil {
+		return err
+	}
+	if err := writeUnreachable(out, st.Unreachable, now); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(out, "\npeers: %d\n", len(st.Peers)); err != nil {
@@ -153,6 +160,23 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 			mac = d.VtepMAC
 		}
 		t.row(orDash(p.Subnet), orDash(p.PublicIP), orDash(p.BackendType), orDash(mac), p.State, orDash(p.ClashesWith), p.Reason)
+	}
+	return t.flush()
+}
+
+// writeUnreachable lists the peers whose probes go unanswered, if any.
+func writeUnreachable(out io.Writer, peers []status.Unreachable, now time.Time) error {
+	if len(peers) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(out, "\nunreachable: %d\n", len(peers)); err != nil {
+		return fmt.Errorf("writing the status: %w", err)
+	}
+	t := newTable(out)
+	t.row("PEER", "PROBED", "SINCE", "LAST ERROR")
+	for _, u := range peers {
+		since := u.Since.UTC().Format(time.RFC3339) + " (" + roundDuration(now.Sub(u.Since)) + " ago)"
+		t.row(u.Key, u.Address, since, u.Error)
 	}
 	return t.flush()
 }

@@ -29,6 +29,9 @@ func testStatus(now time.Time) status.Node {
 		},
 		Last:     &status.Converge{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
 		NotReady: "last convergence failed: setting route: file exists",
+		Overlay:  &status.Overlay{Peers: 3, Answered: 2, Unreachable: 1, Period: "2s"},
+		Unreachable: []status.Unreachable{{Key: "10.244.3.0-24", Address: "10.244.3.1", Since: now.Add(-90 * time.Second),
+			Error: "probe: ping 10.244.3.1: no answer after 1s"}},
 	}
 }
 
@@ -42,6 +45,11 @@ func TestWriteStatus(t *testing.T) {
 lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP MAC 0a:00:00:00:00:01
 ready      no: last convergence failed: setting route: file exists
 converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
+overlay    2 of 3 peers answer probes through the data plane, 1 unreachable; each probed at least every 2s
+
+unreachable: 1
+PEER           PROBED      SINCE                             LAST ERROR
+10.244.3.0-24  10.244.3.1  2026-11-22T00:58:30Z (1m30s ago)  probe: ping 10.244.3.1: no answer after 1s
 
 peers: 3
 SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       CLASHES WITH   REASON
