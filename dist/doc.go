@@ -8,11 +8,14 @@
 //     weft);
 //   - kubernetes/weft.yaml: everything for `kubectl apply -f`, with a verbatim copy of
 //     kubernetes/rbac.yaml;
+//   - helm/weft: the same as a Helm chart, with flannel's chart's settings as values;
 //   - windows/install-weftd.ps1: weftd as a Windows service, or only the CNI plugin;
 //   - Dockerfile: the Linux image and (target windows) the HostProcess image.
 //
 // The tests run `systemd-analyze verify` on the unit, create every Kubernetes object with a
 // server-side dry run on a real kube-apiserver (internal/kubetest), parse the configs with
 // weft's own parsers, check that every flag the files give weftd is one it has, and check
-// the Dockerfile statically: no container engine runs here.
+// the Dockerfile statically: no container engine runs here. The chart's tests run the real
+// Helm (tools/helm, $WEFT_HELM): with the default values the chart must make the objects of
+// weft.yaml, and each other value must change exactly what it is for.
 package dist
