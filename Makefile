@@ -8,6 +8,7 @@ FUZZTIME ?= 10s
 BIN      := bin
 CNI_BIN  := .cache/cni/bin
 KUBE_BIN := .cache/kube/bin
+HELM_BIN := .cache/helm/bin
 
 export GOFLAGS := -buildvcs=false
 
@@ -30,11 +31,13 @@ deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
 	tools/kube/install-apiserver.sh $(KUBE_BIN)
+	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh && tools/flannel/install-deps.sh; fi
 
 unit:
-	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver \
+	  WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## e2e: only the end-to-end tests (root): weftd nodes in network namespaces, real pods and packets
 e2e: deps

@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -91,12 +92,18 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
-// loadManifest decodes every document of a YAML manifest, as kubectl would send them.
-// Keys given twice are an error, as they are for kubectl: a lenient parser would silently
-// keep one of them.
+// loadManifest decodes every document of a YAML manifest file, as kubectl would send them.
 func loadManifest(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(readFile(t, path))))
+	return parseManifest(t, path, readFile(t, path))
+}
+
+// parseManifest decodes every document of a YAML manifest (what is named name in errors).
+// Keys given twice are an error, as they are for kubectl: a lenient parser would silently
+// keep one of them.
+func parseManifest(t *testing.T, name string, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	var objs []*unstructured.Unstructured
 	for doc := 1; ; doc++ {
 		data, err := r.Read()
@@ -104,18 +111,18 @@ func loadManifest(t *testing.T, path string) []*unstructured.Unstructured {
 			return objs
 		}
 		if err != nil {
-			t.Fatalf("%s: document %d: %v", path, doc, err)
+			t.Fatalf("%s: document %d: %v", name, doc, err)
 		}
 		js, err := yaml.YAMLToJSONStrict(data)
 		if err != nil {
-			t.Fatalf("%s: document %d: %v", path, doc, err)
+			t.Fatalf("%s: document %d: %v", name, doc, err)
 		}
 		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			continue // only comments
 		}
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(js); err != nil {
-			t.Fatalf("%s: document %d: %v", path, doc, err)
+			t.Fatalf("%s: document %d: %v", name, doc, err)
 		}
 		objs = append(objs, u)
 	}
@@ -128,7 +135,7 @@ func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *u
 			return o
 		}
 	}
-	t.Fatalf("%s: no %s %s", allInOne, kind, name)
+	t.Fatalf("no %s %s among the %d objects", kind, name, len(objs))
 	return nil
 }
 
@@ -452,18 +459,30 @@ func checkWindows(t *testing.T, spec corev1.PodSpec) {
 }
 
 // TestManifestDryRun creates every object of weft.yaml on a real kube-apiserver with a
-// server-side dry run and strict field validation: the schema, defaulting, validation and
-// admission of the API server a user applies them to. The namespace is then created for
-// real (the namespaced objects need it), and so is the service account, so that each
-// DaemonSet's pod, as the DaemonSet controller would make it, can be dry-run too: pods
-// pass admission plugins that DaemonSets do not (PodSecurity enforcement, the service
-// account, the priority class). Warnings from the server fail the test too.
+// server-side dry run and strict field validation (serverDryRun).
 func TestManifestDryRun(t *testing.T) {
-	objs := loadManifest(t, allInOne)
-	// Clusters that run node agents allow privileged pods (kubeadm sets this flag);
-	// HostProcess pods are privileged ones, refused otherwise.
-	srv := kubetest.Start(t, kubetest.Options{Args: []string{"--allow-privileged=true"}})
-	rc := srv.Admin()
+	serverDryRun(t, startAPIServer(t).Admin(), loadManifest(t, allInOne))
+}
+
+// startAPIServer starts a kube-apiserver configured as clusters that run node agents are.
+func startAPIServer(t *testing.T) *kubetest.Server {
+	t.Helper()
+	// Such clusters allow privileged pods (kubeadm sets this flag); HostProcess pods are
+	// privileged ones, refused otherwise.
+	return kubetest.Start(t, kubetest.Options{Args: []string{"--allow-privileged=true"}})
+}
+
+// serverDryRun creates objs on the API server of rc with a server-side dry run and strict
+// field validation: the schema, defaulting, validation and admission of the API server a
+// user applies them to. Namespaces are then created for real (the namespaced objects need
+// them), and so are service accounts, so that each DaemonSet's pod, as the DaemonSet
+// controller would make it, can be dry-run too: pods pass admission plugins that DaemonSets
+// do not (PodSecurity enforcement, the service account, the priority class). Warnings from
+// the server are errors too. Several sets of objects can be tried on one server when each
+// has namespaces of its own.
+func serverDryRun(t *testing.T, rc *rest.Config, objs []*unstructured.Unstructured) {
+	t.Helper()
+	rc = rest.CopyConfig(rc)
 	warnings := &warningRecorder{}
 	rc.WarningHandler = warnings
 
@@ -501,22 +520,37 @@ func TestManifestDryRun(t *testing.T) {
 		}
 	}
 
-	ns := objs[0]
-	create(ns, dryRun)
-	create(ns, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
-	for _, o := range objs[1:] {
-		create(o, dryRun)
-		if o.GetKind() == "ServiceAccount" {
-			create(o, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+	stored := metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}
+	// Namespaces first, wherever they are in objs: the rest goes in them.
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			create(o, dryRun)
+			create(o, stored)
 		}
 	}
-	for _, name := range []string{linuxDS, windowsDS} {
-		create(podOf(t, find(t, objs, "DaemonSet", name)), dryRun)
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Namespace":
+		case "ServiceAccount":
+			create(o, dryRun)
+			create(o, stored)
+		default:
+			create(o, dryRun)
+		}
 	}
-	// A dry run must have stored nothing: the ConfigMap is not there.
-	cm := find(t, objs, "ConfigMap", configMapName)
-	if _, err := client(cm).Get(ctx, cm.GetName(), metav1.GetOptions{}); err == nil {
-		t.Errorf("ConfigMap %s exists after a dry run", configMapName)
+	for _, o := range objs {
+		if o.GetKind() == "DaemonSet" {
+			create(podOf(t, o), dryRun)
+		}
+	}
+	// A dry run must have stored nothing: the ConfigMaps and DaemonSets are not there.
+	for _, o := range objs {
+		if o.GetKind() != "ConfigMap" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		if _, err := client(o).Get(ctx, o.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s %s: after a dry run, get says %v; want not found", o.GetKind(), o.GetName(), err)
+		}
 	}
 	for _, w := range warnings.all() {
 		t.Errorf("API server warning: %s", w)
@@ -607,85 +641,8 @@ func TestCNIConfigs(t *testing.T) {
 			t.Errorf("ConfigMap %s's %s differs from %s", configMapName, key, file)
 		}
 	}
-	net, err := subnet.ParseConfig([]byte(data["net-conf.json"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := netip.MustParsePrefix("10.244.7.0/24")
-	if !net.Network.Contains(node.Addr()) {
-		t.Fatalf("test subnet %s is outside the network %s", node, net.Network)
-	}
-	env := subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, true)
-
-	t.Run("linux", func(t *testing.T) {
-		conf := weftEntry(t, []byte(data["cni-conf.json"]))
-		d, err := cni.BuildDelegate(cni.Linux, conf, env, cni.HNSNetwork{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got struct {
-			Name string
-			Type string
-			IPAM struct {
-				Ranges [][]struct{ Subnet string }
-			}
-		}
-		if err := json.Unmarshal(d.Config, &got); err != nil {
-			t.Fatal(err)
-		}
-		// cbr0 is flannel's network name: pods made by flannel are torn down under it.
-		if d.Type != "bridge" || got.Name != "cbr0" || len(got.IPAM.Ranges) != 1 || got.IPAM.Ranges[0][0].Subnet != node.String() {
-			t.Errorf("delegate %s %s, want bridge named cbr0 with host-local on %s", d.Type, d.Config, node)
-		}
-	})
-
-	t.Run("windows", func(t *testing.T) {
-		conf := weftEntry(t, []byte(data["cni-conf-windows.json"]))
-		// weftd does not write hns.json: the configuration alone must name the HNS
-		// network and the delegate.
-		d, err := cni.BuildDelegate(cni.Windows, conf, subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, false), cni.HNSNetwork{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hnsName := net.Backend.Name
-		if hnsName == "" {
-			hnsName = fmt.Sprintf("flannel.%d", net.Backend.VNIFor("windows"))
-		}
-		var got struct {
-			Name     string
-			Policies []struct {
-				Name  string
-				Value struct {
-					Type              string
-					ExceptionList     []string
-					DestinationPrefix string
-				}
-			}
-		}
-		if err := json.Unmarshal(d.Config, &got); err != nil {
-			t.Fatal(err)
-		}
-		if d.Type != "win-overlay" || got.Name != hnsName {
-			t.Errorf("delegate %s named %q, want win-overlay named %q (win-overlay finds the HNS network by it)", d.Type, got.Name, hnsName)
-		}
-		var nat, route []string
-		for _, p := range got.Policies {
-			switch p.Value.Type {
-			case "OutBoundNAT":
-				nat = p.Value.ExceptionList
-			case "ROUTE":
-				route = append(route, p.Value.DestinationPrefix)
-			}
-		}
-		if !slices.Contains(nat, net.Network.String()) {
-			t.Errorf("OutBoundNAT exceptions %v lack the cluster network %s", nat, net.Network)
-		}
-		for _, r := range route {
-			if !slices.Contains(nat, r) {
-				t.Errorf("service network %s has a ROUTE policy but is not an OutBoundNAT exception %v", r, nat)
-			}
-		}
-	})
+	t.Run("linux", func(t *testing.T) { checkLinuxCNI(t, data) })
+	t.Run("windows", func(t *testing.T) { checkWindowsCNI(t, data) })
 
 	// The runtime uses the first configuration by file name: once the installer has set
 	// flannel's aside, weft's is the one; after a rollback flannel's installer writes its
@@ -711,6 +668,115 @@ func TestCNIConfigs(t *testing.T) {
 			t.Errorf("after a rollback the runtime sees %v first, want 10-flannel.conflist", files)
 		}
 	})
+}
+
+// testSubnet is a node's subnet for the CNI checks: 10.244.7.0/24, or the first /24 of
+// another network.
+func testSubnet(t *testing.T, net *subnet.Config) netip.Prefix {
+	t.Helper()
+	node := netip.MustParsePrefix("10.244.7.0/24")
+	if !net.Network.Contains(node.Addr()) {
+		node = netip.PrefixFrom(net.Network.Addr(), max(24, net.Network.Bits())).Masked()
+	}
+	if !net.Network.Contains(node.Addr()) {
+		t.Fatalf("test subnet %s is outside the network %s", node, net.Network)
+	}
+	return node
+}
+
+func parseNetConf(t *testing.T, data map[string]string) *subnet.Config {
+	t.Helper()
+	net, err := subnet.ParseConfig([]byte(data["net-conf.json"]))
+	if err != nil {
+		t.Fatalf("ConfigMap %s's net-conf.json: %v", configMapName, err)
+	}
+	return net
+}
+
+// checkLinuxCNI: the ConfigMap's cni-conf.json, as the runtime hands it to the weft plugin,
+// makes the bridge delegate that flannel's would, over the node's subnet.
+func checkLinuxCNI(t *testing.T, data map[string]string) {
+	t.Helper()
+	net := parseNetConf(t, data)
+	node := testSubnet(t, net)
+	env := subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, true)
+	conf := weftEntry(t, []byte(data["cni-conf.json"]))
+	d, err := cni.BuildDelegate(cni.Linux, conf, env, cni.HNSNetwork{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Name string
+		Type string
+		IPAM struct {
+			Ranges [][]struct{ Subnet string }
+		}
+	}
+	if err := json.Unmarshal(d.Config, &got); err != nil {
+		t.Fatal(err)
+	}
+	// cbr0 is flannel's network name: pods made by flannel are torn down under it.
+	if d.Type != "bridge" || got.Name != "cbr0" || len(got.IPAM.Ranges) != 1 || got.IPAM.Ranges[0][0].Subnet != node.String() {
+		t.Errorf("delegate %s %s, want bridge named cbr0 with host-local on %s", d.Type, d.Config, node)
+	}
+}
+
+// checkWindowsCNI: the ConfigMap's cni-conf-windows.json alone names the HNS network of
+// net-conf.json's backend and the delegate that goes with it (weftd does not write
+// hns.json), and keeps the cluster network and the service network from outbound NAT.
+func checkWindowsCNI(t *testing.T, data map[string]string) {
+	t.Helper()
+	net := parseNetConf(t, data)
+	node := testSubnet(t, net)
+	conf := weftEntry(t, []byte(data["cni-conf-windows.json"]))
+	d, err := cni.BuildDelegate(cni.Windows, conf, subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, false), cni.HNSNetwork{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hnsName, delegate := net.Backend.Name, "win-overlay"
+	switch {
+	case net.Backend.Type == subnet.BackendHostGW:
+		delegate = "win-bridge"
+		if hnsName == "" {
+			hnsName = "cbr0"
+		}
+	case hnsName == "":
+		hnsName = fmt.Sprintf("flannel.%d", net.Backend.VNIFor("windows"))
+	}
+	var got struct {
+		Name     string
+		Policies []struct {
+			Name  string
+			Value struct {
+				Type              string
+				ExceptionList     []string
+				DestinationPrefix string
+			}
+		}
+	}
+	if err := json.Unmarshal(d.Config, &got); err != nil {
+		t.Fatal(err)
+	}
+	if d.Type != delegate || got.Name != hnsName {
+		t.Errorf("delegate %s named %q, want %s named %q (%s finds the HNS network by it)", d.Type, got.Name, delegate, hnsName, delegate)
+	}
+	var nat, route []string
+	for _, p := range got.Policies {
+		switch p.Value.Type {
+		case "OutBoundNAT":
+			nat = p.Value.ExceptionList
+		case "ROUTE":
+			route = append(route, p.Value.DestinationPrefix)
+		}
+	}
+	if !slices.Contains(nat, net.Network.String()) {
+		t.Errorf("OutBoundNAT exceptions %v lack the cluster network %s", nat, net.Network)
+	}
+	for _, r := range route {
+		if !slices.Contains(nat, r) {
+			t.Errorf("service network %s has a ROUTE policy but is not an OutBoundNAT exception %v", r, nat)
+		}
+	}
 }
 
 // weftEntry parses a configuration list as a runtime does and returns its weft plugin's
@@ -908,40 +974,59 @@ func envToFlag(name string) string { return strings.ToLower(strings.ReplaceAll(n
 // weftd has. weftd refuses unknown flags on the command line, and ignores unknown
 // variables, which is worse.
 func TestWeftdFlags(t *testing.T) {
-	uses := map[string][]string{} // flag -> where
-	use := func(flag, where string) {
-		if !nonFlags[flag] && !slices.Contains(uses[flag], where) {
-			uses[flag] = append(uses[flag], where)
-		}
-	}
+	uses := flagUses{}
 	for _, m := range envName.FindAllStringSubmatch(string(readFile(t, envFile)), -1) {
-		use(envToFlag(m[1]), envFile)
+		uses.add(envToFlag(m[1]), envFile)
 	}
-	objs := loadManifest(t, allInOne)
-	for _, name := range []string{linuxDS, windowsDS} {
-		c := container(t, daemonSet(t, objs, name).Spec.Template.Spec.Containers, weftdContainer)
+	uses.addDaemonSets(t, allInOne, loadManifest(t, allInOne))
+	ps := string(readFile(t, installScript))
+	for _, m := range psFlag.FindAllStringSubmatch(ps, -1) {
+		uses.add(m[1], installScript)
+	}
+	for _, m := range psEnv.FindAllStringSubmatch(ps, -1) {
+		uses.add(envToFlag(m[1]), installScript)
+	}
+	uses.check(t)
+}
+
+// flagUses maps each flag given to weftd to where it is given.
+type flagUses map[string][]string
+
+func (u flagUses) add(flag, where string) {
+	if !nonFlags[flag] && !slices.Contains(u[flag], where) {
+		u[flag] = append(u[flag], where)
+	}
+}
+
+// addDaemonSets adds the flags, and the WEFTD_ variables, that the DaemonSets of objs
+// (from source) give weftd.
+func (u flagUses) addDaemonSets(t *testing.T, source string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		where := fmt.Sprintf("%s DaemonSet %s", source, o.GetName())
+		c := container(t, daemonSet(t, objs, o.GetName()).Spec.Template.Spec.Containers, weftdContainer)
 		for _, a := range c.Args {
 			if m := flagArg.FindStringSubmatch(a); m != nil {
-				use(m[1], "DaemonSet "+name)
+				u.add(m[1], where)
 			}
 		}
 		for _, e := range c.Env {
 			if n, ok := strings.CutPrefix(e.Name, "WEFTD_"); ok {
-				use(envToFlag(n), "DaemonSet "+name)
+				u.add(envToFlag(n), where)
 			}
 		}
 	}
-	ps := string(readFile(t, installScript))
-	for _, m := range psFlag.FindAllStringSubmatch(ps, -1) {
-		use(m[1], installScript)
-	}
-	for _, m := range psEnv.FindAllStringSubmatch(ps, -1) {
-		use(envToFlag(m[1]), installScript)
-	}
+}
 
+// check fails for every flag that weftd, built from this checkout, does not have.
+func (u flagUses) check(t *testing.T) {
+	t.Helper()
 	have := weftdFlags(t, buildWeftd(t))
 	var missing []string
-	for flag, where := range uses {
+	for flag, where := range u {
 		if !have[flag] {
 			missing = append(missing, fmt.Sprintf("--%s (%s)", flag, strings.Join(where, ", ")))
 		}

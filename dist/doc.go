@@ -8,6 +8,7 @@
 //     weft);
 //   - kubernetes/weft.yaml: everything for `kubectl apply -f`, with a verbatim copy of
 //     kubernetes/rbac.yaml;
+//   - helm/weft: the same as a Helm chart, with flannel's chart's settings as values;
 //   - windows/install-weftd.ps1: weftd as a Windows service, or only the CNI plugin;
 //   - Dockerfile: the Linux image and (target windows) the HostProcess image;
 //   - prometheus/weft-alerts.yaml: Prometheus alerting rules, and weft-alerts_test.yaml,
@@ -19,5 +20,7 @@
 // weft's own parsers, check that every flag the files give weftd is one it has, and check
 // the Dockerfile statically: no container engine runs here. promtool checks the alert rules
 // and runs their unit tests, and parses every query of the dashboard; the metrics and labels
-// both use must be those of the README's table of metrics (internal/promtest).
+// both use must be those of the README's table of metrics (internal/promtest). The chart's
+// tests run the real Helm (tools/helm, $WEFT_HELM): with the default values the chart must make the objects of
+// weft.yaml, and each other value must change exactly what it is for.
 package dist

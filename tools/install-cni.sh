@@ -8,27 +8,19 @@
 # pinned version reinstalls.
 set -eu
 
-if [ $# -ne 1 ]; then
-	echo "usage: $0 DIR" >&2
-	exit 2
-fi
-
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$1"
-dir=$(cd "$1" && pwd)
+. "$here/install-lib.sh"
+tool_dir "$@"
 
 plugins="bridge host-local"
 pkgs="github.com/containernetworking/plugins/plugins/main/bridge
 github.com/containernetworking/plugins/plugins/ipam/host-local"
 
-stamp="$dir/.weft-tools-stamp"
-want=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -d' ' -f1)
-
 have_all=true
 for p in $plugins; do
 	[ -x "$dir/$p" ] || have_all=false
 done
-if $have_all && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+if tool_current .weft-tools-stamp "$here/go.mod" "$here/go.sum" && $have_all; then
 	exit 0
 fi
 

@@ -7,18 +7,10 @@
 # cold build takes a few minutes on two cores (client-go, hcsshim, etcd's client...).
 set -eu
 
-if [ $# -ne 1 ]; then
-	echo "usage: $0 DIR" >&2
-	exit 2
-fi
-
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$1"
-dir=$(cd "$1" && pwd)
-
-stamp="$dir/.weft-flannel-stamp"
-want=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -d' ' -f1)
-if [ -x "$dir/flanneld" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+. "$here/../install-lib.sh"
+tool_dir "$@"
+if tool_current .weft-flannel-stamp "$here/go.mod" "$here/go.sum" && [ -x "$dir/flanneld" ]; then
 	exit 0
 fi
 
