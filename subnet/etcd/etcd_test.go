@@ -757,3 +757,48 @@ func TestTLSRotatedOnDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchHoldsRemovalsAfterRestore: etcd restored from a backup lacks the leases written
+// since; the watch notices (its revision check) and lists again, but holds their removals
+// back for one more check: a lease published again meanwhile (its node noticed too) is never
+// removed, so its routes do not go and come back; one that is not is removed after the hold.
+// The node's own lease is never held back: its node must hear at once that it is gone.
+func TestWatchHoldsRemovalsAfterRestore(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	put(t, cli, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	putLease(t, cli, "10.1.1.0-24", 1)
+	backup := srv.Backup(t)
+	for i := range 20 { // enough writes that the restored revision is behind the watch's
+		putLease(t, cli, "10.1.2.0-24", 2+i%2)
+	}
+	putLease(t, cli, "10.1.3.0-24", 3)
+	const check = 2 * time.Second
+	m := etcd.New(srv.Client(t), etcd.Options{Logger: testLogger(t), RevisionCheck: check})
+	if _, err := m.GetConfig(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	own, err := m.Acquire(t.Context(), subnet.AcquireRequest{Attrs: nodeAttrs(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := watch(t, m)
+	w.wait(t, "10.1.1.0-24", "10.1.2.0-24", "10.1.3.0-24", own.Key())
+
+	srv.RestoreBackup(t, backup)
+	restored := time.Now()
+	// The own lease's removal comes at once; 10.1.2.0 and 10.1.3.0 are held.
+	w.wait(t, "10.1.1.0-24", "10.1.2.0-24", "10.1.3.0-24")
+	putLease(t, cli, "10.1.2.0-24", 2) // its node publishes it again within the hold
+	evs := w.wait(t, "10.1.1.0-24", "10.1.2.0-24")
+	held := time.Since(restored)
+	for _, ev := range evs {
+		if ev.Type == subnet.EventRemoved && ev.Lease.Key() == "10.1.2.0-24" {
+			t.Errorf("10.1.2.0-24 was removed, though published again within the hold")
+		}
+	}
+	if held < check {
+		t.Errorf("10.1.3.0-24 removed %v after the restore, before the hold (%v) ran out", held, check)
+	}
+	t.Logf("10.1.3.0-24 removed %v after the restore", held.Round(time.Millisecond))
+}

@@ -68,6 +68,9 @@ type Manager struct {
 	watching bool
 	// watchErr is why the lease watch failed last, until it runs again; Check reports it.
 	watchErr error
+	// ownKey is the key of the lease Acquire or Renew last gave this node: the watch never
+	// holds back its removal (see watcher.relisted).
+	ownKey atomic.Pointer[string]
 
 	// The pool (Pool): the config GetConfig read last, and how many subnets of its IPv4
 	// and IPv6 ranges hold a key, kept by the watch.
@@ -247,6 +250,18 @@ func (m *Manager) handOwn(l subnet.Lease) {
 	m.handoff.kvs = append(kvs, own)
 }
 
+// noteOwn notes the node's lease, whose removal the watch never holds back.
+func (m *Manager) noteOwn(l subnet.Lease) {
+	k := l.Key()
+	m.ownKey.Store(&k)
+}
+
+// isOwn reports whether a lease key is the node's own.
+func (m *Manager) isOwn(k string) bool {
+	own := m.ownKey.Load()
+	return own != nil && *own == k
+}
+
 // takeListing returns the listing the last Acquire made, once, and keeps none from now on.
 func (m *Manager) takeListing() *listing {
 	m.mu.Lock()
@@ -273,6 +288,7 @@ func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subne
 	l, err := a.run(ctx)
 	if err == nil {
 		m.handOwn(l)
+		m.noteOwn(l)
 	}
 	if err != nil && a.grant != 0 {
 		// The grant was never bound to a key: give it back instead of leaving it for 24 h.
@@ -496,7 +512,12 @@ func overlaps(a, b subnet.Lease) bool {
 
 // Renew implements subnet.Manager: it keeps the node's etcd lease alive (no new grant) and,
 // when the lease is gone, acquires one again, on the same subnet if it is still free.
-func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, error) {
+func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (l subnet.Lease, err error) {
+	defer func() {
+		if err == nil {
+			m.noteOwn(l)
+		}
+	}()
 	key := m.subnetsDir() + own.Key()
 	resp, err := m.cli.Get(ctx, key)
 	if err != nil {

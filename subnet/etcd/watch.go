@@ -27,7 +27,7 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 
 func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
 	w := &watcher{m: m, out: out, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
-		known: map[string]seen{}, skipped: map[string]int64{}}
+		known: map[string]seen{}, skipped: map[string]int64{}, held: map[string]bool{}}
 	if cfg := m.cfg.Load(); cfg != nil {
 		w.ranges = [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()}
 	}
@@ -46,9 +46,14 @@ type watcher struct {
 	skipped map[string]int64 // mod revision of a bad value already reported
 	rev     int64            // last revision the receiver is up to date with
 	sent    bool             // the first batch went out
-	ranges  [2]subnet.Range  // the config's IPv4 and IPv6 ranges, whose keys are counted
-	leased  [2]uint64        // keys that are subnets of ranges, published in Manager.leased
-	failing bool             // the last attempt failed: Manager.Check says so until one runs
+	// After etcd went back in time (restored from a backup), removals are held back until
+	// holdUntil: the nodes whose leases the backup lacks publish them again meanwhile (each
+	// notices within a revision check), and their routes need not go and come back.
+	holdUntil time.Time
+	held      map[string]bool // known keys absent from etcd, whose removal is held back
+	ranges    [2]subnet.Range // the config's IPv4 and IPv6 ranges, whose keys are counted
+	leased    [2]uint64       // keys that are subnets of ranges, published in Manager.leased
+	failing   bool            // the last attempt failed: Manager.Check says so until one runs
 }
 
 // seen is what the watcher keeps of a lease the receiver has been told of.
@@ -169,12 +174,14 @@ func (w *watcher) follow(ctx context.Context) error {
 	defer cancel()
 	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
 		clientv3.WithCreatedNotify())
-	every := w.m.opts.RevisionCheck
-	if every <= 0 {
-		every = 30 * time.Second
-	}
-	check := time.NewTicker(every)
+	check := time.NewTicker(w.checkEvery())
 	defer check.Stop()
+	var release <-chan time.Time // when held-back removals are due
+	if len(w.held) > 0 {
+		t := time.NewTimer(time.Until(w.holdUntil))
+		defer t.Stop()
+		release = t.C
+	}
 	for {
 		var resp clientv3.WatchResponse
 		var open bool
@@ -183,6 +190,12 @@ func (w *watcher) follow(ctx context.Context) error {
 		case <-check.C:
 			if w.wentBack(wctx) {
 				return nil
+			}
+			continue
+		case <-release:
+			release = nil
+			if err := w.send(ctx, w.released()); err != nil {
+				return err
 			}
 			continue
 		}
@@ -225,6 +238,29 @@ func (w *watcher) follow(ctx context.Context) error {
 	return errors.New("watch channel closed")
 }
 
+// checkEvery is how often etcd's revision is read (Options.RevisionCheck).
+func (w *watcher) checkEvery() time.Duration {
+	if every := w.m.opts.RevisionCheck; every > 0 {
+		return every
+	}
+	return 30 * time.Second
+}
+
+// released returns the removals held back that are still due: of the keys still absent.
+func (w *watcher) released() []subnet.Event {
+	var evs []subnet.Event
+	for _, k := range slices.Sorted(maps.Keys(w.held)) {
+		if _, ok := w.known[k]; ok {
+			evs = append(evs, w.forget(k))
+		}
+	}
+	clear(w.held)
+	if len(evs) > 0 {
+		w.m.log.Info("leases missing since etcd went back in time were not published again: removed", "leases", len(evs))
+	}
+	return evs
+}
+
 // wentBack reads etcd's revision and, if it is behind the last one the watch saw (etcd was
 // restored from a backup), arranges for the leases to be listed again and reports true. A
 // failed read is left to the watch to notice.
@@ -233,8 +269,10 @@ func (w *watcher) wentBack(ctx context.Context) bool {
 	if err != nil || r.Header.Revision >= w.rev {
 		return false
 	}
-	w.m.log.Warn("etcd's revision went back (restored from a backup?): listing the leases again", "seen", w.rev, "now", r.Header.Revision)
+	w.m.log.Warn("etcd's revision went back (restored from a backup?): listing the leases again; leases it lacks are kept for one more check, for their nodes to publish them again",
+		"seen", w.rev, "now", r.Header.Revision)
 	w.rev = 0
+	w.holdUntil = time.Now().Add(w.checkEvery())
 	if w.m.opts.OnRelist != nil {
 		w.m.opts.OnRelist()
 	}
@@ -245,6 +283,7 @@ func (w *watcher) wentBack(ctx context.Context) bool {
 // receiver from what it knows to it: removals first, then the leases that are new or changed,
 // in the listing's order. A bad value does not undo the last good one.
 func (w *watcher) relisted(kvs []*mvccpb.KeyValue) []subnet.Event {
+	clear(w.held)                     // what is still absent is held again, if removals are held back
 	before, listed := len(w.known), 0 // listed: how many of the known keys the listing holds
 	var added []subnet.Event
 	if before == 0 {
@@ -272,8 +311,13 @@ func (w *watcher) relisted(kvs []*mvccpb.KeyValue) []subnet.Event {
 		for _, kv := range kvs {
 			present[string(w.key(kv.Key))] = true
 		}
+		hold := time.Now().Before(w.holdUntil)
 		for _, k := range slices.Sorted(maps.Keys(w.known)) {
-			if !present[k] {
+			switch {
+			case present[k]:
+			case hold && !w.m.isOwn(k):
+				w.held[k] = true
+			default:
 				removed = append(removed, w.forget(k))
 			}
 		}
@@ -317,6 +361,9 @@ func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
 	var evs []subnet.Event
 	for _, k := range slices.Sorted(maps.Keys(last)) {
 		e := last[k]
+		if e.present && len(w.held) > 0 {
+			delete(w.held, k)
+		}
 		old, had := w.known[k]
 		switch {
 		case e.fresh:
@@ -354,6 +401,7 @@ func (w *watcher) good(k []byte) {
 func (w *watcher) forget(k string) subnet.Event {
 	delete(w.known, k)
 	delete(w.skipped, k)
+	delete(w.held, k)
 	sn, sn6, _ := subnet.ParseKey(k)
 	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}}
 }
