@@ -35,7 +35,11 @@ type Deps struct {
 	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
 	GOOS string
 	// Pinger sends the overlay probes (Config.ProbeInterval); nil: no probes.
-	Pinger  probe.Pinger
+	Pinger probe.Pinger
+	// Events is told what the operator should see of the node; nil: nothing is told (etcd
+	// mode). An *events.Recorder posts only while its Run runs: Run starts it beside
+	// RunWith, and a caller of RunWith must too.
+	Events  Events
 	metrics *metrics // made by RunWith when nil
 }
 
@@ -46,17 +50,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	m := newMetrics()
-	var sm subnet.Manager
+	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, metrics: m}
 	if cfg.KubeSubnetMgr {
-		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m)
+		rec := newEventRecorder(log, m)
+		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m, rec)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		sm = km
+		wg.Go(func() { rec.Run(ctx, km.PostEvent) })
+		deps.Manager, deps.Events = km, rec
 	} else {
 		cli, err := etcd.NewClient(etcd.ClientConfig{
 			Endpoints: cfg.EtcdEndpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
@@ -66,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			return err
 		}
 		defer cli.Close()
-		sm = etcd.New(cli, etcd.Options{
+		deps.Manager = etcd.New(cli, etcd.Options{
 			Prefix:         cfg.EtcdPrefix,
 			Logger:         log,
 			OnSkip:         func(string, error) { m.skipped.WithLabelValues(backend.SkipMalformed).Inc() },
@@ -74,25 +84,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			OnRelist:       m.watchRelists.Inc,
 		})
 	}
-	var pinger probe.Pinger
 	if runtime.GOOS == "linux" && cfg.ProbeInterval > 0 {
 		// Probes through HNS are not written yet: Windows nodes go without.
 		if icmp, err := probe.ListenICMP(); err != nil {
 			log.Warn("no overlay probes: cannot open ICMP sockets", "err", err)
 		} else {
 			defer icmp.Close()
-			pinger = icmp
+			deps.Pinger = icmp
 		}
 	}
-	return RunWith(ctx, cfg, log, Deps{
-		Pinger:     pinger,
-		Manager:    sm,
-		Plane:      plane,
-		PlaneV6:    plane6,
-		Interfaces: netif.List,
-		DefaultIf:  defaultIf,
-		metrics:    m,
-	})
+	return RunWith(ctx, cfg, log, deps)
 }
 
 // RunWith is Run on the given dependencies. It returns once every goroutine it started has
@@ -100,6 +101,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error {
 	if deps.metrics == nil {
 		deps.metrics = newMetrics()
+	}
+	if deps.Events == nil {
+		deps.Events = noEvents{}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -109,7 +113,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	if deps.GOOS == "" {
 		deps.GOOS = runtime.GOOS
 	}
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, goos: deps.GOOS,
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, goos: deps.GOOS,
 		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
@@ -148,6 +152,7 @@ type daemon struct {
 	sm     subnet.Manager
 	health *health
 	m      *metrics
+	events Events
 	goos   string
 
 	net *subnet.Config
@@ -243,7 +248,9 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		for i, st := range d.stacks {
 			mac, err := st.plane.Prepare(ctx, st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq))
 			if err != nil {
-				return subnet.LeaseAttrs{}, fmt.Errorf("data plane (%s): %w", st.fam(), err)
+				err = fmt.Errorf("data plane (%s): %w", st.fam(), err)
+				d.events.Dataplane(err)
+				return subnet.LeaseAttrs{}, err
 			}
 			macs[i] = mac
 		}
@@ -317,6 +324,7 @@ func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet
 	})
 	if err == nil {
 		d.log.Info("lease acquired", "subnet", l.Subnet, "ipv6_subnet", l.IPv6Subnet, "expires", l.Expiration)
+		d.events.LeaseAcquired(l)
 	}
 	return l, err
 }
@@ -503,10 +511,12 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			renew.Reset(d.renewIn())
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
-			if err := d.converge(ctx); err != nil {
+			err := d.converge(ctx)
+			if err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
 				retryConverge.Reset(time.Second)
 			}
+			d.events.Dataplane(err)
 		}
 	}
 }
@@ -567,11 +577,12 @@ func (d *daemon) skippedSoFar() []int {
 	return n
 }
 
-// noteSkipped logs and counts the leases newly skipped since skippedSoFar said before.
+// noteSkipped logs, counts and tells the leases newly skipped since skippedSoFar said before.
 func (d *daemon) noteSkipped(before []int) {
 	for i, st := range d.stacks {
 		for _, s := range st.result.Skipped[before[i]:] {
 			d.m.skipped.WithLabelValues(s.Code).Inc()
+			d.events.PeerSkipped(s.Code, s.Key)
 			if s.Contests {
 				d.log.Error("an older lease claims what this node's lease claims: this node is the newcomer (a cloned VM, a copied config?); it keeps its claim, the other nodes program the older lease",
 					"lease", s.Key, "family", s.Family, "reason", s.Reason)
@@ -620,6 +631,9 @@ func (d *daemon) renew(ctx context.Context) {
 
 // setOwn makes l the own lease: every peer is weighed against it again.
 func (d *daemon) setOwn(l subnet.Lease) {
+	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) {
+		d.events.LeaseChanged(d.own, l)
+	}
 	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) || l.Created != d.own.Created { // not just a new expiry
 		before := d.skippedSoFar()
 		d.mu.Lock()

@@ -54,22 +54,12 @@ func (k *KubeConfig) Validate() error {
 	return nil
 }
 
-// newKubeManager makes the Kubernetes-mode lease manager, its hooks feeding m. The addresses
-// in the node's node-public-ip and node-public-ipv6 annotations replace *publicIP and
-// *publicIPv6, as they replace flanneld's --public-ip and --public-ipv6; reading them waits,
-// with the daemon's retry, until the API server answers and the Node exists.
-func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *string, log *slog.Logger, m *metrics) (*kube.Manager, error) {
-	km, err := kube.New(kube.Config{
-		Kubeconfig:       k.KubeconfigFile,
-		APIURL:           k.KubeAPIURL,
-		AnnotationPrefix: k.KubeAnnotationPrefix,
-		NetConfPath:      k.NetConfigPath,
-		NodeName:         k.NodeName,
-		Logger:           log,
-		OnSkip:           func(string, error) { m.skipped.WithLabelValues(backend.SkipMalformed).Inc() },
-		OnWatchRestart:   func(error) { m.watchRestarts.Inc() },
-		OnRelist:         m.watchRelists.Inc,
-	})
+// newKubeManager makes the Kubernetes-mode lease manager, its hooks feeding m and ev. The
+// addresses in the node's node-public-ip and node-public-ipv6 annotations replace *publicIP
+// and *publicIPv6, as they replace flanneld's --public-ip and --public-ipv6; reading them
+// waits, with the daemon's retry, until the API server answers and the Node exists.
+func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *string, log *slog.Logger, m *metrics, ev Events) (*kube.Manager, error) {
+	km, err := kube.New(kubeManagerConfig(k, log, m, ev))
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +84,25 @@ func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *str
 		*flag.p = ip
 	}
 	return km, nil
+}
+
+// kubeManagerConfig is the config of the Kubernetes-mode lease manager for k, its hooks
+// feeding m and ev: a Node whose lease cannot be read is a skipped peer, by its name.
+func kubeManagerConfig(k KubeConfig, log *slog.Logger, m *metrics, ev Events) kube.Config {
+	return kube.Config{
+		Kubeconfig:       k.KubeconfigFile,
+		APIURL:           k.KubeAPIURL,
+		AnnotationPrefix: k.KubeAnnotationPrefix,
+		NetConfPath:      k.NetConfigPath,
+		NodeName:         k.NodeName,
+		Logger:           log,
+		OnSkip: func(node string, _ error) {
+			m.skipped.WithLabelValues(backend.SkipMalformed).Inc()
+			ev.PeerSkipped(backend.SkipMalformed, node)
+		},
+		OnWatchRestart: func(error) { m.watchRestarts.Inc() },
+		OnRelist:       m.watchRelists.Inc,
+	}
 }
 
 // setReady tells the datastore that the node's network works, when the datastore wants to

@@ -3,23 +3,30 @@ package daemon
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"github.com/weftnet/weft/netif"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/internal/kubetest"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
 )
@@ -92,7 +99,7 @@ current-context: test
 	k.KubeSubnetMgr, k.KubeconfigFile, k.NetConfigPath, k.NodeName = true, kubeconfig, netConf, "n1"
 	log := slog.New(slog.DiscardHandler)
 	publicIP := "192.0.2.1"
-	m, err := newKubeManager(ctx, k, &publicIP, new(string), log, newMetrics())
+	m, err := newKubeManager(ctx, k, &publicIP, new(string), log, newMetrics(), noEvents{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +129,8 @@ current-context: test
 type kubeCluster struct {
 	srv   *kubetest.Server
 	admin *kubernetes.Clientset
+	// weftd is the identity weftd runs as; the administrator when nil.
+	weftd *rest.Config
 }
 
 func startKube(t *testing.T) kubeCluster {
@@ -143,9 +152,17 @@ func (k kubeCluster) node(t *testing.T, name string, cidrs []string, ann map[str
 	}
 }
 
+// weftIdentity applies dist's RBAC and returns the config of its service account, which
+// weftd runs as in a cluster; a request the API server refuses it fails the test.
+func (k kubeCluster) weftIdentity(t *testing.T) *rest.Config {
+	kubetest.Apply(t, k.srv.Admin(), "../dist/kubernetes/rbac.yaml")
+	return kubetest.FailDenied(t, k.srv.ServiceAccountConfig(t, "kube-flannel", "weft"))
+}
+
 // run runs weftd in Kubernetes mode as Node "self" under the network config conf, on deps'
 // planes (and testIfaces unless deps has interfaces), until the test ends; it returns the
-// daemon's config.
+// daemon's config. The manager's hooks are Run's; an *events.Recorder in deps posts through
+// it.
 func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 	dir := t.TempDir()
 	netConf := filepath.Join(dir, "net-conf.json")
@@ -153,7 +170,15 @@ func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	km, err := kube.New(kube.Config{REST: k.srv.Admin(), NetConfPath: netConf, NodeName: "self", Logger: log})
+	if deps.Events == nil {
+		deps.Events = noEvents{}
+	}
+	deps.metrics = newMetrics()
+	kc := kubeManagerConfig(KubeConfig{NetConfigPath: netConf, NodeName: "self"}, log, deps.metrics, deps.Events)
+	if kc.REST = k.weftd; kc.REST == nil {
+		kc.REST = k.srv.Admin()
+	}
+	km, err := kube.New(kc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +193,10 @@ func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 	}
 	deps.DefaultIf = func() (string, error) { return "eth0", nil }
 	ctx, cancel := context.WithCancel(context.Background())
+	var posting sync.WaitGroup
+	if rec, ok := deps.Events.(*events.Recorder); ok {
+		posting.Go(func() { rec.Run(ctx, km.PostEvent) })
+	}
 	done := make(chan error, 1)
 	go func() { done <- RunWith(ctx, cfg, log, deps) }()
 	t.Cleanup(func() {
@@ -175,6 +204,7 @@ func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 		if err := <-done; err != nil {
 			t.Errorf("RunWith: %v", err)
 		}
+		posting.Wait()
 	})
 	return cfg
 }
@@ -250,5 +280,140 @@ func TestDaemonKubeModeDualStack(t *testing.T) {
 		self.Annotations[p+"backend-data"] != `{"VNI":1,"VtepMAC":"0e:04:04:04:04:04"}` ||
 		self.Annotations[p+"backend-v6-data"] != `{"VNI":1,"VtepMAC":"0e:06:06:06:06:06"}` {
 		t.Errorf("own annotations %v, %v", self.Annotations, err)
+	}
+}
+
+// lossyPinger answers the overlay probes of every address but those it is told to lose.
+type lossyPinger struct {
+	mu   sync.Mutex
+	lose map[netip.Addr]bool
+}
+
+func (p *lossyPinger) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lose[dst] {
+		return 0, probe.ErrLost
+	}
+	return time.Millisecond, nil
+}
+
+func (p *lossyPinger) set(dst netip.Addr, lose bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose[dst] = lose
+}
+
+// TestDaemonKubeEvents: weftd in Kubernetes mode, as dist's service account (a refused request
+// fails the test), posts Events on its own Node where `kubectl describe node` finds them:
+// LeaseAcquired at start; for a burst of 50 bad peer Nodes (40 whose annotations cannot be
+// read, 10 of another backend) at most three PeerSkipped Events that count all 50, with
+// examples; DataplaneError while the plane fails and DataplaneRecovered after;
+// PeersUnreachable when the overlay probes of a peer are lost, PeersReachable when they are
+// answered again.
+func TestDaemonKubeEvents(t *testing.T) {
+	k := startKube(t)
+	k.weftd = k.weftIdentity(t)
+	ctx := context.Background()
+	p := kube.DefaultAnnotationPrefix + "/"
+	k.node(t, "self", []string{"10.244.1.0/24"}, nil)
+	k.node(t, "good", []string{"10.244.2.0/24"}, map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "host-gw",
+		p + "backend-data": "null", p + "public-ip": "192.0.2.20"})
+	self, err := k.admin.CoreV1().Nodes().Get(ctx, "self", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 2 * time.Second // a token per reason: the default minute, shortened
+	rec := events.New(events.Options{Interval: interval})
+	plane := &fakePlane{}
+	pinger := &lossyPinger{lose: map[netip.Addr]bool{}}
+	k.run(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, Deps{Plane: plane, Pinger: pinger, Events: rec})
+
+	// about lists the Events about the Node self with reason, as kubectl describe node asks
+	// for them: by the Node's kind, name and UID, in every namespace.
+	about := func(reason string) []corev1.Event {
+		t.Helper()
+		sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": "self", "involvedObject.uid": string(self.UID), "reason": reason}
+		l, err := k.admin.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	// posted waits for an Event of reason whose message holds want.
+	posted := func(reason, typ, want string) {
+		t.Helper()
+		eventually(t, reason+" saying "+want, func() bool {
+			return slices.ContainsFunc(about(reason), func(e corev1.Event) bool {
+				return e.Type == typ && strings.Contains(e.Message, want) && e.Namespace == metav1.NamespaceDefault &&
+					e.Source.Component == kube.EventComponent
+			})
+		})
+	}
+
+	posted(events.ReasonLeaseAcquired, corev1.EventTypeNormal, "lease acquired: subnet 10.244.1.0/24, public IP 192.0.2.10, backend host-gw")
+	eventually(t, "the first convergence", func() bool { _, n := plane.last(); return n > 0 })
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 10 {
+		wg.Go(func() {
+			for i := w * 5; i < w*5+5; i++ {
+				ann := map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "host-gw", p + "backend-data": "null", p + "public-ip": "not-an-ip"}
+				name := fmt.Sprintf("bad-%d", i)
+				if i >= 40 {
+					ann[p+"backend-type"], ann[p+"backend-data"], ann[p+"public-ip"] = "vxlan", fmt.Sprintf(`{"VNI":1,"VtepMAC":"0e:00:00:00:00:%02x"}`, i), fmt.Sprintf("192.0.2.%d", 100+i)
+					name = fmt.Sprintf("vxlan-%d", i)
+				}
+				cidr := fmt.Sprintf("10.244.%d.0/24", 10+i)
+				_, err := k.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+					Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}, metav1.CreateOptions{})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("50 bad Nodes created in %v", time.Since(start))
+	var skipped []corev1.Event
+	eventually(t, "PeerSkipped Events counting 50 skips", func() bool {
+		skipped = about(events.ReasonPeerSkipped)
+		n := 0
+		for _, e := range skipped {
+			n += int(e.Count)
+		}
+		return n == 50
+	})
+	var msgs []string
+	for _, e := range skipped {
+		msgs = append(msgs, fmt.Sprintf("%s x%d: %s", e.Type, e.Count, e.Message))
+	}
+	all := strings.Join(msgs, "\n")
+	t.Logf("PeerSkipped Events:\n%s", all)
+	if len(skipped) > 3 {
+		t.Errorf("%d PeerSkipped Events for a burst of 50, want at most 3", len(skipped))
+	}
+	if !strings.Contains(all, "malformed (e.g. bad-") || !strings.Contains(all, "backend_type (e.g. 10.244.") {
+		t.Errorf("PeerSkipped Events name no examples of both reasons")
+	}
+
+	plane.mu.Lock()
+	plane.fail = errors.New("injected: no route to host")
+	plane.mu.Unlock()
+	posted(events.ReasonDataplaneError, corev1.EventTypeWarning, "programming the data plane failed, retrying: IPv4: injected: no route to host")
+	plane.mu.Lock()
+	plane.fail = nil
+	plane.mu.Unlock()
+	posted(events.ReasonDataplaneRecovered, corev1.EventTypeNormal, "the data plane is programmed again, after ")
+
+	gateway := netip.MustParseAddr("10.244.2.1") // where a routed peer answers
+	pinger.set(gateway, true)
+	posted(events.ReasonPeersUnreachable, corev1.EventTypeWarning, "peers unreachable over the overlay: 1 (e.g. 10.244.2.0-24)")
+	pinger.set(gateway, false)
+	posted(events.ReasonPeersReachable, corev1.EventTypeNormal, "every peer is reachable over the overlay again")
+
+	if n := len(about(events.ReasonLeaseAcquired)); n != 1 {
+		t.Errorf("%d LeaseAcquired Events, want 1", n)
 	}
 }

@@ -36,6 +36,7 @@ type metrics struct {
 	contested        prometheus.Gauge
 	programDelay     prometheus.Histogram
 	datastoreLatency *prometheus.HistogramVec
+	nodeEvents       *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -110,6 +111,9 @@ func newMetrics() *metrics {
 			Name: "weft_datastore_request_duration_seconds", Help: "Latency of datastore requests by operation (get_config, acquire, renew).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"operation"}),
+		nodeEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "weft_node_events_total", Help: "Kubernetes Events posted on the node's Node object, by reason and result (success, error).",
+		}, []string{"reason", "result"}),
 	}
 	version := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
@@ -129,7 +133,7 @@ func newMetrics() *metrics {
 	})
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
-		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build, ready,
+		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, m.nodeEvents, build, ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Start every labelled series at zero so that rate() and absent() work from the first scrape.
 	for _, r := range []string{"success", "error"} {

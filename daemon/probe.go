@@ -34,12 +34,18 @@ func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger pro
 				}
 			},
 			Changed: func(t probe.Target, down bool, _ int) {
+				var example []string
 				if down {
 					d.log.Warn("peer unreachable through the data plane", "family", fam, "peer", t.Key, "address", t.Addr)
+					// The peer that went down is the example: listing the others would scan
+					// every target at each change, O(peers²) when many go down at once.
+					example = []string{t.Key}
 				} else {
 					d.log.Info("peer reachable again", "family", fam, "peer", t.Key, "address", t.Addr)
 				}
-				d.m.unreachable.Set(float64(d.unreachable()))
+				n := d.unreachable()
+				d.m.unreachable.Set(float64(n))
+				d.events.PeersUnreachable(n, example)
 			},
 		})
 		wg.Go(func() { st.prober.Run(ctx) })

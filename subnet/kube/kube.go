@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
@@ -78,6 +79,8 @@ type Manager struct {
 	public [2]netip.Addr
 	// watchErr is why the last attempt to watch nodes failed; nil once one succeeded.
 	watchErr error
+	// uid is the UID of the node's Node object as last read, for the Events about it.
+	uid types.UID
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,11 +19,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
@@ -58,6 +62,7 @@ func TestKube(t *testing.T) {
 	t.Run("WaitsForNodeAndPodCIDR", func(t *testing.T) { testWaitForPodCIDR(t, c) })
 	t.Run("PublicIPAnnotations", func(t *testing.T) { testPublicIPAnnotations(t, c) })
 	t.Run("SetReady", func(t *testing.T) { testSetReady(t, c) })
+	t.Run("PostEvent", func(t *testing.T) { testPostEvent(t, c) })
 	t.Run("BurstIsCoalesced", func(t *testing.T) { testBurst(t, c) })
 	t.Run("CacheIsTrimmed", func(t *testing.T) { testCacheTrimmed(t, c) })
 	t.Run("Protobuf", func(t *testing.T) { testProtobuf(t, c) })
@@ -175,6 +180,64 @@ func testPublicIPAnnotations(t *testing.T, c *cluster) {
 	setAnnotations(t, c.admin, node, map[string]any{prefix + "/public-ip-overwrite": "not-an-ip"})
 	if _, err := m.Renew(ctxFor(t), r); err == nil || !strings.Contains(err.Error(), "public-ip-overwrite") {
 		t.Errorf("Renew with a bad overwrite annotation: %v, want an error naming it", err)
+	}
+}
+
+// testPostEvent: as dist's service account, an Event is created where `kubectl describe
+// node` looks for it: in the namespace default, about the Node by kind, name and UID (the
+// node name as the kubelet has it, until the manager has read the Node), from weftd, with
+// the count and times of what it folds.
+func testPostEvent(t *testing.T, c *cluster) {
+	const node = "eventful"
+	n := createNode(t, c.admin, node, nil, "10.42.62.0/24")
+	m, _ := c.newManager(t, node, "event.weft.test", netConf)
+	first := time.Now().Add(-time.Minute).Truncate(time.Second) // core/v1 Event times have second resolution
+	last := first.Add(30 * time.Second)
+	post := func(reason string) {
+		t.Helper()
+		e := events.Event{Type: events.Warning, Reason: reason, Message: "seven " + reason, Count: 7, First: first, Last: last}
+		if err := m.PostEvent(ctxFor(t), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post("BeforeRead")
+	if _, _, err := m.NodePublicIPs(ctxFor(t)); err != nil { // reads the Node
+		t.Fatal(err)
+	}
+	post("AfterRead")
+	// kubectl describe node's two queries, in every namespace.
+	for uid, reason := range map[types.UID]string{types.UID(node): "BeforeRead", n.UID: "AfterRead"} {
+		sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": node, "involvedObject.namespace": "", "involvedObject.uid": string(uid)}
+		l, err := c.admin.CoreV1().Events("").List(ctxFor(t), metav1.ListOptions{FieldSelector: sel.String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) != 1 {
+			t.Errorf("Events about %s (UID %s): %d, want the one of %s", node, uid, len(l.Items), reason)
+			continue
+		}
+		e := l.Items[0]
+		if e.Namespace != metav1.NamespaceDefault || e.Reason != reason || e.Type != corev1.EventTypeWarning || e.Message != "seven "+reason ||
+			e.Count != 7 || !e.FirstTimestamp.Time.Equal(first) || !e.LastTimestamp.Time.Equal(last) ||
+			e.Source != (corev1.EventSource{Component: kube.EventComponent, Host: node}) ||
+			e.ReportingController != kube.EventComponent || e.ReportingInstance != node || e.InvolvedObject.APIVersion != "v1" {
+			t.Errorf("Event %+v", e)
+		}
+	}
+	// The README's query for every node's Events from weftd.
+	sel := fields.Set{"involvedObject.kind": "Node", "source": kube.EventComponent}
+	l, err := c.admin.CoreV1().Events("").List(ctxFor(t), metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range l.Items {
+		if e.InvolvedObject.Name == node {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	if slices.Sort(reasons); !slices.Equal(reasons, []string{"AfterRead", "BeforeRead"}) {
+		t.Errorf("Events from %s about %s: %v, want both", kube.EventComponent, node, reasons)
 	}
 }
 
@@ -452,8 +515,9 @@ func testRBACEnforced(t *testing.T, c *cluster) {
 }
 
 // TestEveryPermissionNeeded takes each permission of dist's ClusterRole away in turn and
-// runs a node's life (acquire, ready, watch, renew): the API server must refuse something,
-// or the role grants more than weft needs. (TestConformance shows that it grants enough.)
+// runs a node's life (acquire, ready, post an event, watch, renew): the API server must
+// refuse something, or the role grants more than weft needs. (TestConformance and
+// TestKube/PostEvent show that it grants enough.)
 //
 // The server has streaming lists (WatchList) off, as API servers before 1.32 do and as
 // clusters may: the informer then lists with "list", which it otherwise streams with
@@ -473,8 +537,8 @@ func TestEveryPermissionNeeded(t *testing.T) {
 			}
 		}
 	}
-	if len(perms) != 4 {
-		t.Fatalf("role rules %v: expected the four permissions of the tests below", role.Rules)
+	if len(perms) != 5 {
+		t.Fatalf("role rules %v: expected the five permissions of the tests below", role.Rules)
 	}
 	for i, p := range perms {
 		t.Run(strings.ReplaceAll(p.resource, "/", "-")+"-"+p.verb, func(t *testing.T) {
@@ -555,6 +619,8 @@ func nodeLife(t *testing.T, rc *rest.Config, node string) {
 	l, err := m.Acquire(ctx, subnet.AcquireRequest{Attrs: vxlanAttrs("192.0.2.60")})
 	t.Logf("Acquire: %v", err)
 	t.Logf("SetReady: %v", m.SetReady(ctx))
+	now := time.Now()
+	t.Logf("PostEvent: %v", m.PostEvent(ctx, events.Event{Type: events.Normal, Reason: events.ReasonLeaseAcquired, Message: "node life", Count: 1, First: now, Last: now}))
 	ch := make(chan []subnet.Event, 16)
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer wcancel()

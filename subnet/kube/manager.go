@@ -107,7 +107,7 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, er
 	if err != nil {
 		return subnet.Lease{}, err
 	}
-	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.getNode(ctx)
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("kube: renew: get node %q: %w", m.node, err)
 	}
@@ -135,6 +135,17 @@ func (m *Manager) Release(context.Context, subnet.Lease) error {
 	return subnet.ErrNotSupported
 }
 
+// getNode reads the node's Node object, noting its UID for the Events about it.
+func (m *Manager) getNode(ctx context.Context) (*corev1.Node, error) {
+	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
+	if err == nil {
+		m.mu.Lock()
+		m.uid = n.UID
+		m.mu.Unlock()
+	}
+	return n, err
+}
+
 // waitForPodCIDR returns the node once it exists and has a podCIDR. Any other error from
 // the API server ends the wait: the caller's retry logs it and backs off.
 func (m *Manager) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
@@ -142,7 +153,7 @@ func (m *Manager) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 	var logged time.Time
 	var said string
 	for {
-		n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
+		n, err := m.getNode(ctx)
 		var missing string
 		switch {
 		case apierrors.IsNotFound(err):
@@ -255,7 +266,7 @@ func (m *Manager) overwrite(n *corev1.Node, attrs subnet.LeaseAttrs) (subnet.Lea
 // node-public-ipv6 annotations, zero when absent. flanneld takes them as its --public-ip and
 // --public-ipv6, over the flags.
 func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error) {
-	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.getNode(ctx)
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube: get node %q: %w", m.node, err)
 	}
@@ -273,7 +284,7 @@ func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err err
 // conditions by type and so leaves the kubelet's own conditions alone. Calling it again
 // changes nothing.
 func (m *Manager) SetReady(ctx context.Context) error {
-	n, err := m.nodes.Get(ctx, m.node, metav1.GetOptions{})
+	n, err := m.getNode(ctx)
 	if err != nil {
 		return fmt.Errorf("kube: set node %q ready: %w", m.node, err)
 	}

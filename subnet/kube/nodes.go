@@ -15,9 +15,11 @@ import (
 )
 
 // nodes is a client of the Node objects of the core/v1 API, all that weft asks the API
-// server about. It decodes with a scheme that knows core/v1 alone: client-go's generated
-// clients, the typed core/v1 one included, link client-go's scheme, which registers every
-// API group of Kubernetes at start-up and costs weftd megabytes before it does anything.
+// server about, and of the Events it posts about its own. It decodes with a scheme that
+// knows core/v1 alone: client-go's generated clients, the typed core/v1 one included, link
+// client-go's scheme, which registers every API group of Kubernetes at start-up and costs
+// weftd megabytes before it does anything. (The same goes for client-go's event recorders,
+// which is why weft posts its Events itself: events.Recorder, kube.Manager.PostEvent.)
 type nodes struct {
 	rc     *rest.RESTClient
 	params runtime.ParameterCodec
@@ -71,6 +73,11 @@ func (c *nodes) Patch(ctx context.Context, name string, pt types.PatchType, data
 	err := c.rc.Patch(pt).Resource("nodes").Name(name).SubResource(subresource...).
 		VersionedParams(&opts, c.params).Body(data).Do(ctx).Into(n)
 	return n, err
+}
+
+// CreateEvent creates ev, an Event about a Node, in its namespace.
+func (c *nodes) CreateEvent(ctx context.Context, ev *corev1.Event) error {
+	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
 }
 
 // timeout is the client-side timeout of a list or watch: the one the server is asked for.
