@@ -345,52 +345,57 @@ func TestNodeUpdateStorm(t *testing.T) {
 	liveIP, liveMAC := nodes[1].IP.String(), kc.annotatedVtepMAC(t, "n2")
 	before := memoryOf(t, nodes)
 
-	run, err := cluster.StartPing(pods[0], pods[1].IP, int((stormFor+2*time.Second)/(10*time.Millisecond)), 10*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The API server takes a few hundred patches a second here, fewer under the race
+	// detector: the storm blows for stormFor and at least minPatches, at most 6 × stormFor.
+	const minPatches = 1000
 	var patches, failed atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), stormFor)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := range stormWriters / 2 {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 2))
+	var blew time.Duration
+	watchPings(t, "the Node-update storm", pods[0], pods[1], func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		start := time.Now()
+		go func() {
 			for ctx.Err() == nil {
-				i := r.IntN(fakes)
-				var ann map[string]any
-				switch k := r.IntN(10); {
-				case k < 4:
-					ann = stormAnnotations(fmt.Sprintf("198.18.%d.%d", i, r.IntN(250)+1), fmt.Sprintf("0e:55:%02x:%02x:00:01", i, r.IntN(256)), "")
-				case k < 6:
-					ann = stormAnnotations(liveIP, liveMAC, "")
-				case k < 7:
-					ann = map[string]any{annotation("backend-data"): "{"}
-				case k < 8:
-					ann = stormAnnotations(fmt.Sprintf("198.18.%d.2", i), fmt.Sprintf("0e:77:%02x:00:00:01", i), strings.Repeat("x", 200<<10))
-				default: // what the kubelet and others write, which weft does not read
-					ann = map[string]any{"example.com/heartbeat": fmt.Sprint(r.Int())}
+				if d := time.Since(start); d >= stormFor && patches.Load() >= minPatches || d >= 6*stormFor {
+					cancel()
 				}
-				if err := kc.patchAnnotations(ctx, fmt.Sprintf("storm-%d", i), ann); err == nil {
-					patches.Add(1)
-				} else if ctx.Err() == nil {
-					failed.Add(1)
-				}
+				time.Sleep(50 * time.Millisecond)
 			}
-		})
-	}
-	wg.Wait()
-	sent, recv, err := run.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("storm of %v: %d Node patches (%.0f/s; %d refused); ping %s -> %s every 10 ms across it: %d sent, %d lost",
-		stormFor, patches.Load(), float64(patches.Load())/stormFor.Seconds(), failed.Load(), pods[0].Name, pods[1].Name, sent, sent-recv)
-	if recv != sent {
-		t.Errorf("%d of %d pings across the storm lost", sent-recv, sent)
-	}
-	if patches.Load() < 500 {
-		t.Errorf("only %d patches in %v: no storm", patches.Load(), stormFor)
+		}()
+		var wg sync.WaitGroup
+		for w := range stormWriters / 2 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(w), 2))
+				for ctx.Err() == nil {
+					i := r.IntN(fakes)
+					var ann map[string]any
+					switch k := r.IntN(10); {
+					case k < 4:
+						ann = stormAnnotations(fmt.Sprintf("198.18.%d.%d", i, r.IntN(250)+1), fmt.Sprintf("0e:55:%02x:%02x:00:01", i, r.IntN(256)), "")
+					case k < 6:
+						ann = stormAnnotations(liveIP, liveMAC, "")
+					case k < 7:
+						ann = map[string]any{annotation("backend-data"): "{"}
+					case k < 8:
+						ann = stormAnnotations(fmt.Sprintf("198.18.%d.2", i), fmt.Sprintf("0e:77:%02x:00:00:01", i), strings.Repeat("x", 200<<10))
+					default: // what the kubelet and others write, which weft does not read
+						ann = map[string]any{"example.com/heartbeat": fmt.Sprint(r.Int())}
+					}
+					if err := kc.patchAnnotations(ctx, fmt.Sprintf("storm-%d", i), ann); err == nil {
+						patches.Add(1)
+					} else if ctx.Err() == nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		blew = time.Since(start)
+	})
+	t.Logf("storm of %v: %d Node patches (%.0f/s; %d refused)", blew.Round(time.Millisecond), patches.Load(),
+		float64(patches.Load())/blew.Seconds(), failed.Load())
+	if patches.Load() < minPatches/4 {
+		t.Errorf("only %d patches in %v: no storm", patches.Load(), blew)
 	}
 
 	// What the storm leaves: a third valid, a third without weft's annotations, a third
