@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/weftnet/weft/internal/buildinfo"
 )
 
 // metrics are what weftd exports on /metrics. Each is documented in the README.
@@ -88,14 +89,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"operation"}),
 	}
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "weft_build_info", Help: "Build of this weftd: always 1, the version in the labels.",
 	}, []string{"version", "goversion"})
-	build.WithLabelValues(version, runtime.Version()).Set(1)
+	build.WithLabelValues(buildinfo.Version(), runtime.Version()).Set(1)
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, build,
