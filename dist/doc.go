@@ -9,10 +9,14 @@
 //   - kubernetes/weft.yaml: everything for `kubectl apply -f`, with a verbatim copy of
 //     kubernetes/rbac.yaml;
 //   - windows/install-weftd.ps1: weftd as a Windows service, or only the CNI plugin;
-//   - Dockerfile: the Linux image and (target windows) the HostProcess image.
+//   - image/: the builder of the Linux image (`make image`), three static binaries in an
+//     OCI image layout, no shell;
+//   - Dockerfile: the Windows HostProcess image.
 //
 // The tests run `systemd-analyze verify` on the unit, create every Kubernetes object with a
 // server-side dry run on a real kube-apiserver (internal/kubetest), parse the configs with
-// weft's own parsers, check that every flag the files give weftd is one it has, and check
-// the Dockerfile statically: no container engine runs here.
+// weft's own parsers, check that every flag the files give weftd is one it has, run the
+// Linux DaemonSet's CNI installer on a scratch node, check the Dockerfile statically (no
+// container engine runs here), and, as root, build the Linux image, unpack it and run the
+// DaemonSet's containers in it with runc.
 package dist
