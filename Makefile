@@ -9,10 +9,16 @@ BIN      := bin
 CNI_BIN  := .cache/cni/bin
 KUBE_BIN := .cache/kube/bin
 HELM_BIN := .cache/helm/bin
+IMAGE    ?= .cache/image/weft
+IMAGE_ARCH ?= amd64
+# The image's version (its tag and every binary's --version) and time, both from the
+# checkout: the same commit (and Go release) gives the same image digest.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test unit e2e cross wine lint bench fuzz demo deps clean
+.PHONY: all build image test unit e2e cross wine lint bench fuzz demo deps clean
 
 all: build
 
@@ -23,6 +29,13 @@ build:
 	$(GO) build -o $(BIN)/weftd ./cmd/weftd
 	$(GO) build -o $(BIN)/weft ./cmd/weft
 	$(GO) build -o $(BIN)/weftctl ./cmd/weftctl
+
+## image: the Linux image, an OCI image layout in $(IMAGE), built without a container engine
+## (dist/image: weftd, weftctl and the weft CNI plugin, static, and nothing else). It prints the
+## digest; push with crane or skopeo (README.md, "On Kubernetes"). IMAGE_ARCH=amd64,arm64 for more.
+image:
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./dist/image/weft-image --out=$(IMAGE) \
+	  --version=$(VERSION) --revision=$$(git rev-parse HEAD 2>/dev/null) --arch=$(IMAGE_ARCH)
 
 ## test: every test tier (unit, real etcd, privileged and e2e when root), plus the Windows build
 test: deps lint cross unit wine

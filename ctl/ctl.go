@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/internal/flagenv"
 	"io"
 	"os"
@@ -32,6 +33,7 @@ Usage:
   weftctl leases [flags]   the leases in the datastore
   weftctl status [flags]   what a node's weftd reports (/status)
   weftctl doctor [flags]   check this node (run it on the node, as root)
+  weftctl version          weftctl's version
 
 Every command takes -o table (the default) or -o json, and -h for its flags.
 Flags that weftd also has (--etcd-*, --subnet-file, --iface, --public-ip) can be set from the
@@ -53,6 +55,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		run = runStatus
 	case "doctor":
 		run = runDoctor
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, buildinfo.String("weftctl"))
+		return ExitOK
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -117,7 +118,7 @@ func newDoctorFlagSet(c *common, ds *datastoreFlags, f *doctorFlags) *flag.FlagS
 	fs := flag.NewFlagSet("weftctl doctor", flag.ContinueOnError)
 	c.addFlags(fs)
 	ds.addFlags(fs)
-	fs.StringVar(&f.addr, "addr", defaultAddr, "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
+	fs.StringVar(&f.addr, "addr", weftdAddr(os.LookupEnv), "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
 	fs.StringVar(&f.subnetFile, "subnet-file", subnet.DefaultEnvFile, "the subnet.env weftd writes")
 	fs.StringVar(&f.iface, "iface", "", "weftd's --iface: name or address, or a comma-separated list tried in order (default: what weftd reports, else the interface holding a lease's public IP)")
 	fs.StringVar(&f.publicIP, "public-ip", "", "weftd's --public-ip, when it has one")

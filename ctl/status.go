@@ -6,11 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/weftnet/weft/internal/flagenv"
 	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -22,7 +25,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 	var c common
 	fs := flag.NewFlagSet("weftctl status", flag.ContinueOnError)
 	c.addFlags(fs)
-	addr := fs.String("addr", defaultAddr, "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
+	addr := fs.String("addr", weftdAddr(os.LookupEnv), "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
 	if err := parse(fs, args, out, &c); err != nil {
 		return err
 	}
@@ -39,6 +42,29 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 		return writeJSON(out, st)
 	}
 	return writeStatus(out, st, time.Now())
+}
+
+// weftdAddr is weftd's health address as weftd's environment sets it (WEFTD_HEALTHZ_IP and
+// WEFTD_HEALTHZ_PORT, or FLANNELD_*), so that weftctl run in weftd's pod, where the
+// DaemonSet sets the node's address, finds it without --addr. An unspecified address
+// (0.0.0.0) is reached on loopback; unset or unusable variables give defaultAddr's parts,
+// as weftd would refuse to start with the latter anyway.
+func weftdAddr(lookup func(string) (string, bool)) string {
+	host, port, _ := net.SplitHostPort(defaultAddr)
+	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
+	ip := fs.String("healthz-ip", host, "")
+	p := fs.String("healthz-port", port, "")
+	if err := flagenv.Load(fs, lookup); err != nil {
+		return defaultAddr
+	}
+	a, err := netip.ParseAddr(*ip)
+	if err != nil {
+		return defaultAddr
+	}
+	if a.IsUnspecified() {
+		a = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	return net.JoinHostPort(a.String(), *p)
 }
 
 func checkAddr(addr string) error {

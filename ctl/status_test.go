@@ -139,6 +139,7 @@ func TestMainUsage(t *testing.T) {
 		{[]string{"frobnicate"}, ExitUsage, `weftctl: unknown command "frobnicate"`},
 		{[]string{"help"}, ExitOK, "weftctl: look at a weft cluster"},
 		{[]string{"doctor", "-h"}, ExitOK, "Usage of weftctl doctor:"},
+		{[]string{"--version"}, ExitOK, "weftctl "},
 	} {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), tc.args, &out, &errOut)
@@ -171,5 +172,25 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	ds, f, _ = parseArgs("--etcd-prefix=/given", "--subnet-file=/given.env")
 	if ds.prefix != "/given" || f.subnetFile != "/given.env" {
 		t.Errorf("given flags must win: prefix %q, subnet file %q", ds.prefix, f.subnetFile)
+	}
+}
+
+// TestWeftdAddr: in weftd's pod, weftctl finds weftd where the DaemonSet's environment
+// told weftd to listen.
+func TestWeftdAddr(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, defaultAddr},
+		{map[string]string{"WEFTD_HEALTHZ_IP": "192.0.2.7"}, "192.0.2.7:8285"},
+		{map[string]string{"FLANNELD_HEALTHZ_IP": "0.0.0.0", "FLANNELD_HEALTHZ_PORT": "8471"}, "127.0.0.1:8471"},
+		{map[string]string{"WEFTD_HEALTHZ_IP": "2001:db8::7", "FLANNELD_HEALTHZ_IP": "192.0.2.9"}, "[2001:db8::7]:8285"},
+		{map[string]string{"WEFTD_HEALTHZ_IP": "node-1"}, defaultAddr},
+	} {
+		got := weftdAddr(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+		if got != tc.want {
+			t.Errorf("environment %v: %s, want %s", tc.env, got, tc.want)
+		}
 	}
 }

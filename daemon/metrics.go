@@ -2,11 +2,11 @@ package daemon
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -115,14 +115,10 @@ func newMetrics() *metrics {
 			Name: "weft_node_events_total", Help: "Kubernetes Events posted on the node's Node object, by reason and result (success, error).",
 		}, []string{"reason", "result"}),
 	}
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "weft_build_info", Help: "Build of this weftd: always 1, the version in the labels.",
 	}, []string{"version", "goversion"})
-	build.WithLabelValues(version, runtime.Version()).Set(1)
+	build.WithLabelValues(buildinfo.Version(), runtime.Version()).Set(1)
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "weft_ready", Help: "1 while /readyz passes (the body of /readyz says why not), else 0.",
 	}, func() float64 {

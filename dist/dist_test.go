@@ -33,6 +33,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/weftnet/weft/cni"
+	"github.com/weftnet/weft/cni/install"
+	"github.com/weftnet/weft/dist/image"
+	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
 )
@@ -649,7 +652,8 @@ func TestCNIConfigs(t *testing.T) {
 	// own again, and it comes first.
 	t.Run("runtime's choice", func(t *testing.T) {
 		dir := t.TempDir()
-		for _, f := range []string{"10-weft.conflist", "10-flannel.conflist.disabled-by-weft", "10-weft.conflist.weft-tmp"} {
+		// The installer's temporary file is atomicfile's: .NAME.tmp-RANDOM.
+		for _, f := range []string{"10-weft.conflist", "10-flannel.conflist" + install.DisabledSuffix, ".10-weft.conflist.tmp-123456"} {
 			if err := os.WriteFile(filepath.Join(dir, f), []byte(data["cni-conf.json"]), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -806,84 +810,163 @@ func weftEntry(t *testing.T, list []byte) cni.Config {
 	return cni.Config{}
 }
 
-// TestInstallCNIScript runs the Linux DaemonSet's init container script against a fake
-// host: it installs the plugin and the configuration, sets flannel's configuration aside,
-// and a second run (a restarted pod) changes nothing.
-func TestInstallCNIScript(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
+// flannelConf is flannel's configuration as a node running flannel has it.
+const flannelConf = `{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"isDefaultGateway":true}}]}`
+
+// hostMount is a directory of a scratch node standing in for one of a container's volume
+// mounts.
+type hostMount struct {
+	source   string // the directory on this machine
+	readOnly bool
+}
+
+// fakeNode makes, under root, what container c of the pod spec mounts: a directory for each
+// hostPath volume, at root/host/<its path> (the node's file system), holding flannel's
+// configuration if it is /etc/cni/net.d, and a directory with the ConfigMap's keys as
+// files, as kubelet projects it. It returns the mounts by the container's path.
+func fakeNode(t *testing.T, root string, spec corev1.PodSpec, c corev1.Container, data map[string]string) map[string]hostMount {
+	t.Helper()
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
 	}
+	mounts := map[string]hostMount{}
+	for _, m := range c.VolumeMounts {
+		v, ok := vols[m.Name]
+		if !ok {
+			t.Fatalf("container %s mounts %s, which is not a volume of the pod", c.Name, m.Name)
+		}
+		var dir string
+		switch {
+		case v.HostPath != nil:
+			dir = filepath.Join(root, "host", v.HostPath.Path)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if v.HostPath.Path == "/etc/cni/net.d" {
+				writeFile(t, filepath.Join(dir, "10-flannel.conflist"), flannelConf, 0o644)
+			}
+		case v.ConfigMap != nil && v.ConfigMap.Name == configMapName:
+			dir = filepath.Join(root, "configmap", m.Name)
+			for k, v := range data {
+				writeFile(t, filepath.Join(dir, k), v, 0o644)
+			}
+		default:
+			t.Fatalf("container %s mounts volume %s, which this test cannot make", c.Name, m.Name)
+		}
+		mounts[m.MountPath] = hostMount{source: dir, readOnly: m.ReadOnly}
+	}
+	return mounts
+}
+
+// writeFile writes a file of a scratch node, making its directories.
+func writeFile(t *testing.T, path, data string, perm os.FileMode) {
+	t.Helper()
+	if err := atomicfile.Write(path, []byte(data), perm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkInstalled checks a scratch node after the CNI installer ran: the plugin (the
+// given bytes, mode 0755) in /opt/cni/bin, the ConfigMap's cni-conf.json (mode 0644) in
+// /etc/cni/net.d with flannel's configuration set aside and nothing else there. It
+// returns the plugin's file, to tell whether a later run replaced it.
+func checkInstalled(t *testing.T, root string, plugin []byte, data map[string]string) os.FileInfo {
+	t.Helper()
+	binDir, netDir := filepath.Join(root, "host/opt/cni/bin"), filepath.Join(root, "host/etc/cni/net.d")
+	fi, err := os.Stat(filepath.Join(binDir, "weft"))
+	if err != nil {
+		t.Fatalf("the plugin is not installed: %v", err)
+	}
+	if fi.Mode() != 0o755 {
+		t.Errorf("plugin mode %v, want 0755", fi.Mode())
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(binDir, "weft")), plugin) {
+		t.Error("the installed plugin differs from the image's")
+	}
+	entries, err := os.ReadDir(netDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"10-flannel.conflist" + install.DisabledSuffix, "10-weft.conflist"}; !slices.Equal(names, want) {
+		t.Errorf("/etc/cni/net.d holds %v, want %v", names, want)
+	}
+	if got := readFile(t, filepath.Join(netDir, "10-weft.conflist")); string(got) != data["cni-conf.json"] {
+		t.Errorf("10-weft.conflist is\n%s\nwant the ConfigMap's cni-conf.json:\n%s", got, data["cni-conf.json"])
+	}
+	if cf, err := os.Stat(filepath.Join(netDir, "10-weft.conflist")); err != nil || cf.Mode() != 0o644 {
+		t.Errorf("10-weft.conflist: %v, %v; want mode 0644", cf, err)
+	}
+	if got := readFile(t, filepath.Join(netDir, "10-flannel.conflist"+install.DisabledSuffix)); string(got) != flannelConf {
+		t.Errorf("flannel's configuration set aside is %s", got)
+	}
+	return fi
+}
+
+// TestInstallCNI runs the Linux DaemonSet's init container, as the manifest gives it, with
+// the plugin built from this checkout, on a scratch node: it installs itself and the
+// ConfigMap's configuration and sets flannel's aside; a second run (a restarted pod)
+// changes nothing. TestImageInRunc runs the same in the image, with a real runtime.
+func TestInstallCNI(t *testing.T) {
 	objs := loadManifest(t, allInOne)
 	data := configMapData(t, objs)
-	ic := daemonSet(t, objs, linuxDS).Spec.Template.Spec.InitContainers[0]
-	if !slices.Equal(ic.Command, []string{"/bin/sh", "-c"}) || len(ic.Args) != 1 {
-		t.Fatalf("init container command %q %q: want /bin/sh -c SCRIPT", ic.Command, ic.Args)
+	spec := daemonSet(t, objs, linuxDS).Spec.Template.Spec
+	ic := spec.InitContainers[0]
+	cmd := append(slices.Clone(ic.Command), ic.Args...)
+	if len(cmd) < 2 || cmd[0] != image.PluginPath || cmd[1] != "install" {
+		t.Fatalf("init container runs %q, want %s install ...", cmd, image.PluginPath)
 	}
-	script := ic.Args[0]
-
 	root := t.TempDir()
-	cfg, plugin := filepath.Join(root, "cfg"), filepath.Join(root, "image-weft")
-	for _, dir := range []string{cfg, root + "/host/opt/cni/bin", root + "/host/etc/cni/net.d"} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
+	mounts := fakeNode(t, root, spec, ic, data)
+	plugin := buildCommand(t, "weft")
+	args := slices.Clone(cmd[1:])
+	for i, a := range args {
+		// Each path under a mount, moved to the directory standing in for it.
+		k, v, ok := strings.Cut(a, "=")
+		for mp, m := range mounts {
+			if rest, under := strings.CutPrefix(v, mp); ok && under && (rest == "" || rest[0] == '/') {
+				args[i] = k + "=" + m.source + rest
+			}
+		}
+		// As root, a path left alone would be this machine's.
+		if _, v, ok := strings.Cut(args[i], "="); ok && strings.HasPrefix(v, "/") && !strings.HasPrefix(v, root) {
+			t.Fatalf("init container argument %s is under no volume mount of %s", a, ic.Name)
 		}
 	}
-	for k, v := range data {
-		if err := os.WriteFile(filepath.Join(cfg, k), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(plugin, []byte("#!/bin/sh\n"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	flannelConf := root + "/host/etc/cni/net.d/10-flannel.conflist"
-	if err := os.WriteFile(flannelConf, []byte(`{"name":"cbr0","plugins":[{"type":"flannel"}]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The host's directories and the image's files, moved under root.
-	script = strings.ReplaceAll(script, "/host/", root+"/host/")
-	script = strings.ReplaceAll(script, "put /opt/cni/bin/weft ", "put "+plugin+" ")
-	script = strings.ReplaceAll(script, " /etc/kube-flannel/", " "+cfg+"/")
-
+	var first os.FileInfo
 	for run := 1; run <= 2; run++ {
-		out, err := exec.Command(sh, "-c", script).CombinedOutput()
+		out, err := exec.Command(plugin, args...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("run %d: %v\n%s", run, err, out)
+			t.Fatalf("run %d: %s %q: %v\n%s", run, plugin, args, err, out)
 		}
-		entries, _ := os.ReadDir(root + "/host/etc/cni/net.d")
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		want := []string{"10-flannel.conflist.disabled-by-weft", "10-weft.conflist"}
-		if !slices.Equal(names, want) {
-			t.Errorf("run %d: /etc/cni/net.d holds %v, want %v", run, names, want)
-		}
-		if got := readFile(t, root+"/host/etc/cni/net.d/10-weft.conflist"); string(got) != data["cni-conf.json"] {
-			t.Errorf("run %d: 10-weft.conflist is %s", run, got)
-		}
-		fi, err := os.Stat(root + "/host/opt/cni/bin/weft")
-		if err != nil || fi.Mode().Perm() != 0o755 {
-			t.Errorf("run %d: plugin %v, %v; want mode 0755", run, fi, err)
+		fi := checkInstalled(t, root, readFile(t, plugin), data)
+		if run == 1 {
+			first = fi
+		} else if !os.SameFile(first, fi) {
+			t.Error("the second run replaced the plugin that the first installed")
 		}
 	}
 }
 
-// buildWeftd builds weftd from this checkout into a temporary directory.
-func buildWeftd(t *testing.T) string {
+// buildCommand builds one of weft's commands (weftd, weftctl, weft) from this checkout
+// into a temporary directory.
+func buildCommand(t *testing.T, name string) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command to build weftd with")
+		t.Skipf("no go command to build %s with", name)
 	}
-	bin := filepath.Join(t.TempDir(), "weftd")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/weftnet/weft/cmd/weftd")
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/weftnet/weft/cmd/"+name)
 	cmd.Dir = ".."
 	// VCS stamping would need git and a repository this user owns; it says nothing here.
 	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building weftd: %v\n%s", err, out)
+		t.Fatalf("building %s: %v\n%s", name, err, out)
 	}
 	return bin
 }
@@ -932,7 +1015,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd): the unit was not verified")
 	}
-	weftd := buildWeftd(t)
+	weftd := buildCommand(t, "weftd")
 	copyPath := filepath.Join(t.TempDir(), "weftd.service")
 	if err := os.WriteFile(copyPath, bytes.ReplaceAll(unit, []byte("ExecStart=/usr/local/bin/weftd"), []byte("ExecStart="+weftd)), 0o644); err != nil {
 		t.Fatal(err)
@@ -1024,7 +1107,7 @@ func (u flagUses) addDaemonSets(t *testing.T, source string, objs []*unstructure
 // check fails for every flag that weftd, built from this checkout, does not have.
 func (u flagUses) check(t *testing.T) {
 	t.Helper()
-	have := weftdFlags(t, buildWeftd(t))
+	have := weftdFlags(t, buildCommand(t, "weftd"))
 	var missing []string
 	for flag, where := range u {
 		if !have[flag] {
@@ -1130,10 +1213,11 @@ func (s *stage) String() string { return s.name }
 
 var argRef = regexp.MustCompile(`\$\{?(\w+)\}?`)
 
-// TestDockerfile checks the Dockerfile without a container engine, which this machine
-// lacks: the build stage is Go with CGO off and builds the three commands; every file
-// copied from the context exists and is not ignored; the runtime stages copy what the
-// build produces and start weftd; and the paths the DaemonSets run are in the images.
+// TestDockerfile checks the Dockerfile of the Windows image without a container engine,
+// which this machine lacks: the build stage is Go with CGO off and builds the three
+// commands; every file copied from the context exists and is not ignored; the Windows
+// stage, the last, copies what the build produces and starts weftd; and the paths the
+// Windows DaemonSet runs are in the image. (The Linux image is dist/image's: TestImageFiles.)
 func TestDockerfile(t *testing.T) {
 	ins := parseDockerfile(t, readFile(t, dockerfile))
 	args := map[string]string{}
@@ -1199,33 +1283,16 @@ func TestDockerfile(t *testing.T) {
 	if !slices.Equal(built, []string{"weftd", "weftctl", "weft"}) {
 		t.Errorf("the build stage builds %v, want weftd, weftctl and weft", built)
 	}
-	linux, windows := stages[len(stages)-1], byName["windows"]
-	if linux.name != "linux" || windows == nil {
-		t.Fatalf("stages %v: want a windows stage and linux last (the default target)", stages)
+	windows := stages[len(stages)-1]
+	if windows.name != "windows" || len(stages) != 2 {
+		t.Fatalf("stages %v: want build and windows, the default target (the Linux image is dist/image's)", stages)
 	}
-	if strings.HasPrefix(linux.base, "golang:") {
-		t.Errorf("the Linux image is based on %s, a Go toolchain", linux.base)
-	}
-	for _, s := range []*stage{linux, windows} {
-		if len(s.entrypoint) == 0 {
-			t.Errorf("stage %s has no ENTRYPOINT", s.name)
-		}
-	}
-	if ep := linux.entrypoint; len(ep) > 0 && !linux.files[ep[0]] {
-		t.Errorf("ENTRYPOINT %s is not in the Linux image (%v)", ep[0], linux.files)
+	if len(windows.entrypoint) == 0 {
+		t.Errorf("stage %s has no ENTRYPOINT", windows.name)
 	}
 
-	// The DaemonSets run what the images hold.
+	// The DaemonSet runs what the image holds.
 	objs := loadManifest(t, allInOne)
-	lspec := daemonSet(t, objs, linuxDS).Spec.Template.Spec
-	if cmd := container(t, lspec.Containers, weftdContainer).Command; len(cmd) == 0 || !linux.files[cmd[0]] {
-		t.Errorf("the Linux DaemonSet runs %q, which is not in the image %v", cmd, linux.files)
-	}
-	for _, m := range regexp.MustCompile(`put (/\S+) `).FindAllStringSubmatch(strings.Join(lspec.InitContainers[0].Args, "\n"), -1) {
-		if !strings.HasPrefix(m[1], "/etc/kube-flannel/") && !linux.files[m[1]] {
-			t.Errorf("the Linux init container installs %s, which is not in the image", m[1])
-		}
-	}
 	wspec := daemonSet(t, objs, windowsDS).Spec.Template.Spec
 	const sandbox = `%CONTAINER_SANDBOX_MOUNT_POINT%\`
 	for _, c := range append(slices.Clone(wspec.InitContainers), wspec.Containers...) {
@@ -1238,6 +1305,25 @@ func TestDockerfile(t *testing.T) {
 				t.Errorf("the Windows DaemonSet's %s runs %s, which is not in the image %v", c.Name, a, windows.files)
 			}
 		}
+	}
+}
+
+// TestImageFiles: the Linux DaemonSet runs what the Linux image (dist/image) holds, which
+// has no shell: weftd, the image's entrypoint, and in the init container the plugin's own
+// installer. TestImageInRunc runs them in the image.
+func TestImageFiles(t *testing.T) {
+	files := map[string]bool{}
+	for _, b := range image.Binaries() {
+		files[b.Path] = true
+	}
+	spec := daemonSet(t, loadManifest(t, allInOne), linuxDS).Spec.Template.Spec
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		if len(c.Command) == 0 || !files[c.Command[0]] {
+			t.Errorf("container %s runs %q, which is not in the image %v", c.Name, c.Command, image.Binaries())
+		}
+	}
+	if cmd := container(t, spec.Containers, weftdContainer).Command; !slices.Equal(cmd, []string{image.WeftdPath}) {
+		t.Errorf("weftd's container runs %q, want the image's weftd, %s", cmd, image.WeftdPath)
 	}
 }
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # install-e2e-deps.sh: install the Debian packages the e2e tests and the demo
 # run inside network namespaces (ping from iputils, ip and bridge from
-# iproute2). Does nothing when they are all present, so it is cheap to call
-# before every run; needs root only when something is missing.
+# iproute2), and runc, the OCI runtime the image test (dist, TestImageInRunc)
+# runs weft's image with. Does nothing when they are all present, so it is
+# cheap to call before every run; needs root only when something is missing.
 set -eu
 
 missing=""
@@ -12,6 +13,7 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v bridge >/dev/null 2>&1; then
 fi
 # nft only lets the masquerade tests compare the kernel's view with weft's; they skip without it.
 command -v nft >/dev/null 2>&1 || missing="$missing nftables"
+command -v runc >/dev/null 2>&1 || missing="$missing runc"
 # busybox and inetutils also ship a ping, but their summary line and flags
 # differ from the iputils one the harness parses.
 if command -v ping >/dev/null 2>&1 && ! ping -V 2>&1 | grep -q iputils; then

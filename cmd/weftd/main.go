@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/weftnet/weft/daemon"
+	"github.com/weftnet/weft/internal/buildinfo"
 )
 
 func main() {
@@ -41,8 +42,15 @@ func run(ctx context.Context, args []string) error {
 	pf.addFlags(fs)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFile := fs.String("log-file", "", "append the log to this file instead of stderr (a Windows service has no stderr)")
+	version := fs.Bool("version", false, "print weftd's version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// Only from the command line, as flanneld's: read before the environment, where a
+	// WEFTD_VERSION would otherwise stop every start.
+	if *version {
+		fmt.Println(buildinfo.String("weftd"))
+		return nil
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
