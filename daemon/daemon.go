@@ -35,7 +35,13 @@ type Deps struct {
 	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
 	GOOS string
 	// Pinger sends the overlay probes (Config.ProbeInterval); nil: no probes.
-	Pinger  probe.Pinger
+	Pinger probe.Pinger
+	// Checker sends the probes' TCP and UDP through the overlay, which find broken checksum
+	// offload (Config.TxChecksumOffload); nil: none.
+	Checker probe.Checker
+	// Notify is told what an operator should hear of beyond the log (Kubernetes events);
+	// nil: nobody.
+	Notify  func(Notice)
 	metrics *metrics // made by RunWith when nil
 }
 
@@ -84,8 +90,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			pinger = icmp
 		}
 	}
+	var checker probe.Checker
+	if pinger != nil {
+		checker = probe.ClosedPort{}
+	}
 	return RunWith(ctx, cfg, log, Deps{
 		Pinger:     pinger,
+		Checker:    checker,
 		Manager:    sm,
 		Plane:      plane,
 		PlaneV6:    plane6,
@@ -110,7 +121,10 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		deps.GOOS = runtime.GOOS
 	}
 	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, goos: deps.GOOS,
-		pending: map[string]time.Time{}}
+		pending: map[string]time.Time{}, notify: deps.Notify}
+	if d.notify == nil {
+		d.notify = func(Notice) {}
+	}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check
@@ -136,8 +150,9 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		}
 		return err
 	}
+	d.health.update(func(h *health) { h.offloadStatus = d.offloadStatus })
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 {
-		d.startProbes(ctx, &wg, deps.Pinger)
+		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
 	return d.loop(ctx, &wg)
 }
@@ -149,6 +164,7 @@ type daemon struct {
 	health *health
 	m      *metrics
 	goos   string
+	notify func(Notice) // never nil
 
 	net *subnet.Config
 	ext netif.External
@@ -183,6 +199,10 @@ type stack struct {
 	full    bool           // the next Apply must be a full one
 	drifted atomic.Bool    // the plane reported drift; the loop makes it full
 	prober  *probe.Prober  // probes the peers through the plane; nil when probes are off
+	// transport checks TCP and UDP to the overlay peers; nil when probes are off or the
+	// family has no overlay device to switch the offload of (off).
+	transport *probe.Transport
+	off       *offload
 }
 
 func (st *stack) fam() backend.Family { return st.b.Family() }
@@ -262,8 +282,12 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	for _, st := range d.stacks {
 		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
 		st.full = true
+		st.off = newOffload(st)
 	}
 	d.mu.Unlock()
+	for _, st := range d.stacks {
+		d.setUpOffload(ctx, st)
+	}
 	d.leaseChanged()
 	return d.writeEnv()
 }
@@ -750,6 +774,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
+	d.setUpOffload(ctx, st)
 	attrs := d.own.Attrs
 	st.b.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {
