@@ -134,13 +134,14 @@ func (tr *Transport) Recheck(key string) {
 	}
 }
 
-// Broken lists the peers that are broken now, by key.
+// Broken lists the peers that are broken now, by key; not those being rechecked, whose
+// verdict is pending.
 func (tr *Transport) Broken() []Target {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var out []Target
 	for _, pe := range tr.peers {
-		if pe.broken {
+		if pe.broken && !pe.recheck {
 			out = append(out, pe.addr)
 		}
 	}

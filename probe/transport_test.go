@@ -115,12 +115,18 @@ func TestTransportSignature(t *testing.T) {
 	}
 	// ...until a Recheck, which is answered within Failures checks, Gap apart.
 	r.tr.Recheck(bad.Key)
+	if got := r.tr.Broken(); len(got) != 0 {
+		t.Errorf("Broken() = %v while rechecking; want the verdict pending", got)
+	}
 	r.checked = nil
 	r.rounds(3*3 + 1)
 	if want := []string{bad.Key + " broken", bad.Key + " broken"}; fmt.Sprint(r.changes) != fmt.Sprint(want) {
 		t.Fatalf("rechecked, still broken: Changed told %q; want %q", r.changes, want)
 	}
 	assertGap(t, r.checked, bad.Key, 3)
+	if got := r.tr.Broken(); len(got) != 1 {
+		t.Errorf("Broken() = %v after the recheck; want [%v]", got, bad)
+	}
 
 	// TCP alone passing is enough.
 	r.check.set(bad.Addr, nil, "tcp")
