@@ -12,8 +12,9 @@ import (
 // TransportConfig tunes a Transport; zero fields take the defaults.
 type TransportConfig struct {
 	Interval time.Duration // between checks, of one peer each; default 1 s
-	// Gap is the least time between two checks of one peer, within the peers' ICMP rate
-	// limits (the UDP check's answer is an ICMP error); default 3 s.
+	// Gap is the least time between two checks of one peer (give or take half an
+	// interval), within the peers' ICMP rate limits (the UDP check's answer is an ICMP
+	// error); default 3 s.
 	Gap      time.Duration
 	Timeout  time.Duration // for an answer; default 1 s
 	Failures int           // checks in a row with the signature that make a peer broken; default 3
@@ -173,7 +174,9 @@ func (tr *Transport) next() (Target, bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	now := tr.now()
-	due := func(pe *tpeer) bool { return !pe.inFlight && now.Sub(pe.last) >= tr.cfg.Gap }
+	// Half an interval's slack: the ticker's rounds, not the picks, are Interval apart, and
+	// a peer due a moment after its round would wait a whole interval more.
+	due := func(pe *tpeer) bool { return !pe.inFlight && now.Sub(pe.last) >= tr.cfg.Gap-tr.cfg.Interval/2 }
 	var pick *tpeer
 	for _, pe := range tr.peers {
 		if pe.suspect() && due(pe) && (pick == nil || pe.last.Before(pick.last) ||
