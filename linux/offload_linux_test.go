@@ -9,7 +9,7 @@ import (
 
 // TestTxChecksumOffload: a VXLAN device comes with transmit checksum offload on; the Plane
 // turns it off and on again, and the kernel's own account (ETHTOOL_GFEATURES, read on a
-// socket of the test's own) follows each change.
+// socket of the test's own) follows each change, the segmentation offloads with it.
 func TestTxChecksumOffload(t *testing.T) {
 	f := newFixture(t, testLog(t))
 	if _, err := f.p.EnsureVXLAN(testDevice()); err != nil {
@@ -25,6 +25,13 @@ func TestTxChecksumOffload(t *testing.T) {
 		fs, err := et.Features(vx)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The segmentation offloads need the checksum's: the kernel drops them with it, as
+		// for `ethtool -K tx off`, and brings them back with it.
+		for _, f := range []string{"tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-udp-segmentation"} {
+			if fs[f] != fs["tx-checksum-ip-generic"] {
+				t.Errorf("%s %t while tx-checksum-ip-generic %t", f, fs[f], fs["tx-checksum-ip-generic"])
+			}
 		}
 		return fs["tx-checksum-ip-generic"]
 	}
