@@ -172,6 +172,18 @@ type Plane interface {
 	Close() error
 }
 
+// TxChecksumOffloader is a Plane that can switch transmit checksum offload on its overlay
+// device. Some kernel, NIC and hypervisor combinations corrupt the checksums the device leaves
+// to offload, so TCP and UDP through the tunnel die while ICMP passes; turning the offload off
+// there fixes it, and costs throughput where nothing was broken. The daemon asks for it
+// when a Plane offers it.
+type TxChecksumOffloader interface {
+	// TxChecksumOffload reports whether the device dev offloads transmit checksums.
+	TxChecksumOffload(dev string) (bool, error)
+	// SetTxChecksumOffload turns it on or off, and fails unless the device then is so.
+	SetTxChecksumOffload(ctx context.Context, dev string, on bool) error
+}
+
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*
 // constants (a metric label), Reason says it for a human.
 type Skipped struct {

@@ -166,6 +166,17 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 		t.row("overlay", fmt.Sprintf("%d of %d peers answer probes through the data plane, %d unreachable; each probed at least every %s",
 			o.Answered, o.Peers, o.Unreachable, o.Period))
 	}
+	for _, o := range st.Offload {
+		s := o.Device + " tx checksum offload on"
+		if !o.TxChecksum {
+			s = o.Device + " tx checksum offload OFF: " + o.Reason
+		}
+		s += " (mode " + o.Mode + ")"
+		if o.Problem != "" {
+			s += "; " + o.Problem
+		}
+		t.row("offload", s)
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

@@ -32,6 +32,8 @@ func testStatus(now time.Time) status.Node {
 		Overlay:  &status.Overlay{Peers: 3, Answered: 2, Unreachable: 1, Period: "2s"},
 		Unreachable: []status.Unreachable{{Key: "10.244.3.0-24", Address: "10.244.3.1", Since: now.Add(-90 * time.Second),
 			Error: "probe: ping 10.244.3.1: no answer after 1s"}},
+		Offload: []status.Offload{{Device: "flannel.1", Mode: "auto", Reason: "turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP",
+			Problem: "offload off did not help: 10.244.2.0-24"}},
 	}
 }
 
@@ -46,6 +48,7 @@ lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP M
 ready      no: last convergence failed: setting route: file exists
 converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
 overlay    2 of 3 peers answer probes through the data plane, 1 unreachable; each probed at least every 2s
+offload    flannel.1 tx checksum offload OFF: turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP (mode auto); offload off did not help: 10.244.2.0-24
 
 unreachable: 1
 PEER           PROBED      SINCE                             LAST ERROR

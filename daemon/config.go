@@ -47,7 +47,22 @@ type Config struct {
 	// ProbePeers how many peers a round probes at most, per family.
 	ProbeInterval time.Duration
 	ProbePeers    int
+	// TxChecksumOffload is what weftd does with the transmit checksum offload of the VXLAN
+	// device: OffloadAuto, OffloadOn or OffloadOff.
+	TxChecksumOffload string
 }
+
+// The values of --vxlan-tx-checksum-offload.
+const (
+	// OffloadAuto leaves the offload as it finds it, and turns it off when the overlay probes
+	// show it corrupting checksums: a peer answers ICMP through the tunnel but neither TCP
+	// nor UDP.
+	OffloadAuto = "auto"
+	// OffloadOn never touches it.
+	OffloadOn = "on"
+	// OffloadOff turns it off at start, and on every device weftd makes.
+	OffloadOff = "off"
+)
 
 // DefaultConfig is flanneld's defaults, except that health endpoints listen on loopback.
 func DefaultConfig() Config {
@@ -63,6 +78,8 @@ func DefaultConfig() Config {
 		DatastoreTimeout: 30 * time.Second,
 		ProbeInterval:    time.Second,
 		ProbePeers:       4,
+
+		TxChecksumOffload: OffloadAuto,
 	}
 }
 
@@ -88,6 +105,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "how often a round of probes checks peers through the data plane (0: no probes)")
 	fs.IntVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "peers a round of probes checks at most, per IP family: every peer is probed within (peers / (this / 2)) rounds")
+	fs.StringVar(&c.TxChecksumOffload, "vxlan-tx-checksum-offload", c.TxChecksumOffload, "transmit checksum offload of the VXLAN device: auto (turned off when the probes find TCP and UDP dropped while ICMP passes through the tunnel), on (never touched), off (turned off at start)")
 	c.KubeConfig.AddFlags(fs)
 }
 
@@ -139,6 +157,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ProbePeers < 1 || c.ProbePeers > 1000 {
 		return fmt.Errorf("--probe-peers=%d: must be between 1 and 1000", c.ProbePeers)
+	}
+	switch c.TxChecksumOffload {
+	case OffloadAuto, OffloadOn, OffloadOff:
+	default:
+		return fmt.Errorf("--vxlan-tx-checksum-offload=%q: must be auto, on or off", c.TxChecksumOffload)
 	}
 	return nil
 }

@@ -53,6 +53,8 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--subnet-lease-renew-margin=0"}, nil, "--subnet-lease-renew-margin"},
 		{nil, map[string]string{"WEFTD_HEALTHZ_PORT": "x"}, "WEFTD_HEALTHZ_PORT"},
 		{[]string{"--subnet-lease-renew-margin=soon"}, nil, "subnet-lease-renew-margin"},
+		{[]string{"--vxlan-tx-checksum-offload=maybe"}, nil, "--vxlan-tx-checksum-offload"},
+		{nil, map[string]string{"WEFTD_VXLAN_TX_CHECKSUM_OFFLOAD": "On"}, "--vxlan-tx-checksum-offload"},
 	} {
 		cfg, err := parse(t, tc.args, tc.env)
 		if err == nil {

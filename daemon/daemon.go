@@ -39,7 +39,10 @@ type Deps struct {
 	// Events is told what the operator should see of the node; nil: nothing is told (etcd
 	// mode). An *events.Recorder posts only while its Run runs: Run starts it beside
 	// RunWith, and a caller of RunWith must too.
-	Events  Events
+	Events Events
+	// Checker sends the probes' TCP and UDP through the overlay, which find broken checksum
+	// offload (Config.TxChecksumOffload); nil: none.
+	Checker probe.Checker
 	metrics *metrics // made by RunWith when nil
 }
 
@@ -93,6 +96,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			deps.Pinger = icmp
 		}
 	}
+	if deps.Pinger != nil {
+		deps.Checker = probe.ClosedPort{}
+	}
 	return RunWith(ctx, cfg, log, deps)
 }
 
@@ -140,8 +146,9 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		}
 		return err
 	}
+	d.health.update(func(h *health) { h.offloadStatus = d.offloadStatus })
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 {
-		d.startProbes(ctx, &wg, deps.Pinger)
+		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
 	return d.loop(ctx, &wg)
 }
@@ -188,6 +195,10 @@ type stack struct {
 	full    bool           // the next Apply must be a full one
 	drifted atomic.Bool    // the plane reported drift; the loop makes it full
 	prober  *probe.Prober  // probes the peers through the plane; nil when probes are off
+	// transport checks TCP and UDP to the overlay peers; nil when probes are off or the
+	// family has no overlay device to switch the offload of (off).
+	transport *probe.Transport
+	off       *offload
 }
 
 func (st *stack) fam() backend.Family { return st.b.Family() }
@@ -269,8 +280,12 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	for _, st := range d.stacks {
 		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
 		st.full = true
+		st.off = newOffload(st)
 	}
 	d.mu.Unlock()
+	for _, st := range d.stacks {
+		d.setUpOffload(ctx, st)
+	}
 	d.leaseChanged()
 	return d.writeEnv()
 }
@@ -764,6 +779,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
+	d.setUpOffload(ctx, st)
 	attrs := d.own.Attrs
 	st.b.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {

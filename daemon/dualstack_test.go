@@ -116,11 +116,14 @@ func TestDaemonDualStack(t *testing.T) {
 
 }
 
-// counter reads a counter's value.
-func counter(c prometheus.Counter) float64 {
+// counter reads a counter's value, or a gauge's.
+func counter(c prometheus.Metric) float64 {
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {
 		return -1
+	}
+	if g := m.GetGauge(); g != nil {
+		return g.GetValue()
 	}
 	return m.GetCounter().GetValue()
 }

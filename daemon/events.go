@@ -28,6 +28,10 @@ type Events interface {
 	// grows by half, and when it is back at 0; calls that change nothing worth saying cost
 	// nothing.
 	PeersUnreachable(n int, examples []string)
+	// Notice: something else worth an event (the overlay's transport checks, the transmit
+	// checksum offload: daemon.Notice's reasons), a warning or not; each reason is rate
+	// limited on its own.
+	Notice(warning bool, reason, message string)
 }
 
 var _ Events = (*events.Recorder)(nil)
@@ -36,6 +40,7 @@ var _ Events = (*events.Recorder)(nil)
 type noEvents struct{}
 
 func (noEvents) LeaseAcquired(subnet.Lease)         {}
+func (noEvents) Notice(bool, string, string)        {}
 func (noEvents) LeaseChanged(_, _ subnet.Lease)     {}
 func (noEvents) PeerSkipped(_, _ string)            {}
 func (noEvents) Dataplane(error)                    {}

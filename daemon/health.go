@@ -27,6 +27,7 @@ type health struct {
 	// The overlay probes' summary and their view for /status, when probes run.
 	overlay       func() probe.Summary
 	overlayStatus func() (*status.Overlay, []status.Unreachable)
+	offloadStatus func() []status.Offload // set once the devices are made
 
 	mu            sync.Mutex
 	lastBeat      time.Time
@@ -124,7 +125,7 @@ func (h *health) statusJSON() status.Node {
 	h.mu.Lock()
 	st := h.status
 	err := h.notReadyLocked()
-	overlayStatus := h.overlayStatus
+	overlayStatus, offloadStatus := h.overlayStatus, h.offloadStatus
 	h.mu.Unlock()
 	st.Ready = err == nil
 	if err != nil {
@@ -135,6 +136,9 @@ func (h *health) statusJSON() status.Node {
 	}
 	if overlayStatus != nil {
 		st.Overlay, st.Unreachable = overlayStatus()
+	}
+	if offloadStatus != nil {
+		st.Offload = offloadStatus()
 	}
 	return st
 }

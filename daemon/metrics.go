@@ -23,6 +23,9 @@ type metrics struct {
 	probes           *prometheus.CounterVec
 	probeRTT         prometheus.Histogram
 	unreachable      prometheus.Gauge
+	transportBroken  prometheus.Gauge
+	offload          *prometheus.GaugeVec
+	offloadChanges   prometheus.Counter
 	ready            func() bool // whether /readyz passes; set before the metrics are served
 	eventsReceived   *prometheus.CounterVec
 	eventsApplied    prometheus.Counter
@@ -63,7 +66,7 @@ func newMetrics() *metrics {
 				"Of those, subnets no lease holds, by family: what nodes joining can still get.", []string{"family"}, nil),
 		},
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_probes_total", Help: "Probes of peers through the data plane, by kind (icmp) and outcome (ok, lost, error).",
+			Name: "weft_probes_total", Help: "Probes of peers through the data plane, by kind (icmp; tcp and udp to a closed port through the tunnel) and outcome (ok, lost, error).",
 		}, []string{"kind", "outcome"}),
 		probeRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "weft_probe_rtt_seconds", Help: "Round trips of the answered ICMP probes through the data plane.",
@@ -71,6 +74,15 @@ func newMetrics() *metrics {
 		}),
 		unreachable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "weft_peers_unreachable", Help: "Peers (each IP family's half apart) whose last probes through the data plane all went unanswered.",
+		}),
+		transportBroken: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_peers_transport_broken", Help: "Overlay peers that answer ICMP through the tunnel but neither TCP nor UDP, check after check: the signature of corrupted checksums.",
+		}),
+		offload: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "weft_vxlan_tx_checksum_offload", Help: "Transmit checksum offload of the VXLAN device: 1 on, 0 off.",
+		}, []string{"device"}),
+		offloadChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "weft_vxlan_tx_checksum_offload_changes_total", Help: "Times weftd turned the VXLAN device's transmit checksum offload off on its own (--vxlan-tx-checksum-offload=auto).",
 		}),
 		eventsReceived: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_events_received_total", Help: "Lease events received from the datastore, by type (added, removed).",
@@ -127,7 +139,8 @@ func newMetrics() *metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable, m.eventsReceived,
+	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable,
+		m.transportBroken, m.offload, m.offloadChanges, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, m.nodeEvents, build, ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -21,8 +21,10 @@ func probeTarget(key string, p backend.Peer) probe.Target {
 	return probe.Target{Key: key, Addr: a}
 }
 
-// startProbes gives every family a Prober sending through pinger, run until ctx is done.
-func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger probe.Pinger) {
+// startProbes gives every family a Prober sending through pinger, and every family with an
+// overlay device whose offload can be switched a Transport checking with checker (when not
+// nil), run until ctx is done.
+func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger probe.Pinger, checker probe.Checker) {
 	cfg := probe.Config{Interval: d.cfg.ProbeInterval, PerInterval: d.cfg.ProbePeers}
 	for _, st := range d.stacks {
 		fam := st.fam()
@@ -49,6 +51,19 @@ func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger pro
 			},
 		})
 		wg.Go(func() { st.prober.Run(ctx) })
+		if checker == nil || st.off == nil {
+			continue
+		}
+		// A check every interval: a peer every few seconds at most, within the peers' ICMP
+		// rate limits.
+		tcfg := probe.TransportConfig{Interval: d.cfg.ProbeInterval, Gap: max(3*d.cfg.ProbeInterval, 3*time.Second)}
+		st.transport = probe.NewTransport(tcfg, pinger, checker, probe.TransportHooks{
+			Result: func(kind, outcome string) { d.m.probes.WithLabelValues(kind, outcome).Inc() },
+			Changed: func(t probe.Target, broken bool) {
+				d.transportChanged(ctx, st, t, broken)
+			},
+		})
+		wg.Go(func() { st.transport.Run(ctx) })
 	}
 	d.health.update(func(h *health) { h.overlay, h.overlayStatus = d.overlaySummary, d.overlayStatus })
 }
@@ -80,29 +95,46 @@ func (d *daemon) overlaySummary() probe.Summary {
 	return s
 }
 
-// probeApplied tells the family's Prober what an Apply programmed: every peer after a full
-// one, the changed peers after an incremental one. The caller holds d.mu.
+// probeApplied tells the family's Prober what an Apply programmed, and its Transport what
+// of it goes through the overlay: every peer after a full one, the changed peers after an
+// incremental one. The caller holds d.mu.
 func (st *stack) probeApplied(u backend.Update) {
 	if st.prober == nil {
 		return
 	}
 	if u.Full {
-		var ts []probe.Target
+		var ts, overlay []probe.Target
 		for k, p := range st.set.State().Peers.All() {
 			ts = append(ts, probeTarget(k, p))
+			if p.Overlay() {
+				overlay = append(overlay, probeTarget(k, p))
+			}
 		}
 		st.prober.Set(ts)
+		if st.transport != nil {
+			st.transport.Set(overlay)
+		}
 		return
 	}
-	var put, removed []probe.Target
+	var put, removed, overlay, notOverlay []probe.Target
 	for _, c := range u.Peers {
+		t := probe.Target{Key: c.Key}
 		if c.New.IsValid() {
-			put = append(put, probeTarget(c.Key, c.New))
+			t = probeTarget(c.Key, c.New)
+			put = append(put, t)
 		} else {
-			removed = append(removed, probe.Target{Key: c.Key})
+			removed = append(removed, t)
+		}
+		if c.New.Overlay() {
+			overlay = append(overlay, t)
+		} else {
+			notOverlay = append(notOverlay, t)
 		}
 	}
 	st.prober.Update(put, removed)
+	if st.transport != nil {
+		st.transport.Update(overlay, notOverlay)
+	}
 }
 
 // overlayStatus is what /status says of the probes.

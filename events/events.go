@@ -180,6 +180,19 @@ func (r *Recorder) Dataplane(err error) {
 	r.record(Normal, ReasonDataplaneRecovered, msg, "", "")
 }
 
+// Notice records an event of another reason (the daemon's notices: the overlay's transport
+// checks, transmit checksum offload), a Warning or a Normal one, rate limited per reason as
+// the others.
+func (r *Recorder) Notice(warning bool, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	typ := Normal
+	if warning {
+		typ = Warning
+	}
+	r.record(typ, reason, msg, "", "")
+}
+
 // PeersUnreachable records what the overlay prober found in a round: n peers it could not
 // reach over the overlay, a few of them in examples. It is a Warning when n rises from 0 or
 // grows by half or more since the last one; a Normal PeersReachable when n is back at 0.

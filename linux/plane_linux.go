@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/safchain/ethtool"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -23,6 +24,9 @@ type Plane struct {
 	ns  netns.NsHandle // kept so Watch can subscribe in the same namespace from any thread
 	h   *netlink.Handle
 	nl  *rtnl
+	// ethtool is a socket of the namespace for the SIOCETHTOOL ioctl, which acts on the
+	// devices of the socket's namespace, whatever the calling thread's.
+	ethtool *ethtool.Ethtool
 	// kernelNexthops: the kernel has nexthop objects (Linux 5.3 and later); nexthops: the
 	// routes to peers go through them (always where the kernel has them; tests switch it).
 	kernelNexthops, nexthops bool
@@ -53,7 +57,14 @@ func New(log *slog.Logger) (*Plane, error) {
 		ns.Close()
 		return nil, err
 	}
-	p := &Plane{log: log, ns: ns, h: h, nl: r}
+	et, err := ethtool.NewEthtool()
+	if err != nil {
+		r.close()
+		h.Close()
+		ns.Close()
+		return nil, fmt.Errorf("opening an ethtool socket in network namespace %s: %w", ns, err)
+	}
+	p := &Plane{log: log, ns: ns, h: h, nl: r, ethtool: et}
 	// A kernel without nexthop objects refuses to list them.
 	_, err = p.listNexthops(nil)
 	p.kernelNexthops = err == nil
@@ -68,6 +79,7 @@ func New(log *slog.Logger) (*Plane, error) {
 func (p *Plane) Close() error {
 	p.h.Close()
 	p.nl.close()
+	p.ethtool.Close()
 	return p.ns.Close()
 }
 

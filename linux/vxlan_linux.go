@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/backend"
 )
@@ -108,7 +109,7 @@ func (p *Plane) adoptVXLAN(have netlink.Link, want *netlink.Vxlan) (backend.MAC,
 	}
 	if a.Flags&net.FlagUp == 0 {
 		if err := p.h.LinkSetUp(have); err != nil {
-			return backend.MAC{}, fmt.Errorf("setting VXLAN device %s up: %w", a.Name, err)
+			return backend.MAC{}, upError(a.Name, want.Port, err)
 		}
 	}
 	mac := macOf(a.HardwareAddr)
@@ -126,6 +127,9 @@ func (p *Plane) createVXLAN(want *netlink.Vxlan) (backend.MAC, error) {
 	}
 	want.HardwareAddr = mac.HardwareAddr()
 	if err := p.h.LinkAdd(want); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return backend.MAC{}, fmt.Errorf("creating VXLAN device %s (VNI %d): the kernel has no VXLAN support (CONFIG_VXLAN; modprobe vxlan): %w", name, want.VxlanId, err)
+		}
 		return backend.MAC{}, fmt.Errorf("creating VXLAN device %s (VNI %d): %w", name, want.VxlanId, err)
 	}
 	link, err := p.h.LinkByName(name)
@@ -133,11 +137,23 @@ func (p *Plane) createVXLAN(want *netlink.Vxlan) (backend.MAC, error) {
 		return backend.MAC{}, fmt.Errorf("looking up VXLAN device %s just created: %w", name, err)
 	}
 	if err := p.h.LinkSetUp(link); err != nil {
-		return backend.MAC{}, fmt.Errorf("setting VXLAN device %s up: %w", name, err)
+		return backend.MAC{}, upError(name, want.Port, err)
 	}
 	mac = macOf(link.Attrs().HardwareAddr)
 	p.log.Info("created VXLAN device", "dev", name, "ifindex", link.Attrs().Index, "vni", want.VxlanId, "mac", mac)
 	return mac, nil
+}
+
+// upError is the failure to set a VXLAN device up: the kernel opens the device's UDP socket
+// then, and a port some other program holds is the usual reason, named here.
+func upError(dev string, port int, err error) error {
+	if port == 0 {
+		port = defaultVXLANPort
+	}
+	if errors.Is(err, unix.EADDRINUSE) {
+		return fmt.Errorf("setting VXLAN device %s up: UDP port %d is already bound by another program (ss -ulpn names it): %w", dev, port, err)
+	}
+	return fmt.Errorf("setting VXLAN device %s up: %w", dev, err)
 }
 
 // randomMAC returns a locally administered unicast MAC.

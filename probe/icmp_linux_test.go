@@ -16,33 +16,7 @@ import (
 // addresses, lost (not an error) toward an address nobody holds, and concurrent pings matched
 // to their own answers.
 func TestICMP(t *testing.T) {
-	netnstest.Enter(t)
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	// A link whose far side holds no address: requests to 10.99.0.2 go unanswered.
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "v0"}, PeerName: "v1"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"v0", "v1"} {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if name == "v0" {
-			addr, _ := netlink.ParseAddr("10.99.0.1/24")
-			if err := netlink.AddrAdd(l, addr); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lonelyNetns(t)
 	c, err := ListenICMP()
 	if err != nil {
 		t.Fatal(err)
@@ -70,5 +44,38 @@ func TestICMP(t *testing.T) {
 	}
 	if rtt, err := c.Ping(ctx(), netip.MustParseAddr("10.99.0.2")); !errors.Is(err, ErrLost) {
 		t.Errorf("ping to an address nobody holds: %v, %v; want ErrLost", rtt, err)
+	}
+}
+
+// lonelyNetns moves the test into a namespace of its own with lo up and a link v0 holding
+// 10.99.0.1/24 whose far side holds no address: what is sent to 10.99.0.2 goes unanswered.
+func lonelyNetns(t *testing.T) {
+	t.Helper()
+	netnstest.Enter(t)
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	// A link whose far side holds no address: requests to 10.99.0.2 go unanswered.
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "v0"}, PeerName: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"v0", "v1"} {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "v0" {
+			addr, _ := netlink.ParseAddr("10.99.0.1/24")
+			if err := netlink.AddrAdd(l, addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -8,11 +8,17 @@
 // a probe is probed again each interval (within half the budget) until it answers or counts
 // as unreachable after Failures lost probes in a row, so that an outage shows within seconds
 // while the rotation covers the rest.
+//
+// A Transport checks, sparingly, that TCP and UDP get through too (to a closed port of the
+// peer, which needs nothing running there): a peer that answers echoes but neither TCP nor
+// UDP shows the signature of broken checksum offload on the way.
 package probe
 
 import (
 	"context"
 	"errors"
+	"iter"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -116,8 +122,7 @@ type Prober struct {
 
 	mu       sync.Mutex
 	peers    map[string]*peer
-	cycle    []string // the rotation's snapshot of the keys, taken when the last ran out
-	cursor   int      // next index into cycle
+	rot      rotation
 	suspects []string // keys with lost probes, probed again each round, oldest first
 	answered int      // peers whose last probe was answered
 	down     int      // peers that are unreachable
@@ -214,6 +219,28 @@ func (p *Prober) Unreachable() []Unreachable {
 	return out
 }
 
+// rotation walks the keys of the peers in order, through a snapshot of them taken again when
+// it runs out, so that every peer there at the start of a pass comes up within it.
+type rotation struct {
+	cycle  []string
+	cursor int // next index into cycle
+}
+
+// next is the next key, from a new snapshot of keys when the last ran out; false when there
+// are none.
+func (r *rotation) next(keys iter.Seq[string]) (string, bool) {
+	if r.cursor >= len(r.cycle) {
+		r.cycle = slices.AppendSeq(r.cycle[:0], keys)
+		slices.Sort(r.cycle)
+		r.cursor = 0
+		if len(r.cycle) == 0 {
+			return "", false
+		}
+	}
+	r.cursor++
+	return r.cycle[r.cursor-1], true
+}
+
 func compareKeys(a, b string) int {
 	switch {
 	case a < b:
@@ -279,19 +306,10 @@ func (p *Prober) round() []Target {
 	// The rotation: through a snapshot of the keys, taken again when it runs out, so that
 	// every peer there at its start is probed within Summary.Period.
 	for tries := 0; len(out) < budget && tries <= len(p.peers); tries++ {
-		if p.cursor >= len(p.cycle) {
-			p.cycle = p.cycle[:0]
-			for k := range p.peers {
-				p.cycle = append(p.cycle, k)
-			}
-			slices.Sort(p.cycle)
-			p.cursor = 0
-			if len(p.cycle) == 0 {
-				break
-			}
+		k, ok := p.rot.next(maps.Keys(p.peers))
+		if !ok {
+			break
 		}
-		k := p.cycle[p.cursor]
-		p.cursor++
 		take(k)
 	}
 	return out
@@ -311,15 +329,8 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 		p.mu.Unlock()
 		return
 	}
-	outcome := "ok"
-	switch {
-	case errors.Is(err, ErrLost):
-		outcome = "lost"
-	case err != nil:
-		outcome = "error"
-	}
 	if p.hooks.Result != nil {
-		p.hooks.Result(outcome, rtt)
+		p.hooks.Result(outcomeOf(err), rtt)
 	}
 	p.mu.Lock()
 	pe, ok := p.peers[t.Key]

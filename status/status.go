@@ -23,8 +23,10 @@ type Node struct {
 	// Overlay is what the probes through the data plane find; nil when they are off.
 	Overlay     *Overlay      `json:"overlay,omitempty"`
 	Unreachable []Unreachable `json:"unreachable,omitempty"`
-	Ready       bool          `json:"ready"`
-	NotReady    string        `json:"notReadyReason,omitempty"`
+	// Offload is the transmit checksum offload of each overlay device; none for host-gw.
+	Offload  []Offload `json:"offload,omitempty"`
+	Ready    bool      `json:"ready"`
+	NotReady string    `json:"notReadyReason,omitempty"`
 }
 
 // Lease is the node's own lease.
@@ -75,4 +77,18 @@ type Unreachable struct {
 	Address string    `json:"address"`          // probed: its VTEP address or subnet gateway
 	Since   time.Time `json:"since"`            // the first unanswered probe
 	Error   string    `json:"error,omitempty"`
+}
+
+// Offload is the transmit checksum offload of one overlay device, and what the checks of
+// TCP and UDP through it find.
+type Offload struct {
+	Device     string `json:"device"`
+	Mode       string `json:"mode"`       // --vxlan-tx-checksum-offload: auto, on, off
+	TxChecksum bool   `json:"txChecksum"` // on
+	// Reason says why it is off: turned off by weftd (and for which peer), by the flag, or
+	// found so.
+	Reason string `json:"reason,omitempty"`
+	// Problem names the peers that answer ICMP through the tunnel but neither TCP nor UDP,
+	// and says whether turning the offload off did not help them.
+	Problem string `json:"problem,omitempty"`
 }

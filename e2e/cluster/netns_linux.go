@@ -229,3 +229,7 @@ func destroyNetns(name string) error {
 // Listen opens a TCP listener on addr inside the node's network namespace: a service its
 // programs reach on the node's loopback (the simulated HNS of a Windows node).
 func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.NS, addr) }
+
+// Do runs fn on a thread of its own in the node's network namespace and waits for it: what
+// fn opens (an ethtool socket, to read the node's devices) stays in the namespace.
+func (n *Node) Do(fn func() error) error { return inNetns(n.NS, fn) }

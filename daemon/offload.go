@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/probe"
+	"github.com/weftnet/weft/status"
+)
+
+// Notice is something an operator should hear of beyond the log and the metrics: what the
+// node's Kubernetes events carry (Events.Notice).
+type Notice struct {
+	Warning bool   // a warning rather than a normal event
+	Reason  string // one CamelCase word, as Kubernetes events take it
+	Message string
+}
+
+// Reasons of the Notices about transmit checksum offload.
+const (
+	NoticeOffloadOff       = "TxChecksumOffloadOff"        // turned off: a peer showed the signature
+	NoticeOffloadNotHelped = "TxChecksumOffloadNotHelping" // off, and a peer shows it still
+	NoticeTransportBroken  = "OverlayTransportBroken"      // a peer shows it; the offload is left on
+	NoticeTransportBack    = "OverlayTransportRestored"    // the peer passes TCP or UDP again
+)
+
+// offload is the transmit checksum offload of one family's overlay device, which the family's
+// Transport checks decide on (--vxlan-tx-checksum-offload).
+type offload struct {
+	dev   string
+	plane backend.TxChecksumOffloader
+
+	mu     sync.Mutex
+	known  bool   // on has been read
+	on     bool   // the device offloads transmit checksums
+	auto   bool   // weftd turned it off on its own: a device made again gets it off too
+	reason string // why it is off
+	cause  string // the peer whose signature made weftd turn it off
+}
+
+// newOffload is the offload of st's device, nil when there is none to switch: host-gw, or
+// a data plane that cannot. The caller holds d.mu.
+func newOffload(st *stack) *offload {
+	dev := st.set.State().Device
+	pl, ok := st.plane.(backend.TxChecksumOffloader)
+	if dev == nil || !ok {
+		return nil
+	}
+	return &offload{dev: dev.Name, plane: pl}
+}
+
+// setUpOffload brings the device's offload in line with the flag and what weftd decided
+// before: at start, and whenever the device is made again. auto and on leave a device as they
+// find it (an earlier run may have turned it off for a reason); off, or an earlier decision of
+// this run, turns it off.
+func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
+	o := st.off
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if d.cfg.TxChecksumOffload == OffloadOff || o.auto {
+		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
+			d.log.Error("turning transmit checksum offload off failed", "dev", o.dev, "err", err)
+		} else if !o.auto {
+			o.reason = "turned off by --vxlan-tx-checksum-offload=off"
+		}
+	}
+	on, err := o.plane.TxChecksumOffload(o.dev)
+	if err != nil {
+		d.log.Warn("reading transmit checksum offload", "dev", o.dev, "err", err)
+		return
+	}
+	if !on && o.reason == "" {
+		o.reason = "found off (by an earlier run of weftd, or by hand)"
+	}
+	o.known, o.on = true, on
+	d.m.offload.WithLabelValues(o.dev).Set(boolGauge(on))
+	d.log.Info("transmit checksum offload", "dev", o.dev, "on", on, "mode", d.cfg.TxChecksumOffload)
+}
+
+// transportChanged acts on what the family's Transport found of peer t: broken (it answers
+// ICMP through the tunnel but neither TCP nor UDP) or passing again. Broken, with the offload
+// on and the mode auto, the offload goes off and the peer is checked again; broken with the
+// offload off already, that did not help.
+func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target, broken bool) {
+	d.m.transportBroken.Set(float64(d.transportBroken()))
+	o := st.off
+	if !broken {
+		args := []any{"peer", t.Key, "address", t.Addr}
+		msg := fmt.Sprintf("peer %s passes TCP or UDP through the tunnel again", t.Key)
+		if o != nil {
+			o.mu.Lock()
+			if o.auto && o.cause == t.Key {
+				msg += "; turning transmit checksum offload off on " + o.dev + " helped"
+			}
+			o.mu.Unlock()
+		}
+		d.log.Info(msg, args...)
+		d.notice(Notice{Reason: NoticeTransportBack, Message: msg})
+		return
+	}
+	what := fmt.Sprintf("peer %s (%s) answers ICMP through the tunnel but neither TCP nor UDP", t.Key, t.Addr)
+	if o == nil {
+		d.log.Error(what, "peer", t.Key)
+		d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: what})
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.known && !o.on:
+		msg := what + ", though transmit checksum offload is off on " + o.dev + ": offload off did not help; something else drops them (a firewall, the peer's side?)"
+		d.log.Error(msg, "dev", o.dev, "peer", t.Key)
+		d.notice(Notice{Warning: true, Reason: NoticeOffloadNotHelped, Message: msg})
+	case d.cfg.TxChecksumOffload != OffloadAuto:
+		msg := what + ": the signature of corrupted checksums; --vxlan-tx-checksum-offload=" + d.cfg.TxChecksumOffload + " keeps the offload of " + o.dev + " as it is"
+		d.log.Error(msg, "dev", o.dev, "peer", t.Key)
+		d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: msg})
+	default:
+		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
+			d.log.Error(what+": turning transmit checksum offload off failed", "dev", o.dev, "peer", t.Key, "err", err)
+			d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: fmt.Sprintf("%s: turning transmit checksum offload off on %s failed: %v", what, o.dev, err)})
+			return
+		}
+		o.known, o.on, o.auto, o.cause = true, false, true, t.Key
+		o.reason = "turned off by weftd: " + what
+		d.m.offload.WithLabelValues(o.dev).Set(0)
+		d.m.offloadChanges.Inc()
+		msg := what + ", the signature of corrupted checksums: turned transmit checksum offload off on " + o.dev + "; checking the peer again"
+		d.log.Warn(msg, "dev", o.dev, "peer", t.Key, "address", t.Addr)
+		d.notice(Notice{Warning: true, Reason: NoticeOffloadOff, Message: msg})
+		st.transport.Recheck(t.Key)
+		d.m.transportBroken.Set(float64(d.transportBroken()))
+	}
+}
+
+// transportBroken is how many peers (each family's half apart) show the signature now.
+func (d *daemon) transportBroken() int {
+	n := 0
+	for _, st := range d.stacks {
+		if st.transport != nil {
+			n += len(st.transport.Broken())
+		}
+	}
+	return n
+}
+
+// offloadStatus is what /status says of the overlay devices' offload.
+func (d *daemon) offloadStatus() []status.Offload {
+	var out []status.Offload
+	for _, st := range d.stacks {
+		o := st.off
+		if o == nil {
+			continue
+		}
+		o.mu.Lock()
+		so := status.Offload{Device: o.dev, Mode: d.cfg.TxChecksumOffload, TxChecksum: o.on || !o.known}
+		if !so.TxChecksum {
+			so.Reason = o.reason
+		}
+		o.mu.Unlock()
+		if st.transport != nil {
+			var keys []string
+			for _, t := range st.transport.Broken() {
+				keys = append(keys, t.Key)
+			}
+			switch {
+			case len(keys) == 0:
+			case !so.TxChecksum:
+				so.Problem = "offload off did not help: " + strings.Join(keys, ", ")
+			default:
+				so.Problem = "ICMP passes through the tunnel, TCP and UDP do not: " + strings.Join(keys, ", ")
+			}
+		}
+		out = append(out, so)
+	}
+	return out
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// notice tells the operator of n beyond the log: a Kubernetes event in Kubernetes mode.
+func (d *daemon) notice(n Notice) { d.events.Notice(n.Warning, n.Reason, n.Message) }

@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/weftnet/weft/probe"
+)
+
+// fakeOffloader is a device's transmit checksum offload, on when made.
+type fakeOffloader struct {
+	mu   sync.Mutex
+	on   bool
+	sets []bool // every SetTxChecksumOffload asked
+	fail error
+}
+
+func (f *fakeOffloader) TxChecksumOffload(string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.on, nil
+}
+
+func (f *fakeOffloader) SetTxChecksumOffload(_ context.Context, _ string, on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sets = append(f.sets, on)
+	if f.fail != nil {
+		return f.fail
+	}
+	f.on = on
+	return nil
+}
+
+// offloadRig is a daemon of one overlay family as far as the offload goes, with the Notices
+// it gives.
+type offloadRig struct {
+	d       *daemon
+	st      *stack
+	dev     *fakeOffloader
+	notices []string // reasons
+}
+
+// noticeLog is Events that keeps the reasons of the notices and ignores the rest.
+type noticeLog struct {
+	noEvents
+	reasons *[]string
+}
+
+func (l noticeLog) Notice(_ bool, reason, _ string) { *l.reasons = append(*l.reasons, reason) }
+
+func newOffloadRig(t *testing.T, mode string) *offloadRig {
+	r := &offloadRig{dev: &fakeOffloader{on: true}}
+	cfg := DefaultConfig()
+	cfg.TxChecksumOffload = mode
+	r.d = &daemon{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), m: newMetrics(),
+		events: noticeLog{reasons: &r.notices}}
+	r.st = &stack{off: &offload{dev: "flannel.1", plane: r.dev},
+		transport: probe.NewTransport(probe.TransportConfig{}, nil, nil, probe.TransportHooks{})}
+	r.d.stacks = []*stack{r.st}
+	r.d.setUpOffload(context.Background(), r.st)
+	return r
+}
+
+// brokenPeer is the peer whose checks the tests make up.
+func brokenPeer() probe.Target {
+	return probe.Target{Key: "10.244.2.0-24", Addr: netip.MustParseAddr("10.244.2.0")}
+}
+
+// tell is the peer's Transport telling its verdict.
+func (r *offloadRig) tell(broken bool) {
+	r.d.transportChanged(context.Background(), r.st, brokenPeer(), broken)
+}
+
+func (r *offloadRig) want(t *testing.T, on bool, sets []bool, notices ...string) {
+	t.Helper()
+	r.dev.mu.Lock()
+	gotOn, gotSets := r.dev.on, slices.Clone(r.dev.sets)
+	r.dev.mu.Unlock()
+	if gotOn != on || fmt.Sprint(gotSets) != fmt.Sprint(sets) || fmt.Sprint(r.notices) != fmt.Sprint(notices) {
+		t.Fatalf("device on %t, sets %v, notices %q; want %t, %v, %q", gotOn, gotSets, r.notices, on, sets, notices)
+	}
+	if g := counter(r.d.m.offload.WithLabelValues("flannel.1")); g != boolGauge(on) {
+		t.Errorf("weft_vxlan_tx_checksum_offload %v; want %v", g, boolGauge(on))
+	}
+}
+
+// TestOffloadAuto: the signature turns the offload off once, counted and noticed; seen again
+// after that, it did not help; the peer passing again says it helped. A device made again
+// gets the offload off again.
+func TestOffloadAuto(t *testing.T) {
+	r := newOffloadRig(t, OffloadAuto)
+	r.want(t, true, nil)
+	r.tell(true)
+	r.want(t, false, []bool{false}, NoticeOffloadOff)
+	if n := counter(r.d.m.offloadChanges); n != 1 {
+		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v; want 1", n)
+	}
+	st := r.d.offloadStatus()
+	if len(st) != 1 || st[0].TxChecksum || !strings.Contains(st[0].Reason, brokenPeer().Key) || st[0].Mode != "auto" {
+		t.Errorf("/status offload %+v; want off, for %s", st, brokenPeer().Key)
+	}
+	r.tell(true) // the recheck: still broken
+	r.want(t, false, []bool{false}, NoticeOffloadOff, NoticeOffloadNotHelped)
+	r.tell(false)
+	r.want(t, false, []bool{false}, NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBack)
+	if n := counter(r.d.m.offloadChanges); n != 1 {
+		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v; want still 1", n)
+	}
+	r.dev.on = true // deleted and made again
+	r.d.setUpOffload(context.Background(), r.st)
+	r.want(t, false, []bool{false, false}, NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBack)
+}
+
+// TestOffloadModes: on never touches the device, and only reports; off turns it off at start,
+// and the signature then did not help; auto leaves a device found off as it is; a failed
+// switch leaves it on and says so.
+func TestOffloadModes(t *testing.T) {
+	r := newOffloadRig(t, OffloadOn)
+	r.tell(true)
+	r.want(t, true, nil, NoticeTransportBroken)
+
+	r = newOffloadRig(t, OffloadOff)
+	r.want(t, false, []bool{false})
+	if st := r.d.offloadStatus(); len(st) != 1 || !strings.Contains(st[0].Reason, "--vxlan-tx-checksum-offload=off") {
+		t.Errorf("/status offload %+v; want the flag as the reason", st)
+	}
+	r.tell(true)
+	r.want(t, false, []bool{false}, NoticeOffloadNotHelped)
+
+	r = newOffloadRig(t, OffloadAuto)
+	r.dev.on = false
+	r.d.setUpOffload(context.Background(), r.st) // as a restart finds it
+	r.want(t, false, nil)
+
+	r = newOffloadRig(t, OffloadAuto)
+	r.dev.fail = errors.New("operation not supported")
+	r.tell(true)
+	r.want(t, true, []bool{false}, NoticeTransportBroken)
+	if n := counter(r.d.m.offloadChanges); n != 0 {
+		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v after a failed switch; want 0", n)
+	}
+}

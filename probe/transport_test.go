@@ -1,0 +1,213 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeChecker gets TCP or UDP through, per address and protocol, unless told to lose it or to
+// fail sending it.
+type fakeChecker struct {
+	mu   sync.Mutex
+	lose map[netip.Addr]map[string]error
+	sent map[netip.Addr]int
+}
+
+func newFakeChecker() *fakeChecker {
+	return &fakeChecker{lose: map[netip.Addr]map[string]error{}, sent: map[netip.Addr]int{}}
+}
+
+func (f *fakeChecker) Check(_ context.Context, dst netip.Addr, proto string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent[dst]++
+	return f.lose[dst][proto]
+}
+
+// set makes proto to a fail with err (nil: get through).
+func (f *fakeChecker) set(a netip.Addr, err error, protos ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lose[a] == nil {
+		f.lose[a] = map[string]error{}
+	}
+	for _, p := range protos {
+		f.lose[a][p] = err
+	}
+}
+
+// transportRig drives a Transport round by round on a clock of its own.
+type transportRig struct {
+	tr      *Transport
+	ping    *fakePinger
+	check   *fakeChecker
+	clock   time.Time
+	changes []string // "key broken" or "key ok", as Changed was told
+	checked []string // the keys checked, in order
+}
+
+func newTransportRig(n int) *transportRig {
+	r := &transportRig{ping: newFakePinger(), check: newFakeChecker(), clock: time.Unix(1e9, 0)}
+	r.tr = NewTransport(TransportConfig{}, r.ping, r.check, TransportHooks{Changed: func(t Target, broken bool) {
+		s := t.Key + " ok"
+		if broken {
+			s = t.Key + " broken"
+		}
+		r.changes = append(r.changes, s)
+	}})
+	r.tr.now = func() time.Time { return r.clock }
+	r.tr.Set(targets(n))
+	return r
+}
+
+// rounds runs n rounds, a second apart, as Run does.
+func (r *transportRig) rounds(n int) {
+	for range n {
+		if t, ok := r.tr.next(); ok {
+			r.checked = append(r.checked, t.Key)
+			r.tr.check(context.Background(), t)
+		}
+		r.clock = r.clock.Add(time.Second)
+	}
+}
+
+func lostErr(what string) error { return fmt.Errorf("%s: %w", what, ErrLost) }
+
+// TestTransportSignature: a peer that answers ICMP while its TCP and UDP are lost is told
+// broken once, after Failures checks, each at least Gap apart; told again when rechecked and
+// still broken; told ok once TCP gets through. The other peers are never told anything.
+func TestTransportSignature(t *testing.T) {
+	r := newTransportRig(4)
+	bad := targets(4)[2]
+	r.rounds(8) // every peer checked, all pass
+	if len(r.changes) != 0 {
+		t.Fatalf("healthy peers: Changed told %q", r.changes)
+	}
+	r.check.set(bad.Addr, lostErr("tcp/udp"), "tcp", "udp")
+	r.checked = nil
+	rounds := 0
+	for len(r.changes) == 0 && rounds < 30 {
+		r.rounds(1)
+		rounds++
+	}
+	// The rotation reaches it within 4 rounds; then two more checks, Gap (3 s) apart.
+	if want := []string{bad.Key + " broken"}; fmt.Sprint(r.changes) != fmt.Sprint(want) {
+		t.Fatalf("after %d rounds Changed told %q; want %q", rounds, r.changes, want)
+	}
+	if rounds > 4+2*3 {
+		t.Errorf("broken peer told after %d rounds of 1 s; want at most %d", rounds, 4+2*3)
+	}
+	t.Logf("broken peer told after %d rounds", rounds)
+	assertGap(t, r.checked, bad.Key, 3)
+	if got := r.tr.Broken(); len(got) != 1 || got[0] != bad {
+		t.Errorf("Broken() = %v; want [%v]", got, bad)
+	}
+
+	// Still broken: nothing more is told...
+	r.rounds(20)
+	if len(r.changes) != 1 {
+		t.Fatalf("a peer broken all along: Changed told %q", r.changes)
+	}
+	// ...until a Recheck, which is answered within Failures checks, Gap apart.
+	r.tr.Recheck(bad.Key)
+	if got := r.tr.Broken(); len(got) != 0 {
+		t.Errorf("Broken() = %v while rechecking; want the verdict pending", got)
+	}
+	r.checked = nil
+	r.rounds(3*3 + 1)
+	if want := []string{bad.Key + " broken", bad.Key + " broken"}; fmt.Sprint(r.changes) != fmt.Sprint(want) {
+		t.Fatalf("rechecked, still broken: Changed told %q; want %q", r.changes, want)
+	}
+	assertGap(t, r.checked, bad.Key, 3)
+	if got := r.tr.Broken(); len(got) != 1 {
+		t.Errorf("Broken() = %v after the recheck; want [%v]", got, bad)
+	}
+
+	// TCP alone passing is enough.
+	r.check.set(bad.Addr, nil, "tcp")
+	r.rounds(8)
+	if want := []string{bad.Key + " broken", bad.Key + " broken", bad.Key + " ok"}; fmt.Sprint(r.changes) != fmt.Sprint(want) {
+		t.Fatalf("healed: Changed told %q; want %q", r.changes, want)
+	}
+	if got := r.tr.Broken(); len(got) != 0 {
+		t.Errorf("Broken() = %v after it healed", got)
+	}
+	r.tr.Recheck(bad.Key) // rechecked while passing: nothing to tell
+	r.rounds(8)
+	if len(r.changes) != 3 {
+		t.Errorf("a Recheck of a passing peer told %q", r.changes[3:])
+	}
+}
+
+// assertGap fails when key was checked twice within gap rounds.
+func assertGap(t *testing.T, checked []string, key string, gap int) {
+	t.Helper()
+	last := -gap
+	for i, k := range checked {
+		if k != key {
+			continue
+		}
+		if i-last < gap {
+			t.Fatalf("%s checked in rounds %d and %d: closer than the gap (%d): %q", key, last, i, gap, checked)
+		}
+		last = i
+	}
+}
+
+// TestTransportNotSignature: only "ICMP passes, TCP and UDP lost" counts: a peer that answers
+// nothing (down, the probes' business), whose TCP or UDP alone is lost, or whose checks fail
+// to be sent, is never told broken; and an inconclusive check does not clear a count.
+func TestTransportNotSignature(t *testing.T) {
+	r := newTransportRig(4)
+	ts := targets(4)
+	r.ping.setDown(ts[0].Addr, true)
+	r.check.set(ts[0].Addr, lostErr("all"), "tcp", "udp")
+	r.check.set(ts[1].Addr, lostErr("udp"), "udp")
+	r.check.set(ts[2].Addr, lostErr("tcp"), "tcp")
+	r.check.set(ts[3].Addr, errors.New("network unreachable"), "tcp", "udp")
+	r.rounds(60)
+	if len(r.changes) != 0 {
+		t.Fatalf("Changed told %q; want nothing", r.changes)
+	}
+
+	// Two signatures, a lost echo between them, a third: broken.
+	r = newTransportRig(1)
+	a := ts[0].Addr
+	r.check.set(a, lostErr("tcp/udp"), "tcp", "udp")
+	r.rounds(4) // checks in rounds 0 and 3
+	r.ping.setDown(a, true)
+	r.rounds(3)
+	r.ping.setDown(a, false)
+	r.rounds(3)
+	if want := []string{ts[0].Key + " broken"}; fmt.Sprint(r.changes) != fmt.Sprint(want) {
+		t.Fatalf("Changed told %q; want %q (checks %q)", r.changes, want, r.checked)
+	}
+}
+
+// TestTransportBudget: one check a round whatever the number of peers, each peer checked
+// within a rotation's length, none faster than the gap; peers gone are no longer checked.
+func TestTransportBudget(t *testing.T) {
+	r := newTransportRig(10)
+	r.rounds(10)
+	for _, tg := range targets(10) {
+		if r.check.sent[tg.Addr] != 2 { // a TCP and a UDP
+			t.Errorf("%s: %d checks sent in a rotation; want one of each kind", tg.Key, r.check.sent[tg.Addr])
+		}
+	}
+	r.tr.Update(nil, targets(10)[1:])
+	r.checked = nil
+	r.rounds(10)
+	for _, k := range r.checked {
+		if k != targets(1)[0].Key {
+			t.Fatalf("removed peer %s checked", k)
+		}
+	}
+	if len(r.checked) > 4 {
+		t.Errorf("one peer left: checked %d times in 10 rounds; want every 3 s at most", len(r.checked))
+	}
+}
