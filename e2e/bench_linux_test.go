@@ -9,8 +9,9 @@ import (
 )
 
 // TestBenchSmoke runs the benchmark harness of `make bench` (package perf) at a tiny size,
-// weftd only, in etcd mode, and checks that it measures every figure: all routes seen, an RSS,
-// no failure. It asserts no timing.
+// weftd only, in etcd mode, and its throughput figures with 64 MiB streams, and checks that it
+// measures every figure: all routes seen, an RSS, a rate with the offload on and off, no
+// failure. It asserts no timing.
 func TestBenchSmoke(t *testing.T) {
 	bins := needBinaries(t)
 	cfg := perf.Config{
@@ -22,9 +23,12 @@ func TestBenchSmoke(t *testing.T) {
 		EventTimeout:  10 * time.Second,
 		Bulk:          20,
 		BulkBase:      50,
-		Reps:          1,
-		Settle:        100 * time.Millisecond,
-		StartTimeout:  30 * time.Second,
+		// Enough for a rate; the full run's streams are 64 times longer.
+		ThroughputBytes: 64 << 20,
+		CNIBin:          bins.cniBin,
+		Reps:            1,
+		Settle:          100 * time.Millisecond,
+		StartTimeout:    30 * time.Second,
 	}
 	rep, err := perf.Run(t.Context(), cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
@@ -34,9 +38,9 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatalf("the run had errors: %q", rep.Errors)
 	}
 	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99 and those of etcd's
-	// delivery (the floor), bulk join.
-	if len(rep.Rows) != 9 {
-		t.Errorf("%d figures, want 9: %+v", len(rep.Rows), rep.Rows)
+	// delivery (the floor), bulk join; throughput with the offload on and off, their ratio.
+	if len(rep.Rows) != 12 {
+		t.Errorf("%d figures, want 12: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]
@@ -45,8 +49,11 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: no value (%s)", row.Figure, v.Missing)
 		case v.AtLeast:
 			t.Errorf("%s: timed out after %s", row.Figure, v.Format(row.Kind))
-		case row.Kind == perf.Memory && v.N <= 0, v.N < 0:
+		case row.Kind != perf.Duration && v.N <= 0, v.N < 0:
 			t.Errorf("%s: %s", row.Figure, v.Format(row.Kind))
+		}
+		if row.Kind == perf.Rate || row.Kind == perf.Factor {
+			t.Logf("%s: %s", row.Figure, v.Format(row.Kind))
 		}
 	}
 }

@@ -31,12 +31,14 @@ func main() {
 
 // options is the command line.
 type options struct {
-	cfg      perf.Config
-	only     string
-	out      string
-	verbose  bool
-	noKube   bool
-	flanneld string
+	cfg            perf.Config
+	only           string
+	out            string
+	verbose        bool
+	noKube         bool
+	noThroughput   bool
+	onlyThroughput bool
+	flanneld       string
 }
 
 // intList is a flag holding comma-separated numbers.
@@ -84,7 +86,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	c := &o.cfg
 	fs := flag.NewFlagSet("weft-bench", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.Bool("quick", false, "a short run: 1,000 peers, one repetition, 50 events (other flags still apply)")
+	fs.Bool("quick", false, "a short run: 1,000 peers, one repetition, 50 events, 1 GiB streams (other flags still apply)")
 	fs.StringVar(&c.Weftd, "weftd", "bin/weftd", "the weftd binary")
 	fs.StringVar(&o.flanneld, "flanneld", "", "the flanneld binary; default $"+cluster.FlanneldEnv+" or the one tools/flannel builds in .cache/flannel/bin")
 	fs.StringVar(&o.only, "only", "", "measure only this daemon: weftd or flanneld")
@@ -92,6 +94,10 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.Var(intList{&c.EventSizes}, "event-sizes", "numbers of peers for the event latency (empty: none)")
 	fs.Var(intList{&c.KubeSizes}, "kube-sizes", "numbers of Node objects for Kubernetes mode (empty: none)")
 	fs.BoolVar(&o.noKube, "no-kube", false, "skip Kubernetes mode")
+	mib := int(c.ThroughputBytes >> 20)
+	fs.IntVar(&mib, "throughput-mib", mib, "MiB of each pod-to-pod TCP stream of the throughput figures (0: none)")
+	fs.BoolVar(&o.noThroughput, "no-throughput", false, "skip the throughput figures")
+	fs.BoolVar(&o.onlyThroughput, "only-throughput", false, "measure only the throughput figures")
 	fs.IntVar(&c.Events, "events", c.Events, "lease puts for the event latency")
 	fs.DurationVar(&c.EventInterval, "event-interval", c.EventInterval, "time between the lease puts")
 	fs.DurationVar(&c.EventTimeout, "event-timeout", c.EventTimeout, "an event whose route takes longer is a timeout")
@@ -117,6 +123,15 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.noKube {
 		c.KubeSizes = nil
+	}
+	c.ThroughputBytes = int64(mib) << 20
+	switch {
+	case o.noThroughput && o.onlyThroughput:
+		return o, errors.New("--no-throughput and --only-throughput: want one at most")
+	case o.noThroughput:
+		c.ThroughputBytes = 0
+	case o.onlyThroughput:
+		c.Sizes, c.EventSizes, c.KubeSizes, c.Bulk = nil, nil, nil, 0
 	}
 	return o, nil
 }
@@ -173,11 +188,11 @@ func prepare(o *options, log *slog.Logger) error {
 		}
 		c.Weftd = abs
 	}
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
 	if o.only != perf.Weftd {
-		repo, err := cluster.RepoRoot()
-		if err != nil {
-			return err
-		}
 		if o.flanneld != "" {
 			os.Setenv(cluster.FlanneldEnv, o.flanneld)
 		}
@@ -194,6 +209,14 @@ func prepare(o *options, log *slog.Logger) error {
 			c.KubeSizes = nil
 		} else {
 			log.Info("Kubernetes mode", "kube-apiserver", bin)
+		}
+	}
+	if c.ThroughputBytes > 0 {
+		if c.CNIBin, err = cluster.PrepareCNI(repo); err != nil {
+			return err
+		}
+		if err := cluster.PreparePing(repo); err != nil {
+			return err
 		}
 	}
 	log.Info("daemons", "weftd", c.Weftd, "flanneld", c.Flanneld)

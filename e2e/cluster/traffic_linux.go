@@ -147,7 +147,7 @@ func parsePing(out string) (sent, received int, err error) {
 	return 0, 0, fmt.Errorf("no summary in ping output %q", strings.TrimSpace(out))
 }
 
-// StreamResult describes a completed Stream.
+// StreamResult describes a completed Stream or Throughput.
 type StreamResult struct {
 	Bytes   int64
 	Elapsed time.Duration
@@ -173,23 +173,100 @@ func Stream(from, to *Pod, n int64) (StreamResult, error) {
 // StreamTo is Stream to the given address of to (to.IP or to.IP6), so over that family.
 func StreamTo(from, to *Pod, dst netip.Addr, n int64) (StreamResult, error) {
 	desc := fmt.Sprintf("TCP stream of %d bytes from pod %s (%v) to pod %s (%s)", n, from.Name, from.Addrs(), to.Name, dst)
-	if !dst.IsValid() || (dst != to.IP && dst != to.IP6) {
-		return StreamResult{}, fmt.Errorf("%s: not an address of pod %s (%v)", desc, to.Name, to.Addrs())
+	// A fresh seed per stream, so that a path which replays or mixes old data cannot pass.
+	var seed [32]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return StreamResult{}, fmt.Errorf("%s: seeding the pattern: %w", desc, err)
 	}
-	deadline := time.Now().Add(streamTimeout)
-
-	l, err := listenIn(to.NS, net.JoinHostPort(dst.String(), "0"))
+	sent := sha256.New()
+	var got []byte // written by receive, read once transfer has returned
+	res, err := transfer(from, to, dst, n, streamTimeout,
+		func(w io.Writer) (int64, error) {
+			return io.CopyN(io.MultiWriter(w, sent), mrand.NewChaCha8(seed), n)
+		},
+		func(r io.Reader) (int64, error) {
+			h := sha256.New()
+			k, err := io.Copy(h, r)
+			got = h.Sum(nil)
+			return k, err
+		})
 	if err != nil {
 		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
 	}
+	if !bytes.Equal(got, sent.Sum(nil)) {
+		return StreamResult{}, fmt.Errorf("%s: the received bytes differ from the sent ones (SHA-256 %x, want %x)",
+			desc, got, sent.Sum(nil))
+	}
+	return res, nil
+}
+
+// throughputBuffer is the size of Throughput's writes and reads: large enough that system
+// calls cost little beside the copying.
+const throughputBuffer = 1 << 20
+
+// Throughput sends n bytes over TCP from one pod to another, to to's IPv4 address (its IPv6
+// one if it has none), as fast as the path carries them, and checks that n bytes arrived.
+// It is Stream without the pattern and the checksums, whose CPU would otherwise bound a fast
+// path on a small machine: the bytes are zeros (nothing on an overlay compresses them),
+// written and read a megabyte at a time. The whole exchange must finish within timeout.
+func Throughput(from, to *Pod, n int64, timeout time.Duration) (StreamResult, error) {
+	dst := to.addr()
+	res, err := transfer(from, to, dst, n, timeout,
+		func(w io.Writer) (int64, error) {
+			buf := make([]byte, throughputBuffer)
+			var sent int64
+			for sent < n {
+				k, err := w.Write(buf[:min(int64(len(buf)), n-sent)])
+				sent += int64(k)
+				if err != nil {
+					return sent, err
+				}
+			}
+			return sent, nil
+		},
+		func(r io.Reader) (int64, error) {
+			buf := make([]byte, throughputBuffer)
+			var got int64
+			for {
+				k, err := r.Read(buf)
+				got += int64(k)
+				switch {
+				case errors.Is(err, io.EOF):
+					return got, nil
+				case err != nil:
+					return got, err
+				}
+			}
+		})
+	if err != nil {
+		return StreamResult{}, fmt.Errorf("TCP throughput of %d bytes from pod %s (%v) to pod %s (%s): %w",
+			n, from.Name, from.Addrs(), to.Name, dst, err)
+	}
+	return res, nil
+}
+
+// transfer connects over TCP from a pod to an address of another (to.IP or to.IP6), has send
+// write n bytes into the connection, then closes its sending side, while receive reads the
+// accepted end until EOF, and times the whole from the connect to the receiver's EOF. It
+// fails unless receive counted n bytes, all within timeout.
+func transfer(from, to *Pod, dst netip.Addr, n int64, timeout time.Duration,
+	send func(io.Writer) (int64, error), receive func(io.Reader) (int64, error)) (StreamResult, error) {
+	if !dst.IsValid() || (dst != to.IP && dst != to.IP6) {
+		return StreamResult{}, fmt.Errorf("not an address of pod %s (%v)", to.Name, to.Addrs())
+	}
+	deadline := time.Now().Add(timeout)
+
+	l, err := listenIn(to.NS, net.JoinHostPort(dst.String(), "0"))
+	if err != nil {
+		return StreamResult{}, err
+	}
 	defer l.Close()
 	if err := l.(*net.TCPListener).SetDeadline(deadline); err != nil {
-		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+		return StreamResult{}, err
 	}
 
 	type received struct {
 		n   int64
-		sum []byte
 		err error
 	}
 	rc := make(chan received, 1)
@@ -204,9 +281,8 @@ func StreamTo(from, to *Pod, dst netip.Addr, n int64) (StreamResult, error) {
 			rc <- received{err: err}
 			return
 		}
-		h := sha256.New()
-		got, err := io.Copy(h, conn)
-		rc <- received{n: got, sum: h.Sum(nil), err: err}
+		got, err := receive(conn)
+		rc <- received{n: got, err: err}
 	}()
 
 	start := time.Now()
@@ -214,38 +290,27 @@ func StreamTo(from, to *Pod, dst netip.Addr, n int64) (StreamResult, error) {
 	defer cancel()
 	conn, err := dialIn(ctx, from.NS, "tcp", net.JoinHostPort(dst.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
 	if err != nil {
-		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+		return StreamResult{}, err
 	}
 	defer conn.Close()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return StreamResult{}, fmt.Errorf("%s: %w", desc, err)
+		return StreamResult{}, err
 	}
-
-	// A fresh seed per stream, so that a path which replays or mixes old data cannot pass.
-	var seed [32]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return StreamResult{}, fmt.Errorf("%s: seeding the pattern: %w", desc, err)
-	}
-	h := sha256.New()
-	sent, err := io.CopyN(io.MultiWriter(conn, h), mrand.NewChaCha8(seed), n)
+	sent, err := send(conn)
 	if err != nil {
-		return StreamResult{}, fmt.Errorf("%s: sending (after %d bytes): %w", desc, sent, err)
+		return StreamResult{}, fmt.Errorf("sending (after %d bytes): %w", sent, err)
 	}
 	// The receiver stops at EOF; closing only our side keeps the connection for its ACKs.
 	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
-		return StreamResult{}, fmt.Errorf("%s: closing the sending side: %w", desc, err)
+		return StreamResult{}, fmt.Errorf("closing the sending side: %w", err)
 	}
 	got := <-rc
 	elapsed := time.Since(start)
 	if got.err != nil {
-		return StreamResult{}, fmt.Errorf("%s: receiving (after %d bytes): %w", desc, got.n, got.err)
+		return StreamResult{}, fmt.Errorf("receiving (after %d bytes): %w", got.n, got.err)
 	}
 	if got.n != n {
-		return StreamResult{}, fmt.Errorf("%s: received %d bytes", desc, got.n)
-	}
-	if !bytes.Equal(got.sum, h.Sum(nil)) {
-		return StreamResult{}, fmt.Errorf("%s: the received bytes differ from the sent ones (SHA-256 %x, want %x)",
-			desc, got.sum, h.Sum(nil))
+		return StreamResult{}, fmt.Errorf("received %d bytes", got.n)
 	}
 	return StreamResult{Bytes: n, Elapsed: elapsed}, nil
 }

@@ -13,6 +13,7 @@ const (
 	groupEvent
 	groupBulk
 	groupKube
+	groupThroughput
 )
 
 // figure names a row of the table and places it.
@@ -42,6 +43,12 @@ func (f *figures) add(fig figure, daemon string, v Value) {
 		f.order = append(f.order, fig)
 	}
 	m[daemon] = append(m[daemon], v)
+}
+
+// has reports whether a figure has a sample for a daemon.
+func (f *figures) has(fig figure, daemon string) bool {
+	_, ok := f.samples[fig.name][daemon]
+	return ok
 }
 
 // note adds a remark to a figure's row.
@@ -106,4 +113,26 @@ func figKubeAll(n int) figure {
 }
 func figKubeRSS(n int) figure {
 	return figure{groupKube, n, 1, "Kubernetes mode, " + count(n) + " Nodes: RSS", Memory}
+}
+
+// The throughput figures, for streams of n bytes.
+func figTputOn(n int64) figure {
+	return figure{groupThroughput, 0, 0, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on", Rate}
+}
+func figTputOff(n int64) figure {
+	return figure{groupThroughput, 0, 1, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload off", Rate}
+}
+func figTputFactor(n int64) figure {
+	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor}
+}
+
+// mebibytes writes a size as the table does: 64 MiB, 4 GiB, 1500 bytes.
+func mebibytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }

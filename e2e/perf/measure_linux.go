@@ -7,6 +7,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"net/netip"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -45,20 +46,22 @@ func (b *bench) startDaemon(daemon string, want map[netip.Prefix]struct{}) (*dae
 		return nil, err
 	}
 	w.Expect(want)
-	var argv []string
-	switch daemon {
-	case Flanneld:
-		argv = append([]string{b.cfg.Flanneld}, b.node.FlanneldArgs()...)
-	default:
-		argv = append([]string{b.cfg.Weftd}, b.node.WeftdArgs()...)
-	}
 	r := &daemonRun{b: b, daemon: daemon, node: b.node, watch: w, started: time.Now()}
-	if err := b.node.StartDaemon(argv...); err != nil {
+	if err := b.node.StartDaemon(b.argv(daemon, b.node)...); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("starting %s: %w", daemon, err)
 	}
 	b.log.Debug("daemon started", "daemon", daemon, "peers", len(want), "pid", b.node.Pid())
 	return r, nil
+}
+
+// argv is the command line of a daemon on node n: its binary and the harness's flags, then
+// weftFlags if it is weftd.
+func (b *bench) argv(daemon string, n *cluster.Node, weftFlags ...string) []string {
+	if daemon == Flanneld {
+		return append([]string{b.cfg.Flanneld}, n.FlanneldArgs()...)
+	}
+	return slices.Concat([]string{b.cfg.Weftd}, n.WeftdArgs(), weftFlags)
 }
 
 // resetNode brings the node back to the state of a node that never ran a daemon: no

@@ -10,18 +10,22 @@ import (
 	"time"
 )
 
-// Kind is what a figure measures; less is better for every kind.
+// Kind is what a figure measures; less is better for every kind but Rate, of which more is,
+// and Factor, which compares two figures of one daemon and is neither.
 type Kind string
 
 // Kinds of figures.
 const (
 	Duration Kind = "seconds"
 	Memory   Kind = "bytes"
+	Rate     Kind = "bits/s"
+	Factor   Kind = "factor"
 )
 
 // Value is one measurement, or the median of several.
 type Value struct {
-	// N is in seconds (Duration) or bytes (Memory).
+	// N is in seconds (Duration), bytes (Memory), bits per second (Rate) or a plain number
+	// (Factor).
 	N float64 `json:"n"`
 	// AtLeast marks a bound, not a measurement: it timed out after N.
 	AtLeast bool `json:"at_least,omitempty"`
@@ -75,6 +79,14 @@ func (v Value) Format(k Kind) string {
 	switch k {
 	case Memory:
 		s = fmt.Sprintf("%.1f MiB", v.N/(1<<20))
+	case Rate:
+		if v.N >= 10e9 {
+			s = fmt.Sprintf("%.1f Gbit/s", v.N/1e9)
+		} else {
+			s = fmt.Sprintf("%.2f Gbit/s", v.N/1e9)
+		}
+	case Factor:
+		s = times(v.N)
 	default:
 		switch ms := v.N * 1000; {
 		case ms < 10:
@@ -93,11 +105,12 @@ func (v Value) Format(k Kind) string {
 	return s
 }
 
-// Ratio compares weftd's value with flanneld's: weftd/flanneld and a word, "ahead" when
-// weftd needs at least 5% less, "behind" when it needs at least 5% more, else "even".
-// Bounds make the ratio a bound too; it is "" when a value is missing.
-func Ratio(flanneld, weftd Value) string {
-	if flanneld.Missing != "" || weftd.Missing != "" || flanneld.AtLeast && weftd.AtLeast {
+// Ratio compares weftd's value of a figure of kind k with flanneld's: weftd/flanneld and a
+// word, "ahead" when weftd is at least 5% better (needs less, or for a Rate carries more),
+// "behind" when it is at least 5% worse, else "even". Bounds make the ratio a bound too; it
+// is "" when a value is missing, and for a Factor, which has no better side.
+func Ratio(k Kind, flanneld, weftd Value) string {
+	if k == Factor || flanneld.Missing != "" || weftd.Missing != "" || flanneld.AtLeast && weftd.AtLeast {
 		return ""
 	}
 	var r float64
@@ -109,17 +122,18 @@ func Ratio(flanneld, weftd Value) string {
 	default:
 		r = math.Inf(1)
 	}
+	better, worse := r < 0.95, r > 1.05
+	if k == Rate {
+		better, worse = worse, better
+	}
 	word := "even"
 	switch {
-	case r < 0.95:
+	case better:
 		word = "ahead"
-	case r > 1.05:
+	case worse:
 		word = "behind"
 	}
-	num := fmt.Sprintf("%.2fx", r)
-	if r >= 10 {
-		num = fmt.Sprintf("%.0fx", r)
-	}
+	num := times(r)
 	switch {
 	case weftd.AtLeast: // weftd is at least this far behind
 		return "> " + num + " behind"
@@ -127,6 +141,14 @@ func Ratio(flanneld, weftd Value) string {
 		return "< " + num + " ahead"
 	}
 	return num + " " + word
+}
+
+// times writes a ratio as the table does: 0.50x, 1.02x, 21x.
+func times(r float64) string {
+	if r >= 10 {
+		return fmt.Sprintf("%.0fx", r)
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 // Row is one figure of the report, with a value per daemon.
@@ -196,7 +218,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			b.WriteString(" " + row.value(d).Format(row.Kind) + " |")
 		}
 		if both {
-			b.WriteString(" " + Ratio(row.value(Flanneld), row.value(Weftd)) + " |")
+			b.WriteString(" " + Ratio(row.Kind, row.value(Flanneld), row.value(Weftd)) + " |")
 		}
 		b.WriteString("\n")
 	}

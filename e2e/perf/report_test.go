@@ -8,20 +8,26 @@ import (
 
 func TestRatio(t *testing.T) {
 	for _, tc := range []struct {
+		k               Kind
 		flanneld, weftd Value
 		want            string
 	}{
-		{Value{N: 2}, Value{N: 1}, "0.50x ahead"},
-		{Value{N: 1}, Value{N: 21}, "21x behind"},
-		{Value{N: 1}, Value{N: 1.02}, "1.02x even"},
-		{Value{N: 1}, timedOut(10 * time.Second), "> 10x behind"},
-		{timedOut(10 * time.Second), Value{N: 1}, "< 0.10x ahead"},
-		{timedOut(time.Second), timedOut(time.Second), ""},
-		{missing("failed"), Value{N: 1}, ""},
-		{Value{}, Value{}, "1.00x even"},
+		{Duration, Value{N: 2}, Value{N: 1}, "0.50x ahead"},
+		{Duration, Value{N: 1}, Value{N: 21}, "21x behind"},
+		{Duration, Value{N: 1}, Value{N: 1.02}, "1.02x even"},
+		{Duration, Value{N: 1}, timedOut(10 * time.Second), "> 10x behind"},
+		{Duration, timedOut(10 * time.Second), Value{N: 1}, "< 0.10x ahead"},
+		{Duration, timedOut(time.Second), timedOut(time.Second), ""},
+		{Duration, missing("failed"), Value{N: 1}, ""},
+		{Duration, Value{}, Value{}, "1.00x even"},
+		// More is better.
+		{Rate, Value{N: 10e9}, Value{N: 13e9}, "1.30x ahead"},
+		{Rate, Value{N: 10e9}, Value{N: 2.9e9}, "0.29x behind"},
+		{Rate, Value{N: 10e9}, Value{N: 10.2e9}, "1.02x even"},
+		{Factor, Value{N: 4}, Value{N: 4.5}, ""},
 	} {
-		if got := Ratio(tc.flanneld, tc.weftd); got != tc.want {
-			t.Errorf("Ratio(%+v, %+v) = %q, want %q", tc.flanneld, tc.weftd, got, tc.want)
+		if got := Ratio(tc.k, tc.flanneld, tc.weftd); got != tc.want {
+			t.Errorf("Ratio(%s, %+v, %+v) = %q, want %q", tc.k, tc.flanneld, tc.weftd, got, tc.want)
 		}
 	}
 }
@@ -72,6 +78,11 @@ func TestFormat(t *testing.T) {
 		{timedOut(10 * time.Second), Duration, "> 10.0 s"},
 		{Value{N: 42 << 20}, Memory, "42.0 MiB"},
 		{missing("failed"), Memory, "— (failed)"},
+		{Value{N: 13.24e9}, Rate, "13.2 Gbit/s"},
+		{Value{N: 2.912e9}, Rate, "2.91 Gbit/s"},
+		{Value{N: 0.85e9}, Rate, "0.85 Gbit/s"},
+		{Value{N: 4.55}, Factor, "4.55x"},
+		{Value{N: 12.6}, Factor, "13x"},
 	} {
 		if got := tc.v.Format(tc.k); got != tc.want {
 			t.Errorf("%+v.Format(%s) = %q, want %q", tc.v, tc.k, got, tc.want)
@@ -86,13 +97,7 @@ func TestWriteMarkdown(t *testing.T) {
 	f.add(figAll(1000), Weftd, seconds(100*time.Millisecond))
 	f.add(figAll(1000), Weftd, missing("failed"))
 	f.add(figAll(1000), Weftd, seconds(200*time.Millisecond))
-	r := &Report{Command: "weft-bench --quick", Daemons: []string{Flanneld, Weftd}}
-	f.into(r)
-	var b strings.Builder
-	if err := r.WriteMarkdown(&b); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
+	out := markdown(t, f, "weft-bench --quick")
 	for _, want := range []string{
 		"| figure | flanneld | weftd | weftd/flanneld |",
 		"| cold start, 1k peers: all routes | 1.00 s | 200.0 ms | 0.20x ahead |\n| RSS after settling, 1k peers | — (not measured) | 50.0 MiB |  |",
@@ -104,9 +109,56 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 }
 
+// markdown is the table of a report of both daemons holding the figures.
+func markdown(t *testing.T, f *figures, command string) string {
+	t.Helper()
+	r := &Report{Command: command, Daemons: []string{Flanneld, Weftd}}
+	f.into(r)
+	var b strings.Builder
+	if err := r.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestWriteMarkdownThroughput: the throughput rows come after the others, in Gbit/s, on,
+// off, then their ratio; weftd's ratio to flanneld says more is better, and the on/off
+// factor has none.
+func TestWriteMarkdownThroughput(t *testing.T) {
+	f := newFigures()
+	n := int64(4 << 30)
+	f.add(figTputFactor(n), Weftd, Value{N: 13.2 / 2.9})
+	f.add(figTputOff(n), Weftd, Value{N: 2.9e9})
+	for _, v := range []float64{13.1e9, 13.2e9, 13.5e9} {
+		f.add(figTputOn(n), Weftd, Value{N: v})
+	}
+	f.add(figTputOn(n), Flanneld, Value{N: 12e9})
+	f.add(figRSS(1000), Weftd, Value{N: 50 << 20})
+	out := markdown(t, f, "weft-bench")
+	want := "| RSS after settling, 1k peers | — (not measured) | 50.0 MiB |  |\n" +
+		"| pod-to-pod TCP over VXLAN, 4 GiB streams: offload on | 12.0 Gbit/s | 13.2 Gbit/s | 1.10x ahead |\n" +
+		"| pod-to-pod TCP over VXLAN, 4 GiB streams: offload off | — (not measured) | 2.90 Gbit/s |  |\n" +
+		"| pod-to-pod TCP over VXLAN, 4 GiB streams: offload on / off | — (not measured) | 4.55x |  |\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("report lacks\n%s\nin\n%s", want, out)
+	}
+}
+
+func TestMebibytes(t *testing.T) {
+	for n, want := range map[int64]string{4 << 30: "4 GiB", 64 << 20: "64 MiB", 1536 << 20: "1536 MiB", 1500: "1500 bytes"} {
+		if got := mebibytes(n); got != want {
+			t.Errorf("mebibytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	c := DefaultConfig()
 	c.Weftd = "weftd"
+	if err := c.Validate(); err == nil {
+		t.Error("throughput figures without the CNI plugins were accepted")
+	}
+	c.CNIBin = "/opt/cni/bin"
 	if err := c.Validate(); err != nil {
 		t.Fatalf("default config: %v", err)
 	}

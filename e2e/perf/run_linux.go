@@ -55,9 +55,10 @@ type clusterLog struct{ b *bench }
 func (l clusterLog) Logf(format string, args ...any) { l.b.log.Debug(fmt.Sprintf(format, args...)) }
 func (l clusterLog) Failed() bool                    { return l.b.failed.Load() }
 
-// Run measures the daemons that cfg names, one after the other on one node, and returns the
-// report. It needs root. An error means the harness itself could not run; a daemon that
-// fails leaves its figures missing and its error in the report.
+// Run measures the daemons that cfg names, one after the other on one node (two for the
+// throughput figures), and returns the report. It needs root. An error means the harness
+// itself could not run; a daemon that fails leaves its figures missing and its error in the
+// report.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -73,6 +74,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (*Report, error) {
 	if len(cfg.KubeSizes) > 0 && ctx.Err() == nil {
 		if err := b.runKube(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("Kubernetes mode: %w", err))
+		}
+	}
+	if cfg.ThroughputBytes > 0 && ctx.Err() == nil {
+		if err := b.runThroughput(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("throughput: %w", err))
 		}
 	}
 	b.figs.into(rep)

@@ -1,0 +1,254 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/safchain/ethtool"
+
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/e2e/cluster"
+)
+
+const (
+	// streamTimeout bounds one throughput stream: 4 GiB at about 300 Mbit/s.
+	streamTimeout = 2 * time.Minute
+	// pathPoll is how often a ping looks for the path between the pods.
+	pathPoll = 100 * time.Millisecond
+	// txChecksumFeature is the transmit checksum offload a VXLAN device lets change (see
+	// package linux's txChecksumFeatures): what `ethtool -K flannel.1 tx off` switches.
+	txChecksumFeature = "tx-checksum-ip-generic"
+	// offloadOff is weftd's flag that turns the offload off at start.
+	offloadOff = "--vxlan-tx-checksum-offload=off"
+)
+
+// runThroughput measures the throughput figures of each daemon, in a cluster of its own.
+func (b *bench) runThroughput(ctx context.Context) error {
+	for _, d := range b.cfg.Daemons() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := b.throughput(ctx, d); err != nil {
+			return fmt.Errorf("%s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// tputRun is a daemon's throughput measurement: two nodes running it, a pod on each.
+type tputRun struct {
+	b      *bench
+	daemon string
+	nodes  [2]*cluster.Node
+	pods   [2]*cluster.Pod
+}
+
+// throughput measures TCP from a pod on one node to a pod on the other, over the daemon's
+// VXLAN: Reps streams with the transmit checksum offload as the daemon leaves it (on), Reps
+// with it off on both nodes (weftd started with --vxlan-tx-checksum-offload=off; flanneld,
+// which has no such flag, with the offload switched off under it through the same ioctl),
+// and the ratio of the two medians. A daemon that fails leaves its figures missing.
+func (b *bench) throughput(ctx context.Context, daemon string) error {
+	c, err := cluster.New(clusterLog{b}, cluster.Options{
+		NetConf: NetConf, CNIBin: b.cfg.CNIBin, Dir: b.clusterDir("throughput-" + daemon),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			b.log.Warn("closing the cluster", "error", err)
+		}
+	}()
+	r := &tputRun{b: b, daemon: daemon}
+	for i, name := range []string{"tput1", "tput2"} {
+		if r.nodes[i], err = c.AddNode(name); err != nil {
+			return err
+		}
+	}
+	n := b.cfg.ThroughputBytes
+	on, off, err := r.run(ctx, c)
+	b.figs.add(figTputFactor(n), daemon, factor(on, off))
+	if err != nil {
+		b.fail("%s: throughput: %v", daemon, err)
+		for _, fig := range []figure{figTputOn(n), figTputOff(n)} {
+			if !b.figs.has(fig, daemon) {
+				b.figs.add(fig, daemon, missing("failed"))
+			}
+		}
+	}
+	return nil
+}
+
+// run starts the daemons, makes the pods and measures with the offload on, then off; it
+// returns the medians, a figure it could not measure missing.
+func (r *tputRun) run(ctx context.Context, c *cluster.Cluster) (on, off Value, err error) {
+	on, off = missing("failed"), missing("failed")
+	n := r.b.cfg.ThroughputBytes
+	if err := r.start(); err != nil {
+		return on, off, err
+	}
+	for i, node := range r.nodes {
+		if r.pods[i], err = c.AddPod(node, "pod"); err != nil {
+			return on, off, err
+		}
+	}
+	if err := r.waitPath(ctx); err != nil {
+		return on, off, err
+	}
+	if on, err = r.measure(ctx, figTputOn(n), true); err != nil {
+		return on, off, err
+	}
+	if err := r.switchOff(ctx); err != nil {
+		return on, off, err
+	}
+	off, err = r.measure(ctx, figTputOff(n), false)
+	return on, off, err
+}
+
+// measure checks that the offload is on (or off) on both nodes, streams Reps times and
+// records each stream's rate under fig. It returns the median, missing after an error.
+func (r *tputRun) measure(ctx context.Context, fig figure, on bool) (Value, error) {
+	for _, node := range r.nodes {
+		got, err := txChecksumOffload(node)
+		if err != nil {
+			return missing("failed"), err
+		}
+		if got != on {
+			return missing("failed"), fmt.Errorf("node %s: %s %s, want %s", node.Name, txChecksumFeature, onOff(got), onOff(on))
+		}
+	}
+	var samples []Value
+	for range r.b.cfg.Reps {
+		if err := ctx.Err(); err != nil {
+			return missing("failed"), err
+		}
+		res, err := cluster.Throughput(r.pods[0], r.pods[1], r.b.cfg.ThroughputBytes, streamTimeout)
+		if err != nil {
+			return missing("failed"), err
+		}
+		v := Value{N: res.Mbps() * 1e6}
+		r.b.log.Info("pod-to-pod TCP", "daemon", r.daemon, "offload", onOff(on), "bytes", res.Bytes,
+			"took", res.Elapsed.Round(time.Millisecond), "rate", v.Format(Rate))
+		r.b.figs.add(fig, r.daemon, v)
+		samples = append(samples, v)
+	}
+	return median(samples), nil
+}
+
+// start starts the daemon on both nodes, weftd with weftFlags, and waits until each is ready.
+func (r *tputRun) start(weftFlags ...string) error {
+	for _, node := range r.nodes {
+		if err := node.StartDaemon(r.b.argv(r.daemon, node, weftFlags...)...); err != nil {
+			return fmt.Errorf("starting %s: %w", r.daemon, err)
+		}
+	}
+	for _, node := range r.nodes {
+		if err := node.WaitReady(r.b.cfg.StartTimeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// switchOff turns the offload off on both nodes: weftd is started again with
+// --vxlan-tx-checksum-offload=off (it adopts its device, the pods keep their addresses);
+// flanneld's devices are switched under it.
+func (r *tputRun) switchOff(ctx context.Context) error {
+	if r.daemon == Flanneld {
+		for _, node := range r.nodes {
+			if err := setTxChecksumOffload(node, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, node := range r.nodes {
+		if _, err := node.Stop(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("node %s: stopping %s: %w", node.Name, r.daemon, err)
+		}
+	}
+	if err := r.start(offloadOff); err != nil {
+		return err
+	}
+	return r.waitPath(ctx)
+}
+
+// waitPath waits until the second pod answers a ping from the first: both daemons have
+// programmed the other's subnet.
+func (r *tputRun) waitPath(ctx context.Context) error {
+	from, to := r.pods[0], r.pods[1]
+	deadline := time.Now().Add(r.b.cfg.StartTimeout)
+	for {
+		_, received, err := cluster.Ping(from, to.IP, 1, pathPoll)
+		switch {
+		case err != nil:
+			return err
+		case received == 1:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("pod %s does not answer pod %s's pings after %v", to.Name, from.Name, r.b.cfg.StartTimeout)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		time.Sleep(pathPoll)
+	}
+}
+
+// factor is the ratio of two rates, missing unless both were measured.
+func factor(on, off Value) Value {
+	if on.Missing != "" || off.Missing != "" || off.N <= 0 {
+		return missing("no rates")
+	}
+	return Value{N: on.N / off.N}
+}
+
+// withEthtool runs fn with an ethtool handle (a socket made inside the node's namespace, so
+// it sees the node's devices).
+func withEthtool(n *cluster.Node, fn func(et *ethtool.Ethtool) error) error {
+	return n.Do(func() error {
+		et, err := ethtool.NewEthtool()
+		if err != nil {
+			return fmt.Errorf("node %s: opening the ethtool socket: %w", n.Name, err)
+		}
+		defer et.Close()
+		return fn(et)
+	})
+}
+
+// txChecksumOffload reads whether the node's VXLAN device offloads transmit checksums.
+func txChecksumOffload(n *cluster.Node) (bool, error) {
+	dev := backend.VXLANDeviceName(vni)
+	var on bool
+	err := withEthtool(n, func(et *ethtool.Ethtool) error {
+		fs, err := et.Features(dev)
+		if err != nil {
+			return fmt.Errorf("node %s: reading the features of %s: %w", n.Name, dev, err)
+		}
+		on = fs[txChecksumFeature]
+		return nil
+	})
+	return on, err
+}
+
+// setTxChecksumOffload switches the node's VXLAN device's transmit checksum offload, as
+// `ethtool -K flannel.1 tx off` does.
+func setTxChecksumOffload(n *cluster.Node, on bool) error {
+	dev := backend.VXLANDeviceName(vni)
+	return withEthtool(n, func(et *ethtool.Ethtool) error {
+		if err := et.Change(dev, map[string]bool{txChecksumFeature: on}); err != nil {
+			return fmt.Errorf("node %s: switching %s of %s %s: %w", n.Name, txChecksumFeature, dev, onOff(on), err)
+		}
+		return nil
+	})
+}
+
+// onOff writes a switch's state.
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
