@@ -23,7 +23,7 @@ func TestBenchSmoke(t *testing.T) {
 		EventTimeout:  10 * time.Second,
 		Bulk:          20,
 		BulkBase:      50,
-		// Enough for a rate; the full run's streams are 64 times longer.
+		// Enough for a rate; the full run's streams are 32 times longer.
 		ThroughputBytes: 64 << 20,
 		CNIBin:          bins.cniBin,
 		Reps:            1,

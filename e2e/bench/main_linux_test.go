@@ -13,7 +13,7 @@ func TestThroughputFlags(t *testing.T) {
 		bytes int64
 		other bool // other figures are measured too
 	}{
-		{nil, 4 << 30, true},
+		{nil, 2 << 30, true},
 		{[]string{"--quick"}, 1 << 30, true},
 		{[]string{"--quick", "--throughput-mib=256"}, 256 << 20, true},
 		{[]string{"--no-throughput"}, 0, true},

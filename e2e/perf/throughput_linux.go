@@ -13,7 +13,7 @@ import (
 )
 
 const (
-	// streamTimeout bounds one throughput stream: 4 GiB at about 300 Mbit/s.
+	// streamTimeout bounds one throughput stream: the default 2 GiB at about 150 Mbit/s.
 	streamTimeout = 2 * time.Minute
 	// pathPoll is how often a ping looks for the path between the pods.
 	pathPoll = 100 * time.Millisecond
