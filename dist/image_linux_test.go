@@ -22,57 +22,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/weftnet/weft/dist/image"
-)
-
-// The OCI image layout and image spec, as much of them as a runtime needs to unpack an
-// image: written from the specs, so that the image is read as a runtime reads it and not by
-// the library that wrote it.
-type (
-	ociDescriptor struct {
-		MediaType   string            `json:"mediaType"`
-		Digest      string            `json:"digest"`
-		Size        int64             `json:"size"`
-		Platform    *ociPlatform      `json:"platform,omitempty"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	}
-	ociPlatform struct {
-		Architecture string `json:"architecture"`
-		OS           string `json:"os"`
-	}
-	ociIndex struct {
-		SchemaVersion int             `json:"schemaVersion"`
-		MediaType     string          `json:"mediaType"`
-		Manifests     []ociDescriptor `json:"manifests"`
-	}
-	ociManifest struct {
-		SchemaVersion int             `json:"schemaVersion"`
-		MediaType     string          `json:"mediaType"`
-		Config        ociDescriptor   `json:"config"`
-		Layers        []ociDescriptor `json:"layers"`
-	}
-	ociImageConfig struct {
-		Architecture string `json:"architecture"`
-		OS           string `json:"os"`
-		Config       struct {
-			Entrypoint []string `json:"Entrypoint"`
-			Cmd        []string `json:"Cmd"`
-			Env        []string `json:"Env"`
-			WorkingDir string   `json:"WorkingDir"`
-		} `json:"config"`
-		RootFS struct {
-			Type    string   `json:"type"`
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-)
-
-// Media types of the OCI image spec.
-const (
-	mediaIndex    = "application/vnd.oci.image.index.v1+json"
-	mediaManifest = "application/vnd.oci.image.manifest.v1+json"
-	mediaConfig   = "application/vnd.oci.image.config.v1+json"
-	mediaLayerGz  = "application/vnd.oci.image.layer.v1.tar+gzip"
 )
 
 // ociLayout reads an OCI image layout directory.
@@ -82,10 +34,10 @@ type ociLayout struct {
 }
 
 // blob reads the blob a descriptor points to, checking its size and digest.
-func (l ociLayout) blob(d ociDescriptor) []byte {
+func (l ociLayout) blob(d ocispec.Descriptor) []byte {
 	l.t.Helper()
-	alg, hexDigest, ok := strings.Cut(d.Digest, ":")
-	if !ok || alg != "sha256" {
+	alg, hexDigest := string(d.Digest.Algorithm()), d.Digest.Encoded()
+	if alg != "sha256" {
 		l.t.Fatalf("digest %q: want sha256", d.Digest)
 	}
 	data, err := os.ReadFile(filepath.Join(l.dir, "blobs", alg, hexDigest))
@@ -99,7 +51,7 @@ func (l ociLayout) blob(d ociDescriptor) []byte {
 }
 
 // json reads a descriptor's blob as JSON of its media type into v.
-func (l ociLayout) json(d ociDescriptor, mediaType string, v any) {
+func (l ociLayout) json(d ocispec.Descriptor, mediaType string, v any) {
 	l.t.Helper()
 	if d.MediaType != mediaType {
 		l.t.Fatalf("descriptor %s: media type %s, want %s", d.Digest, d.MediaType, mediaType)
@@ -111,41 +63,40 @@ func (l ociLayout) json(d ociDescriptor, mediaType string, v any) {
 
 // unpackImage finds the image tagged tag for linux/arch in an OCI image layout (through
 // its image index) and unpacks its layers into rootfs, as a runtime makes a container's
-// root file system. It returns the image's config.
-func unpackImage(t *testing.T, dir, tag, arch, rootfs string) ociImageConfig {
+// root file system. It returns the image's config. The layout is read with the image spec's
+// own types (image-spec), not by the library that wrote it.
+func unpackImage(t *testing.T, dir, tag, arch, rootfs string) ocispec.Image {
 	t.Helper()
 	l := ociLayout{t: t, dir: dir}
-	var marker struct {
-		Version string `json:"imageLayoutVersion"`
+	var marker ocispec.ImageLayout
+	if err := json.Unmarshal(readFile(t, filepath.Join(dir, ocispec.ImageLayoutFile)), &marker); err != nil || marker.Version != ocispec.ImageLayoutVersion {
+		t.Fatalf("oci-layout: version %q, %v; want %s", marker.Version, err, ocispec.ImageLayoutVersion)
 	}
-	if err := json.Unmarshal(readFile(t, filepath.Join(dir, "oci-layout")), &marker); err != nil || marker.Version != "1.0.0" {
-		t.Fatalf("oci-layout: version %q, %v; want 1.0.0", marker.Version, err)
-	}
-	var top ociIndex
+	var top ocispec.Index
 	if err := json.Unmarshal(readFile(t, filepath.Join(dir, "index.json")), &top); err != nil || top.SchemaVersion != 2 {
 		t.Fatalf("index.json: schema %d, %v", top.SchemaVersion, err)
 	}
-	i := slices.IndexFunc(top.Manifests, func(d ociDescriptor) bool { return d.Annotations["org.opencontainers.image.ref.name"] == tag })
+	i := slices.IndexFunc(top.Manifests, func(d ocispec.Descriptor) bool { return d.Annotations[ocispec.AnnotationRefName] == tag })
 	if i < 0 {
 		t.Fatalf("index.json has no image tagged %s: %+v", tag, top.Manifests)
 	}
-	var idx ociIndex
-	l.json(top.Manifests[i], mediaIndex, &idx)
-	i = slices.IndexFunc(idx.Manifests, func(d ociDescriptor) bool {
+	var idx ocispec.Index
+	l.json(top.Manifests[i], ocispec.MediaTypeImageIndex, &idx)
+	i = slices.IndexFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
 		return d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == arch
 	})
 	if i < 0 {
 		t.Fatalf("the image index has no linux/%s image: %+v", arch, idx.Manifests)
 	}
-	var m ociManifest
-	l.json(idx.Manifests[i], mediaManifest, &m)
-	var cfg ociImageConfig
-	l.json(m.Config, mediaConfig, &cfg)
+	var m ocispec.Manifest
+	l.json(idx.Manifests[i], ocispec.MediaTypeImageManifest, &m)
+	var cfg ocispec.Image
+	l.json(m.Config, ocispec.MediaTypeImageConfig, &cfg)
 	if cfg.OS != "linux" || cfg.Architecture != arch || cfg.RootFS.Type != "layers" || len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		t.Fatalf("image config: %+v for %d layers", cfg, len(m.Layers))
 	}
 	for i, ld := range m.Layers {
-		if ld.MediaType != mediaLayerGz {
+		if ld.MediaType != ocispec.MediaTypeImageLayerGzip {
 			t.Fatalf("layer %s: media type %s", ld.Digest, ld.MediaType)
 		}
 		zr, err := gzip.NewReader(bytes.NewReader(l.blob(ld)))
@@ -156,7 +107,7 @@ func unpackImage(t *testing.T, dir, tag, arch, rootfs string) ociImageConfig {
 		if err != nil {
 			t.Fatalf("layer %s: %v", ld.Digest, err)
 		}
-		if sum := sha256.Sum256(tarData); "sha256:"+hex.EncodeToString(sum[:]) != cfg.RootFS.DiffIDs[i] {
+		if sum := sha256.Sum256(tarData); "sha256:"+hex.EncodeToString(sum[:]) != string(cfg.RootFS.DiffIDs[i]) {
 			t.Fatalf("layer %s: uncompressed sha256 %x, the config's diff_id %s", ld.Digest, sum, cfg.RootFS.DiffIDs[i])
 		}
 		untar(t, tarData, rootfs)
