@@ -21,6 +21,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -215,7 +216,7 @@ func (p *Prober) Unreachable() []Unreachable {
 			out = append(out, Unreachable{Target: Target{Key: k, Addr: pe.addr}, Since: pe.since, LastErr: pe.lastErr})
 		}
 	}
-	slices.SortFunc(out, func(a, b Unreachable) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b Unreachable) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -239,16 +240,6 @@ func (r *rotation) next(keys iter.Seq[string]) (string, bool) {
 	}
 	r.cursor++
 	return r.cycle[r.cursor-1], true
-}
-
-func compareKeys(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Run probes until ctx is done: a round every Interval.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -146,7 +147,7 @@ func (tr *Transport) Broken() []Target {
 			out = append(out, pe.addr)
 		}
 	}
-	slices.SortFunc(out, func(a, b Target) int { return compareKeys(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b Target) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
