@@ -12,6 +12,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,7 @@ type Recorder struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket  // by reason
 	pending map[string]*pending // by reason: occurrences not posted yet
+	seq     uint64              // occurrences recorded so far: their order
 	// failures counts the data plane's failures since it last worked, the first at
 	// failingSince.
 	failures     int
@@ -226,7 +228,8 @@ func (r *Recorder) record(typ, reason, msg, group, example string) {
 		p = &pending{first: now}
 		r.pending[reason] = p
 	}
-	p.typ, p.msg, p.last = typ, msg, now
+	r.seq++
+	p.typ, p.msg, p.last, p.seq = typ, msg, now, r.seq
 	p.count++
 	if group != "" {
 		p.tally(group, example)
@@ -281,7 +284,7 @@ func (r *Recorder) post(ctx context.Context, sink Sink, e Event) {
 func (r *Recorder) due(now time.Time) ([]Event, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Event
+	var ready []*pending
 	var next time.Time
 	full := time.Duration(r.opts.Burst) * r.opts.Interval
 	for reason, p := range r.pending {
@@ -293,7 +296,8 @@ func (r *Recorder) due(now time.Time) ([]Event, time.Time) {
 		b.refill(now, full)
 		if b.credit >= r.opts.Interval {
 			b.credit -= r.opts.Interval
-			out = append(out, p.event(reason))
+			p.reason = reason
+			ready = append(ready, p)
 			delete(r.pending, reason)
 			continue
 		}
@@ -301,7 +305,12 @@ func (r *Recorder) due(now time.Time) ([]Event, time.Time) {
 			next = at
 		}
 	}
-	slices.SortFunc(out, func(a, b Event) int { return a.Last.Compare(b.Last) })
+	// In the order of their last occurrences.
+	slices.SortFunc(ready, func(a, b *pending) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]Event, 0, len(ready))
+	for _, p := range ready {
+		out = append(out, p.event(p.reason))
+	}
 	return out, next
 }
 
@@ -323,8 +332,10 @@ func (b *bucket) refill(now time.Time, full time.Duration) {
 // pending is the occurrences of one reason not posted yet.
 type pending struct {
 	typ, msg    string // the last occurrence's
+	reason      string // set when it is due
 	count       int
 	first, last time.Time
+	seq         uint64  // of the last occurrence among all reasons' (times can be equal)
 	groups      []group // in the order first seen
 	other       int     // occurrences of groups beyond maxGroups
 }
