@@ -172,7 +172,7 @@ type ipRange struct {
 // skips anyway). Bounds equal to host-local's defaults are left out.
 func excludeFromRange(sn netip.Prefix, reserved []netip.Addr) []ipRange {
 	sn = sn.Masked()
-	first, last := sn.Addr().Next(), lastAddr(sn)
+	first, last := sn.Addr().Next(), subnet.LastAddr(sn)
 	if sn.Addr().Is4() {
 		last = last.Prev()
 	}
@@ -204,18 +204,6 @@ func excludeFromRange(sn netip.Prefix, reserved []netip.Addr) []ipRange {
 	}
 	add(from, last)
 	return out
-}
-
-// lastAddr is the last address of the prefix.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := range b {
-		if bits := p.Bits() - i*8; bits < 8 {
-			b[i] |= 0xff >> max(bits, 0)
-		}
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // stringValue is the string at m[key], "" if there is none.

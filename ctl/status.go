@@ -165,6 +165,9 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 	if o := st.Overlay; o != nil {
 		t.row("overlay", fmt.Sprintf("%d of %d peers answer probes through the data plane, %d unreachable; each probed at least every %s",
 			o.Answered, o.Peers, o.Unreachable, o.Period))
+		if o.MTU > 0 {
+			t.row("path mtu", pathMTU(o))
+		}
 	}
 	for _, o := range st.Offload {
 		s := o.Device + " tx checksum offload on"
@@ -199,6 +202,27 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 		t.row(orDash(p.Subnet), orDash(p.PublicIP), orDash(p.BackendType), orDash(mac), p.State, orDash(p.ClashesWith), p.Reason)
 	}
 	return t.flush()
+}
+
+// pathMTU says whether the overlay peers' paths carry what the pods send, naming those whose
+// paths do not.
+func pathMTU(o *status.Overlay) string {
+	if len(o.MTUShort) == 0 {
+		return fmt.Sprintf("overlay peers' paths carry the pods' MTU of %d bytes (none found short)", o.MTU)
+	}
+	var keys []string
+	for _, p := range o.MTUShort {
+		k := p.Key
+		if p.Family != "" {
+			k += " " + p.Family
+		}
+		if p.MTU > 0 {
+			k += fmt.Sprintf(" (passes %d)", p.MTU)
+		}
+		keys = append(keys, k)
+	}
+	return fmt.Sprintf("SHORT: %d overlay peers' paths carry less than the pods' MTU of %d bytes: %s",
+		len(keys), o.MTU, strings.Join(keys, ", "))
 }
 
 // writeUnreachable lists the peers whose probes go unanswered, if any.

@@ -29,7 +29,8 @@ func testStatus(now time.Time) status.Node {
 		},
 		Last:     &status.Converge{Time: now.Add(-3 * time.Second), Duration: "412µs", Changes: "route:1", Error: "setting route: file exists"},
 		NotReady: "last convergence failed: setting route: file exists",
-		Overlay:  &status.Overlay{Peers: 3, Answered: 2, Unreachable: 1, Period: "2s"},
+		Overlay: &status.Overlay{Peers: 3, Answered: 2, Unreachable: 1, Period: "2s", MTU: 1450,
+			MTUShort: []status.PathMTU{{Key: "10.244.2.0-24", Address: "10.244.2.0", MTU: 1350}, {Key: "10.244.2.0-24", Family: "IPv6", Address: "fd00:2::"}}},
 		Unreachable: []status.Unreachable{{Key: "10.244.3.0-24", Address: "10.244.3.1", Since: now.Add(-90 * time.Second),
 			Error: "probe: ping 10.244.3.1: no answer after 1s"}},
 		Offload: []status.Offload{{Device: "flannel.1", Mode: "auto", Reason: "turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP",
@@ -48,6 +49,7 @@ lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP M
 ready      no: last convergence failed: setting route: file exists
 converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
 overlay    2 of 3 peers answer probes through the data plane, 1 unreachable; each probed at least every 2s
+path mtu   SHORT: 2 overlay peers' paths carry less than the pods' MTU of 1450 bytes: 10.244.2.0-24 (passes 1350), 10.244.2.0-24 IPv6
 offload    flannel.1 tx checksum offload OFF: turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP (mode auto); offload off did not help: 10.244.2.0-24
 
 unreachable: 1

@@ -289,7 +289,7 @@ type lossyPinger struct {
 	lose map[netip.Addr]bool
 }
 
-func (p *lossyPinger) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error) {
+func (p *lossyPinger) Ping(ctx context.Context, dst netip.Addr, _ int) (time.Duration, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lose[dst] {

@@ -24,6 +24,7 @@ type metrics struct {
 	probeRTT         prometheus.Histogram
 	unreachable      prometheus.Gauge
 	transportBroken  prometheus.Gauge
+	mtuShort         prometheus.Gauge
 	offload          *prometheus.GaugeVec
 	offloadChanges   prometheus.Counter
 	ready            func() bool // whether /readyz passes; set before the metrics are served
@@ -66,7 +67,7 @@ func newMetrics() *metrics {
 				"Of those, subnets no lease holds, by family: what nodes joining can still get.", []string{"family"}, nil),
 		},
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_probes_total", Help: "Probes of peers through the data plane, by kind (icmp; tcp and udp to a closed port through the tunnel) and outcome (ok, lost, error).",
+			Name: "weft_probes_total", Help: "Probes of peers through the data plane, by kind (icmp; tcp and udp to a closed port through the tunnel; mtu, an echo of the pods' MTU that must arrive whole) and outcome (ok, lost, error).",
 		}, []string{"kind", "outcome"}),
 		probeRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "weft_probe_rtt_seconds", Help: "Round trips of the answered ICMP probes through the data plane.",
@@ -77,6 +78,9 @@ func newMetrics() *metrics {
 		}),
 		transportBroken: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "weft_peers_transport_broken", Help: "Overlay peers that answer ICMP through the tunnel but neither TCP nor UDP, check after check: the signature of corrupted checksums.",
+		}),
+		mtuShort: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "weft_peers_path_mtu_short", Help: "Overlay peers whose path carries less than the pods' MTU: they answer small echoes through the tunnel, not echoes of that size, check after check.",
 		}),
 		offload: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "weft_vxlan_tx_checksum_offload", Help: "Transmit checksum offload of the VXLAN device: 1 on, 0 off.",
@@ -140,7 +144,7 @@ func newMetrics() *metrics {
 		return 0
 	})
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable,
-		m.transportBroken, m.offload, m.offloadChanges, m.eventsReceived,
+		m.transportBroken, m.mtuShort, m.offload, m.offloadChanges, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, m.nodeEvents, build, ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -11,7 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/probe"
+	"github.com/weftnet/weft/subnet"
 )
 
 // fakeOffloader is a device's transmit checksum offload, on when made.
@@ -148,3 +150,35 @@ func TestOffloadModes(t *testing.T) {
 		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v after a failed switch; want 0", n)
 	}
 }
+
+// TestPathMTUNotices: a short path is a warning Notice naming the MTU the peer said it passes
+// on; whole again, a normal one.
+func TestPathMTUNotices(t *testing.T) {
+	r := newOffloadRig(t, OffloadAuto)
+	cfg, err := subnet.ParseConfig([]byte(`{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.st.b, err = backend.New(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.11"), MTU: 1500}, "linux"); err != nil {
+		t.Fatal(err)
+	}
+	r.d.mtu = r.st.b.MTU()
+	var msgs []string
+	r.d.events = noticeFunc{f: func(warning bool, reason, msg string) {
+		msgs = append(msgs, fmt.Sprintf("%t %s %s", warning, reason, msg))
+	}}
+	r.d.pathMTUChanged(r.st, probe.ShortPath{Target: brokenPeer(), MTU: 1350}, true)
+	r.d.pathMTUChanged(r.st, probe.ShortPath{Target: brokenPeer()}, false)
+	if len(msgs) != 2 || !strings.HasPrefix(msgs[0], "true "+NoticePathMTUShort+" ") || !strings.Contains(msgs[0], "passes on 1350 bytes") ||
+		!strings.Contains(msgs[0], "MTU of 1450 bytes") || !strings.HasPrefix(msgs[1], "false "+NoticePathMTUWhole+" ") {
+		t.Errorf("notices %q", msgs)
+	}
+}
+
+// noticeFunc is Events whose Notices go to a function; it ignores the rest.
+type noticeFunc struct {
+	noEvents
+	f func(warning bool, reason, msg string)
+}
+
+func (n noticeFunc) Notice(warning bool, reason, msg string) { n.f(warning, reason, msg) }

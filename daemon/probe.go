@@ -2,23 +2,27 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
+	"github.com/weftnet/weft/subnet"
 )
 
 // probeTarget is where a peer answers through what this node programmed for it: its VTEP
 // address through the tunnel, or, routed, its subnet's gateway (the first address after the
-// subnet's own: the CNI bridge's on the peer).
+// subnet's own: the CNI bridge's on the peer). Behind it, the echoes of the pods' MTU go to
+// the last address before the subnet's broadcast address, which the peer forwards to its
+// pods' bridge (the CNI's IPAM hands addresses out from the start of the range).
 func probeTarget(key string, p backend.Peer) probe.Target {
 	a := p.VTEP()
 	if !p.Overlay() {
 		a = a.Next()
 	}
-	return probe.Target{Key: key, Addr: a}
+	return probe.Target{Key: key, Addr: a, Behind: subnet.LastAddr(p.Subnet).Prev()}
 }
 
 // startProbes gives every family a Prober sending through pinger, and every family with an
@@ -56,16 +60,54 @@ func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger pro
 		}
 		// A check every interval: a peer every few seconds at most, within the peers' ICMP
 		// rate limits.
-		tcfg := probe.TransportConfig{Interval: d.cfg.ProbeInterval, Gap: max(3*d.cfg.ProbeInterval, 3*time.Second)}
+		// The echo of the pods' MTU: the largest packet they send, whatever the family.
+		tcfg := probe.TransportConfig{Interval: d.cfg.ProbeInterval, Gap: max(3*d.cfg.ProbeInterval, 3*time.Second), MTU: d.mtu}
 		st.transport = probe.NewTransport(tcfg, pinger, checker, probe.TransportHooks{
 			Result: func(kind, outcome string) { d.m.probes.WithLabelValues(kind, outcome).Inc() },
 			Changed: func(t probe.Target, broken bool) {
 				d.transportChanged(ctx, st, t, broken)
 			},
+			MTUChanged: func(p probe.ShortPath, short bool) { d.pathMTUChanged(st, p, short) },
 		})
 		wg.Go(func() { st.transport.Run(ctx) })
 	}
 	d.health.update(func(h *health) { h.overlay, h.overlayStatus = d.overlaySummary, d.overlayStatus })
+}
+
+// Reasons of the Notices about the path MTU.
+const (
+	NoticePathMTUShort = "OverlayPathMTUTooSmall" // a peer's path carries less than the pods' MTU
+	NoticePathMTUWhole = "OverlayPathMTURestored" // it carries the pods' MTU again
+)
+
+// pathMTUChanged tells the operator that the path to peer t carries less than the pods'
+// MTU (short), or carries it again.
+func (d *daemon) pathMTUChanged(st *stack, p probe.ShortPath, short bool) {
+	n := 0
+	for _, s := range d.stacks {
+		if s.transport != nil {
+			n += len(s.transport.Short())
+		}
+	}
+	d.m.mtuShort.Set(float64(n))
+	args := []any{"family", st.fam(), "peer", p.Key, "address", p.Addr, "mtu", d.mtu}
+	if !short {
+		msg := fmt.Sprintf("the path to peer %s carries the pods' MTU of %d bytes again", p.Key, d.mtu)
+		d.log.Info(msg, args...)
+		d.notice(Notice{Reason: NoticePathMTUWhole, Message: msg})
+		return
+	}
+	said := fmt.Sprintf("echoes of %d bytes through %s are lost while small ones pass", d.mtu, st.off.dev)
+	if p.MTU > 0 {
+		said = fmt.Sprintf("it passes on %d bytes at most (fragmentation needed, for an echo of %d bytes to its pods)", p.MTU, d.mtu)
+	}
+	msg := fmt.Sprintf("the path to peer %s (%s) carries less than this node's pods send, their MTU of %d bytes: %s; "+
+		"the largest packets between the pods are lost (the peer's or a link's MTU is smaller: "+
+		"the network config's Backend.MTU set to the smallest underlay MTU gives every node the same)",
+		p.Key, p.Addr, d.mtu, said)
+	args = append(args, "path_mtu", p.MTU)
+	d.log.Warn(msg, args...)
+	d.notice(Notice{Warning: true, Reason: NoticePathMTUShort, Message: msg})
 }
 
 // unreachable is how many peers (halves of dual-stack peers apart) are unreachable now.
@@ -153,5 +195,19 @@ func (d *daemon) overlayStatus() (*status.Overlay, []status.Unreachable) {
 		}
 	}
 	s := d.overlaySummary()
-	return &status.Overlay{Peers: s.Targets, Answered: s.Answered, Unreachable: s.Unreachable, Period: s.Period.String()}, unreachable
+	o := &status.Overlay{Peers: s.Targets, Answered: s.Answered, Unreachable: s.Unreachable, Period: s.Period.String()}
+	for _, st := range d.stacks {
+		if st.transport == nil {
+			continue
+		}
+		o.MTU = d.mtu
+		for _, t := range st.transport.Short() {
+			ps := status.PathMTU{Key: t.Key, Address: t.Addr.String(), MTU: t.MTU}
+			if st.fam() == backend.IPv6 {
+				ps.Family = st.fam().String()
+			}
+			o.MTUShort = append(o.MTUShort, ps)
+		}
+	}
+	return o, unreachable
 }

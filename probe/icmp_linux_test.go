@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/internal/netnstest"
 )
@@ -32,7 +34,7 @@ func TestICMP(t *testing.T) {
 	for range 10 {
 		for _, a := range []string{"127.0.0.1", "10.99.0.1", "::1"} {
 			go func() {
-				_, err := c.Ping(ctx(), netip.MustParseAddr(a))
+				_, err := c.Ping(ctx(), netip.MustParseAddr(a), 0)
 				errs <- err
 			}()
 		}
@@ -42,13 +44,34 @@ func TestICMP(t *testing.T) {
 			t.Errorf("ping: %v", err)
 		}
 	}
-	if rtt, err := c.Ping(ctx(), netip.MustParseAddr("10.99.0.2")); !errors.Is(err, ErrLost) {
+	if rtt, err := c.Ping(ctx(), netip.MustParseAddr("10.99.0.2"), 0); !errors.Is(err, ErrLost) {
 		t.Errorf("ping to an address nobody holds: %v, %v; want ErrLost", rtt, err)
+	}
+
+	// Sized echoes: as large as the link carries, answered (lo's MTU is 64 KiB); larger than
+	// v0's 1500, refused before they leave rather than sent in fragments.
+	for _, p := range []struct {
+		to   string
+		size int
+	}{{"127.0.0.1", 1500}, {"127.0.0.1", 9000}, {"::1", 1500}, {"::1", 9000}} {
+		if _, err := c.Ping(ctx(), netip.MustParseAddr(p.to), p.size); err != nil {
+			t.Errorf("ping %s with %d bytes: %v", p.to, p.size, err)
+		}
+	}
+	for _, to := range []string{"10.99.0.2", "fd99::2"} {
+		if _, err := c.Ping(ctx(), netip.MustParseAddr(to), 1500); !errors.Is(err, ErrLost) {
+			t.Errorf("ping %s with 1500 bytes (v0's MTU): %v; want it sent and lost", to, err)
+		}
+		_, err := c.Ping(ctx(), netip.MustParseAddr(to), 1501)
+		if !errors.Is(err, syscall.EMSGSIZE) {
+			t.Errorf("ping %s with 1501 bytes over v0's MTU of 1500: %v; want EMSGSIZE, not fragments", to, err)
+		}
 	}
 }
 
 // lonelyNetns moves the test into a namespace of its own with lo up and a link v0 holding
-// 10.99.0.1/24 whose far side holds no address: what is sent to 10.99.0.2 goes unanswered.
+// 10.99.0.1/24 and fd99::1/64 whose far side holds no address: what is sent to 10.99.0.2
+// or fd99::2 goes unanswered.
 func lonelyNetns(t *testing.T) {
 	t.Helper()
 	netnstest.Enter(t)
@@ -69,9 +92,12 @@ func lonelyNetns(t *testing.T) {
 			t.Fatal(err)
 		}
 		if name == "v0" {
-			addr, _ := netlink.ParseAddr("10.99.0.1/24")
-			if err := netlink.AddrAdd(l, addr); err != nil {
-				t.Fatal(err)
+			for _, a := range []string{"10.99.0.1/24", "fd99::1/64"} {
+				addr, _ := netlink.ParseAddr(a)
+				addr.Flags = unix.IFA_F_NODAD
+				if err := netlink.AddrAdd(l, addr); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if err := netlink.LinkSetUp(l); err != nil {

@@ -31,9 +31,11 @@ var ErrLost = errors.New("no answer")
 
 // Pinger sends one echo request to dst and waits for its answer until ctx is done: it returns
 // the round trip, ErrLost (wrapped) when no answer came, or another error when the request
-// could not be sent. It is called from several goroutines at once.
+// could not be sent. size is the request's whole length as an IP packet: 0 for a small one;
+// a sized one must arrive whole or not at all (no fragments), and fails to be sent where
+// that cannot be had. It is called from several goroutines at once.
 type Pinger interface {
-	Ping(ctx context.Context, dst netip.Addr) (time.Duration, error)
+	Ping(ctx context.Context, dst netip.Addr, size int) (time.Duration, error)
 }
 
 // Target is a peer to probe: its lease key and the address that answers through the data
@@ -41,6 +43,10 @@ type Pinger interface {
 type Target struct {
 	Key  string
 	Addr netip.Addr
+	// Behind is an address in the peer's subnet that the peer forwards to its pods' bridge
+	// (no pod need hold it), for the Transport's echoes of the pods' MTU; the Prober
+	// disregards it.
+	Behind netip.Addr
 }
 
 // Config tunes a Prober; zero fields take the defaults.
@@ -310,7 +316,7 @@ func (p *Prober) round() []Target {
 func (p *Prober) probe(ctx context.Context, t Target) {
 	sent := p.now()
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	rtt, err := p.pinger.Ping(pctx, t.Addr)
+	rtt, err := p.pinger.Ping(pctx, t.Addr, 0)
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()

@@ -9,25 +9,47 @@ import (
 	"time"
 )
 
-// fakePinger answers for the addresses that are up.
+// fakePinger answers for the addresses that are up, sized echoes only up to their path's MTU
+// where one is set (lost beyond it, or answered by a router's TooBig where one says so).
 type fakePinger struct {
-	mu   sync.Mutex
-	down map[netip.Addr]bool
-	sent map[netip.Addr]int
+	mu     sync.Mutex
+	down   map[netip.Addr]bool
+	mtu    map[netip.Addr]int
+	tooBig map[netip.Addr]int
+	sent   map[netip.Addr]int
+	sizes  []int // of the sized echoes sent
 }
 
 func newFakePinger() *fakePinger {
-	return &fakePinger{down: map[netip.Addr]bool{}, sent: map[netip.Addr]int{}}
+	return &fakePinger{down: map[netip.Addr]bool{}, mtu: map[netip.Addr]int{}, tooBig: map[netip.Addr]int{}, sent: map[netip.Addr]int{}}
 }
 
-func (f *fakePinger) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error) {
+func (f *fakePinger) Ping(ctx context.Context, dst netip.Addr, size int) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sent[dst]++
-	if f.down[dst] {
+	if size > 0 {
+		f.sizes = append(f.sizes, size)
+	}
+	if m := f.tooBig[dst]; m > 0 && size > m {
+		return 0, fmt.Errorf("ping %s: %w", dst, &TooBig{From: dst, MTU: m})
+	}
+	if f.down[dst] || f.mtu[dst] > 0 && size > f.mtu[dst] {
 		return 0, fmt.Errorf("ping %s: %w", dst, ErrLost)
 	}
 	return time.Millisecond, nil
+}
+
+// setMTU makes the path to a carry sized echoes of mtu bytes at most (0: any), losing the
+// larger ones, or, tooBig, answering them with a TooBig naming mtu.
+func (f *fakePinger) setMTU(a netip.Addr, mtu int, tooBig bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if tooBig {
+		f.tooBig[a] = mtu
+	} else {
+		f.mtu[a] = mtu
+	}
 }
 
 func (f *fakePinger) setDown(a netip.Addr, down bool) {
@@ -39,7 +61,8 @@ func (f *fakePinger) setDown(a netip.Addr, down bool) {
 func targets(n int) []Target {
 	out := make([]Target, n)
 	for i := range out {
-		out[i] = Target{Key: fmt.Sprintf("10.244.%d.0-24", i), Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), 0})}
+		out[i] = Target{Key: fmt.Sprintf("10.244.%d.0-24", i), Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), 0}),
+			Behind: netip.AddrFrom4([4]byte{10, 244, byte(i), 254})}
 	}
 	return out
 }

@@ -48,18 +48,31 @@ type transportRig struct {
 	check   *fakeChecker
 	clock   time.Time
 	changes []string // "key broken" or "key ok", as Changed was told
+	mtu     []string // "key short" or "key whole", as MTUChanged was told
 	checked []string // the keys checked, in order
 }
 
+// rigMTU is the pods' MTU the rig's Transport checks paths for.
+const rigMTU = 1450
+
 func newTransportRig(n int) *transportRig {
 	r := &transportRig{ping: newFakePinger(), check: newFakeChecker(), clock: time.Unix(1e9, 0)}
-	r.tr = NewTransport(TransportConfig{}, r.ping, r.check, TransportHooks{Changed: func(t Target, broken bool) {
-		s := t.Key + " ok"
-		if broken {
-			s = t.Key + " broken"
-		}
-		r.changes = append(r.changes, s)
-	}})
+	r.tr = NewTransport(TransportConfig{MTU: rigMTU}, r.ping, r.check, TransportHooks{
+		Changed: func(t Target, broken bool) {
+			s := t.Key + " ok"
+			if broken {
+				s = t.Key + " broken"
+			}
+			r.changes = append(r.changes, s)
+		},
+		MTUChanged: func(p ShortPath, short bool) {
+			s := p.Key + " whole"
+			if short {
+				s = fmt.Sprintf("%s short %d", p.Key, p.MTU)
+			}
+			r.mtu = append(r.mtu, s)
+		},
+	})
 	r.tr.now = func() time.Time { return r.clock }
 	r.tr.Set(targets(n))
 	return r
@@ -210,4 +223,93 @@ func TestTransportBudget(t *testing.T) {
 	if len(r.checked) > 4 {
 		t.Errorf("one peer left: checked %d times in 10 rounds; want every 3 s at most", len(r.checked))
 	}
+}
+
+// TestTransportPathMTU: each check sends echoes of the pods' MTU too, to the VTEP address and
+// behind the peer. A peer whose tunnel loses them (the small echo answered) or that answers
+// the one behind it with a TooBig below the MTU is told short once, after Failures checks Gap
+// apart, with the MTU said if any, and listed by Short; told whole once they pass again. A
+// peer that answers no echo at all is down, not short; a TooBig at the MTU or above is no
+// fault; the checksum verdicts stay apart.
+func TestTransportPathMTU(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		set    func(p *fakePinger, tg Target, on bool)
+		report string // after the key
+	}{
+		{"tunnel loses them", func(p *fakePinger, tg Target, on bool) { p.setMTU(tg.Addr, onOff(on, 1400), false) }, "short 0"},
+		{"peer's pods take less", func(p *fakePinger, tg Target, on bool) { p.setMTU(tg.Behind, onOff(on, 1350), true) }, "short 1350"},
+		{"router on the way takes less", func(p *fakePinger, tg Target, on bool) { p.setMTU(tg.Addr, onOff(on, 1300), true) }, "short 1300"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTransportRig(4)
+			ts := targets(4)
+			r.ping.setMTU(ts[3].Behind, rigMTU, true) // says so, but the MTU passes: no fault
+			r.rounds(8)
+			if len(r.mtu) != 0 || len(r.ping.sizes) == 0 {
+				t.Fatalf("whole paths: MTUChanged told %q, %d sized echoes sent", r.mtu, len(r.ping.sizes))
+			}
+			for _, s := range r.ping.sizes {
+				if s != rigMTU {
+					t.Fatalf("sized echo of %d bytes; want the MTU, %d", s, rigMTU)
+				}
+			}
+
+			tc.set(r.ping, ts[1], true)
+			r.ping.setDown(ts[2].Addr, true)
+			r.checked = nil
+			rounds := 0
+			for len(r.mtu) == 0 && rounds < 30 {
+				r.rounds(1)
+				rounds++
+			}
+			if want := []string{ts[1].Key + " " + tc.report}; fmt.Sprint(r.mtu) != fmt.Sprint(want) {
+				t.Fatalf("after %d rounds MTUChanged told %q; want %q", rounds, r.mtu, want)
+			}
+			if rounds > 4+2*3 {
+				t.Errorf("short path told after %d rounds of 1 s; want at most %d", rounds, 4+2*3)
+			}
+			assertGap(t, r.checked, ts[1].Key, 3)
+			if got := r.tr.Short(); len(got) != 1 || got[0].Target != ts[1] || fmt.Sprintf("short %d", got[0].MTU) != tc.report {
+				t.Errorf("Short() = %v; want [%v %s]", got, ts[1], tc.report)
+			}
+			if len(r.changes) != 0 || len(r.tr.Broken()) != 0 {
+				t.Errorf("a short path made the checksum checks tell %q, Broken %v", r.changes, r.tr.Broken())
+			}
+			r.rounds(20) // still short, the down peer still down: nothing more
+			if len(r.mtu) != 1 {
+				t.Fatalf("still short: MTUChanged told %q", r.mtu)
+			}
+
+			tc.set(r.ping, ts[1], false)
+			r.rounds(4) // checked out of turn, Gap apart: within a Gap and a round
+			if want := []string{ts[1].Key + " " + tc.report, ts[1].Key + " whole"}; fmt.Sprint(r.mtu) != fmt.Sprint(want) {
+				t.Fatalf("whole again: MTUChanged told %q; want %q", r.mtu, want)
+			}
+			if got := r.tr.Short(); len(got) != 0 {
+				t.Errorf("Short() = %v after the path carries the MTU again", got)
+			}
+		})
+	}
+
+	// No MTU configured: no sized echo.
+	p := newFakePinger()
+	tr := NewTransport(TransportConfig{}, p, newFakeChecker(), TransportHooks{})
+	tr.Set(targets(4))
+	for range 4 {
+		if tg, ok := tr.next(); ok {
+			tr.check(context.Background(), tg)
+		}
+	}
+	if len(p.sizes) != 0 {
+		t.Errorf("without an MTU, sized echoes of %v bytes were sent", p.sizes)
+	}
+}
+
+// onOff is v when on, else 0.
+func onOff(on bool, v int) int {
+	if on {
+		return v
+	}
+	return 0
 }

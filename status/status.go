@@ -68,6 +68,22 @@ type Overlay struct {
 	Answered    int    `json:"answered"`    // whose last probe was answered
 	Unreachable int    `json:"unreachable"` // whose last probes all went unanswered
 	Period      string `json:"period"`      // every peer is probed at least this often
+	// MTU is the size of the echoes that check the overlay peers' paths carry what the pods
+	// send (their MTU); 0 when there are no such checks (host-gw).
+	MTU int `json:"mtu,omitempty"`
+	// MTUShort lists the peers whose path carries less: they answer small echoes through
+	// the tunnel, not those of MTU bytes.
+	MTUShort []PathMTU `json:"mtuShort,omitempty"`
+}
+
+// PathMTU is an overlay peer whose path carries less than the pods' MTU.
+type PathMTU struct {
+	Key     string `json:"key"`
+	Family  string `json:"family,omitempty"` // "IPv6" for an IPv6 half
+	Address string `json:"address"`          // probed: its VTEP address
+	// MTU is the largest packet the peer (or a router on the way) said it passes on; 0
+	// when the large echoes were just lost.
+	MTU int `json:"mtu,omitempty"`
 }
 
 // Unreachable is a peer whose last probes all went unanswered.

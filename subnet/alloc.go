@@ -142,7 +142,7 @@ func (r Range) takenIntervals(taken []netip.Prefix) []interval {
 			continue
 		}
 		p = p.Masked()
-		lo, hi := p.Addr(), lastAddr(p)
+		lo, hi := p.Addr(), LastAddr(p)
 		if hi.Less(r.Min) {
 			continue
 		}
@@ -175,11 +175,11 @@ func nthSubnet(base netip.Addr, i uint64, l int) netip.Addr {
 
 // lastSubnet is the highest subnet of length l inside p.
 func lastSubnet(p netip.Prefix, l int) netip.Addr {
-	return netip.PrefixFrom(lastAddr(p), l).Masked().Addr()
+	return netip.PrefixFrom(LastAddr(p), l).Masked().Addr()
 }
 
-// lastAddr is the highest address of p.
-func lastAddr(p netip.Prefix) netip.Addr {
+// LastAddr is the highest address of p: an IPv4 subnet's broadcast address.
+func LastAddr(p netip.Prefix) netip.Addr {
 	bits := p.Addr().BitLen()
 	host := u128{hi: math.MaxUint64, lo: math.MaxUint64}.shr(uint(128 - bits + p.Bits()))
 	v := toU128(p.Masked().Addr())

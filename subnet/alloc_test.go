@@ -171,3 +171,18 @@ func TestRangeLeased(t *testing.T) {
 		t.Errorf("the empty range: Leased = %d", got)
 	}
 }
+
+func TestLastAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.244.1.0/24": "10.244.1.255",
+		"10.244.0.0/16": "10.244.255.255",
+		"10.0.0.0/9":    "10.127.255.255",
+		"10.1.2.3/32":   "10.1.2.3",
+		"fd00::/64":     "fd00::ffff:ffff:ffff:ffff",
+		"fd00::/61":     "fd00:0:0:7:ffff:ffff:ffff:ffff",
+	} {
+		if got := LastAddr(netip.MustParsePrefix(in)); got != netip.MustParseAddr(want) {
+			t.Errorf("LastAddr(%s) = %s; want %s", in, got, want)
+		}
+	}
+}

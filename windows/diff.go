@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/subnet"
 )
 
 // scope is what the plane may change: destinations inside the cluster network, except the
@@ -113,19 +114,11 @@ const remoteEndpointPrefix = "remote_"
 // broadcast address (.1 is the gateway), as flanneld's remote endpoints covered them.
 func podAddresses(sn netip.Prefix) []netip.Addr {
 	var out []netip.Addr
-	last := lastAddr(sn)
+	last := subnet.LastAddr(sn)
 	for a := sn.Masked().Addr().Next().Next(); a.IsValid() && a.Less(last); a = a.Next() {
 		out = append(out, a)
 	}
 	return out
-}
-
-// lastAddr is the broadcast address of an IPv4 prefix.
-func lastAddr(sn netip.Prefix) netip.Addr {
-	b := sn.Masked().Addr().As4()
-	host := uint32(1)<<(32-sn.Bits()) - 1
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // conjureMAC is flanneld's MAC for a remote endpoint: the configured two-byte prefix, then

@@ -8,13 +8,14 @@ import (
 	"path/filepath"
 
 	"github.com/weftnet/weft/internal/atomicfile"
+	"github.com/weftnet/weft/subnet"
 )
 
 // SourceVIP is the address of the node subnet kept for kube-proxy's source VIP on overlay
 // (kube-proxy makes the endpoint itself when given the address): the last address before
 // the broadcast address. Pods must not get it: the CNI's IPAM range has to end before it
 // (host-local "rangeEnd"); peers' remote endpoints cover it like any pod address.
-func SourceVIP(sn netip.Prefix) netip.Addr { return lastAddr(sn).Prev() }
+func SourceVIP(sn netip.Prefix) netip.Addr { return subnet.LastAddr(sn).Prev() }
 
 // sourceVIPFile is host-local's CNI 0.2.0 result: the file kube-proxy start-up scripts for
 // flannel overlay already read ($(Get-Content sourceVip.json | ConvertFrom-Json).ip4.ip).

@@ -39,12 +39,22 @@ func Ping(from *Pod, to netip.Addr, count int, interval time.Duration) (sent, re
 	return ping(from.NS, to, count, interval)
 }
 
-func ping(ns string, to netip.Addr, count int, interval time.Duration) (sent, received int, err error) {
-	r, err := startPing(ns, to, count, interval)
+func ping(ns string, to netip.Addr, count int, interval time.Duration, extra ...string) (sent, received int, err error) {
+	r, err := startPing(ns, to, count, interval, extra...)
 	if err != nil {
 		return 0, 0, err
 	}
 	return r.Wait()
+}
+
+// PingWhole is Ping with requests of size bytes as IP packets, which must not be fragmented
+// (ping -M do): they arrive whole or not at all, as a path's MTU allows.
+func PingWhole(from *Pod, to netip.Addr, size, count int, interval time.Duration) (sent, received int, err error) {
+	header := 20 + 8
+	if to.Unmap().Is6() {
+		header = 40 + 8
+	}
+	return ping(from.NS, to, count, interval, "-M", "do", "-s", strconv.Itoa(size-header))
 }
 
 // PingRun is a ping running in the background.
@@ -66,7 +76,7 @@ func StartPing(from *Pod, to netip.Addr, count int, interval time.Duration) (*Pi
 	return startPing(from.NS, to, count, interval)
 }
 
-func startPing(ns string, to netip.Addr, count int, interval time.Duration) (*PingRun, error) {
+func startPing(ns string, to netip.Addr, count int, interval time.Duration, extra ...string) (*PingRun, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("ping from %s to %s: count %d < 1", ns, to, count)
 	}
@@ -80,9 +90,9 @@ func startPing(ns string, to netip.Addr, count int, interval time.Duration) (*Pi
 		family = "-6"
 	}
 	secs := strconv.FormatFloat(interval.Seconds(), 'f', -1, 64)
-	args := netnsExecArgs(ns, "ping", family, "-n", "-q",
+	args := netnsExecArgs(ns, append(append([]string{"ping", family, "-n", "-q",
 		"-c", strconv.Itoa(count), "-i", secs,
-		"-W", strconv.Itoa(int(pingLinger/time.Second)), to.String())
+		"-W", strconv.Itoa(int(pingLinger / time.Second))}, extra...), to.String())...)
 	r := &PingRun{
 		done: make(chan struct{}),
 		desc: fmt.Sprintf("ping from %s to %s (%d every %v)", ns, to, count, interval),
