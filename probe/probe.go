@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -105,22 +104,40 @@ type Summary struct {
 // symptoms too).
 func (s Summary) Isolated() bool { return s.Targets >= 2 && s.Answered == 0 && s.Unreachable >= 2 }
 
-// peer is what the Prober keeps of one target.
+// peer is what the Prober keeps of every target: 48 bytes on 64-bit platforms, the key (whose
+// bytes are the caller's) and the address, the flags in what would be padding.
 type peer struct {
+	key      string
 	addr     netip.Addr
-	fails    int       // lost probes in a row
-	since    time.Time // of the first of them
-	lastErr  string
 	probed   bool // a probe's outcome is known
 	answered bool // the last probe was answered
-	down     bool // fails reached Failures
+	down     bool // its lost probes reached Failures
+	failing  bool // its last probe was lost: it has an entry in Prober.lost
 	inFlight bool
+	picked   bool // by the round being picked (to probe, or kept a suspect); it clears it
 }
 
 // suspect reports whether the peer is probed out of turn: never yet, or since a lost probe.
-func (pe *peer) suspect() bool { return !pe.probed || pe.fails > 0 }
+func (pe *peer) suspect() bool { return !pe.probed || pe.failing }
+
+// lost is what the Prober keeps of a peer whose last probe was lost, besides its record.
+type lost struct {
+	fails   int       // lost probes in a row
+	since   time.Time // of the first of them
+	lastErr string
+}
 
 // Prober probes peers; its methods are safe for concurrent use.
+//
+// Its peers are a slice of records sorted by key, not a map, for thousands of peers take
+// memory: a record (48 bytes) each, where a map of pointers to records took a slot in the
+// map (a third of it empty on average), a record of their own and, for the rotation, a copy
+// of the keys. A peer is found by binary search; the rotation walks the slice in order from
+// the key it came to last, with no snapshot of the keys. Adding or removing peers moves part
+// of the slice, once per Update however many peers it changes. A round marks the peers it
+// picks in their records, not in a set of keys (the suspects may be every peer). What lost
+// probes leave to report (since when, the last error) is kept aside, in lost: few peers have
+// lost their last probe.
 type Prober struct {
 	cfg    Config
 	pinger Pinger
@@ -128,16 +145,32 @@ type Prober struct {
 	now    func() time.Time
 
 	mu       sync.Mutex
-	peers    map[string]*peer
-	rot      rotation
-	suspects []string // keys with lost probes, probed again each round, oldest first
-	answered int      // peers whose last probe was answered
-	down     int      // peers that are unreachable
+	peers    []peer           // sorted by key
+	lost     map[string]*lost // of the peers whose last probe was lost (failing)
+	rotKey   string           // the key the rotation came to last, when rotOn
+	rotOn    bool             // the rotation has begun: it resumes after rotKey
+	suspects []string         // keys with lost probes, probed again each round, oldest first
+	answered int              // peers whose last probe was answered
+	down     int              // peers that are unreachable
 }
 
 // New returns a Prober that sends its probes with pinger.
 func New(cfg Config, pinger Pinger, hooks Hooks) *Prober {
-	return &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, peers: map[string]*peer{}}
+	return &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
+}
+
+// findLocked returns the index of the peer with key k, or where it would go, and whether it is
+// there.
+func (p *Prober) findLocked(k string) (int, bool) {
+	return slices.BinarySearchFunc(p.peers, k, func(pe peer, k string) int { return strings.Compare(pe.key, k) })
+}
+
+// peerLocked returns the peer with key k, or nil; the pointer is good until the peers change.
+func (p *Prober) peerLocked(k string) *peer {
+	if i, ok := p.findLocked(k); ok {
+		return &p.peers[i]
+	}
+	return nil
 }
 
 // Set makes the targets exactly ts (a full resync of the data plane).
@@ -148,9 +181,9 @@ func (p *Prober) Set(ts []Target) {
 	}
 	var gone []Target
 	p.mu.Lock()
-	for k := range p.peers {
-		if !keep[k] {
-			gone = append(gone, Target{Key: k})
+	for _, pe := range p.peers {
+		if !keep[pe.key] {
+			gone = append(gone, Target{Key: pe.key})
 		}
 	}
 	p.mu.Unlock()
@@ -163,31 +196,42 @@ func (p *Prober) Set(ts []Target) {
 func (p *Prober) Update(put, removed []Target) {
 	var changed []func()
 	p.mu.Lock()
+	// The removed peers leave the slice in one pass, before the puts, which may bring them
+	// back.
+	var drop []int
 	for _, t := range removed {
-		if pe, ok := p.peers[t.Key]; ok {
-			changed = append(changed, p.forgetLocked(t.Key, pe)...)
+		if i, ok := p.findLocked(t.Key); ok {
+			changed = append(changed, p.forgetLocked(&p.peers[i])...)
+			drop = append(drop, i)
 		}
 	}
+	p.peers = deleteAt(p.peers, drop)
+	// A changed peer starts afresh where it is; the new ones join the slice together.
+	var add []peer
 	for _, t := range put {
-		if pe, ok := p.peers[t.Key]; ok {
+		if pe := p.peerLocked(t.Key); pe != nil {
 			if pe.addr == t.Addr {
 				continue
 			}
-			changed = append(changed, p.forgetLocked(t.Key, pe)...)
+			changed = append(changed, p.forgetLocked(pe)...)
+			*pe = peer{key: t.Key, addr: t.Addr}
+		} else {
+			add = append(add, peer{key: t.Key, addr: t.Addr})
 		}
-		p.peers[t.Key] = &peer{addr: t.Addr}
 		// A new peer is probed soon rather than when the rotation comes round to it.
 		p.suspects = append(p.suspects, t.Key)
 	}
+	p.peers = merge(p.peers, add)
 	p.mu.Unlock()
 	for _, f := range changed {
 		f()
 	}
 }
 
-// forgetLocked drops a peer, returning the hook calls its going makes.
-func (p *Prober) forgetLocked(k string, pe *peer) []func() {
-	delete(p.peers, k)
+// forgetLocked forgets what was seen of a peer, which is leaving or starting afresh, returning
+// the hook calls this makes.
+func (p *Prober) forgetLocked(pe *peer) []func() {
+	delete(p.lost, pe.key)
 	if pe.answered {
 		p.answered--
 	}
@@ -195,11 +239,67 @@ func (p *Prober) forgetLocked(k string, pe *peer) []func() {
 		return nil
 	}
 	p.down--
-	t, n := Target{Key: k, Addr: pe.addr}, p.down
+	t, n := Target{Key: pe.key, Addr: pe.addr}, p.down
 	if p.hooks.Changed == nil {
 		return nil
 	}
 	return []func(){func() { p.hooks.Changed(t, false, n) }}
+}
+
+// deleteAt removes the peers at the indices drop (in any order, maybe repeated) from ps,
+// keeping the others' order, and lets a slice that fell to a quarter of its room go for a
+// smaller one.
+func deleteAt(ps []peer, drop []int) []peer {
+	if len(drop) == 0 {
+		return ps
+	}
+	slices.Sort(drop)
+	drop = slices.Compact(drop)
+	n, d := 0, 0
+	for i := range ps {
+		if d < len(drop) && drop[d] == i {
+			d++
+			continue
+		}
+		ps[n] = ps[i]
+		n++
+	}
+	clear(ps[n:]) // lets go of the keys
+	ps = ps[:n]
+	if cap(ps) > 4*len(ps) {
+		ps = slices.Clone(ps)
+	}
+	return ps
+}
+
+// merge adds the peers add to ps, sorted by key, keeping it sorted: one pass from the back, in
+// place. Their keys are not in ps; one repeated in add counts once, its last.
+func merge(ps, add []peer) []peer {
+	if len(add) == 0 {
+		return ps
+	}
+	slices.SortStableFunc(add, func(a, b peer) int { return strings.Compare(a.key, b.key) })
+	n := 0
+	for i := range add {
+		if i+1 < len(add) && add[i+1].key == add[i].key {
+			continue
+		}
+		add[n] = add[i]
+		n++
+	}
+	add = add[:n]
+	i, j := len(ps)-1, len(add)-1
+	ps = slices.Grow(ps, len(add))[:len(ps)+len(add)]
+	for k := len(ps) - 1; j >= 0; k-- {
+		if i >= 0 && ps[i].key > add[j].key {
+			ps[k] = ps[i]
+			i--
+		} else {
+			ps[k] = add[j]
+			j--
+		}
+	}
+	return ps
 }
 
 // Summary returns the Prober's view now.
@@ -217,17 +317,40 @@ func (p *Prober) Unreachable() []Unreachable {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Unreachable
-	for k, pe := range p.peers {
-		if pe.down {
-			out = append(out, Unreachable{Target: Target{Key: k, Addr: pe.addr}, Since: pe.since, LastErr: pe.lastErr})
+	for k, l := range p.lost { // an unreachable peer has lost its last probes
+		if pe := p.peerLocked(k); pe != nil && pe.down {
+			out = append(out, Unreachable{Target: Target{Key: k, Addr: pe.addr}, Since: l.since, LastErr: l.lastErr})
 		}
 	}
 	slices.SortFunc(out, func(a, b Unreachable) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
+// nextLocked is the index of the rotation's next peer: the first after the key it came to
+// last, or the first of all at the start of a pass, when the last ran out; false when there
+// are none. The peers are sorted by key, so every peer there at the start of a pass comes up
+// within it, however many come and go meanwhile.
+func (p *Prober) nextLocked() (int, bool) {
+	if len(p.peers) == 0 {
+		return 0, false
+	}
+	i := 0
+	if p.rotOn {
+		j, found := p.findLocked(p.rotKey)
+		if found {
+			j++
+		}
+		if j < len(p.peers) {
+			i = j
+		}
+	}
+	p.rotKey, p.rotOn = p.peers[i].key, true
+	return i, true
+}
+
 // rotation walks the keys of the peers in order, through a snapshot of them taken again when
-// it runs out, so that every peer there at the start of a pass comes up within it.
+// it runs out, so that every peer there at the start of a pass comes up within it: the
+// Transport's (the Prober's peers are sorted already: see Prober.nextLocked).
 type rotation struct {
 	cycle  []string
 	cursor int // next index into cycle
@@ -273,41 +396,46 @@ func (p *Prober) round() []Target {
 	defer p.mu.Unlock()
 	budget := p.cfg.PerInterval
 	var out []Target
-	picked := map[string]bool{}
-	take := func(k string) bool {
-		pe, ok := p.peers[k]
-		if !ok || picked[k] || pe.inFlight {
+	// Peers picked are marked, not kept in a set: the suspects may be every peer, and one
+	// pass over the records clears the marks.
+	defer func() {
+		for i := range p.peers {
+			p.peers[i].picked = false
+		}
+	}()
+	take := func(pe *peer) bool {
+		if pe == nil || pe.picked || pe.inFlight {
 			return false
 		}
-		picked[k] = true
+		pe.picked = true
 		pe.inFlight = true
-		out = append(out, Target{Key: k, Addr: pe.addr})
+		out = append(out, Target{Key: pe.key, Addr: pe.addr})
 		return true
 	}
 	// Suspects (new peers, peers with lost probes) within half the budget; those probed
 	// go to the back of the queue, those cleared leave it.
 	keep, taken := p.suspects[:0], []string(nil)
 	for _, k := range p.suspects {
-		pe, ok := p.peers[k]
-		if !ok || !pe.suspect() || picked[k] {
+		pe := p.peerLocked(k)
+		if pe == nil || !pe.suspect() || pe.picked {
 			continue
 		}
-		if len(taken) < max(budget/2, 1) && take(k) {
+		if len(taken) < max(budget/2, 1) && take(pe) {
 			taken = append(taken, k)
 			continue
 		}
-		picked[k] = true // kept once
+		pe.picked = true // kept once
 		keep = append(keep, k)
 	}
 	p.suspects = append(keep, taken...)
-	// The rotation: through a snapshot of the keys, taken again when it runs out, so that
+	// The rotation: through the peers in order, starting again when it runs out, so that
 	// every peer there at its start is probed within Summary.Period.
 	for tries := 0; len(out) < budget && tries <= len(p.peers); tries++ {
-		k, ok := p.rot.next(maps.Keys(p.peers))
+		i, ok := p.nextLocked()
 		if !ok {
 			break
 		}
-		take(k)
+		take(&p.peers[i])
 	}
 	return out
 }
@@ -320,7 +448,7 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()
-		if pe, ok := p.peers[t.Key]; ok {
+		if pe := p.peerLocked(t.Key); pe != nil {
 			pe.inFlight = false
 		}
 		p.mu.Unlock()
@@ -330,23 +458,26 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 		p.hooks.Result(outcomeOf(err), rtt)
 	}
 	p.mu.Lock()
-	pe, ok := p.peers[t.Key]
-	if !ok || pe.addr != t.Addr {
+	pe := p.peerLocked(t.Key)
+	if pe == nil || pe.addr != t.Addr {
 		p.mu.Unlock()
 		return // gone or changed meanwhile
 	}
 	pe.inFlight, pe.probed = false, true
 	wasAnswered, wasDown := pe.answered, pe.down
 	if err == nil {
-		pe.fails, pe.lastErr, pe.answered, pe.down = 0, "", true, false
+		delete(p.lost, pe.key)
+		pe.failing, pe.answered, pe.down = false, true, false
 	} else {
-		if pe.fails == 0 {
-			pe.since = sent
+		l := p.lost[pe.key]
+		if l == nil {
+			l = &lost{since: sent}
+			p.lost[pe.key] = l
 			p.suspects = append(p.suspects, t.Key) // probed again each round until it answers
 		}
-		pe.fails++
-		pe.lastErr, pe.answered = err.Error(), false
-		pe.down = pe.fails >= p.cfg.Failures
+		l.fails++
+		l.lastErr = err.Error()
+		pe.failing, pe.answered, pe.down = true, false, l.fails >= p.cfg.Failures
 	}
 	if pe.answered != wasAnswered {
 		if pe.answered {
