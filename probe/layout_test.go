@@ -5,46 +5,38 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 )
 
-// checkPeers fails unless the Prober's peers are sorted by key, once each, and are exactly
-// want (key to address), and its side map holds only failing peers.
+// checkPeers fails unless the Prober's table holds exactly want (key to address), each once,
+// its index and slots agreeing, and its side map holds only failing peers.
 func checkPeers(t *testing.T, p *Prober, want map[string]netip.Addr) {
 	t.Helper()
-	if !slices.IsSortedFunc(p.peers, func(a, b peer) int { return strings.Compare(a.key, b.key) }) {
-		t.Fatalf("peers not sorted: %v", p.peers)
-	}
+	checkTable(t, &p.peers)
 	got := map[string]netip.Addr{}
-	for _, pe := range p.peers {
-		if _, dup := got[pe.key]; dup {
-			t.Fatalf("%s twice", pe.key)
-		}
-		got[pe.key] = pe.addr
+	for k, pe := range p.peers.all() {
+		got[k] = pe.addr
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("peers %v, want %v", got, want)
 	}
 	for k := range p.lost {
-		if pe := p.peerLocked(k); pe == nil || !pe.failing {
+		if pe := p.peers.get(k); pe == nil || !pe.failing {
 			t.Fatalf("%s in the side map, not failing", k)
 		}
 	}
-	for _, pe := range p.peers {
-		if _, ok := p.lost[pe.key]; ok != pe.failing {
-			t.Fatalf("%s failing=%v, in the side map %v", pe.key, pe.failing, ok)
+	for k, pe := range p.peers.all() {
+		if _, ok := p.lost[k]; ok != pe.failing {
+			t.Fatalf("%s failing=%v, in the side map %v", k, pe.failing, ok)
 		}
 	}
 }
 
-// TestUpdateKeepsPeersSorted: whatever Updates and Sets do (keys put twice in one Update,
-// removed and put back in one, removed twice or absent), the peers stay sorted, once each,
-// as the changes say.
-func TestUpdateKeepsPeersSorted(t *testing.T) {
+// TestUpdateKeepsPeers: whatever Updates and Sets do (keys put twice in one Update, removed
+// and put back in one, removed twice or absent), the peers are as the changes say, once each.
+func TestUpdateKeepsPeers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	p := New(Config{}, newFakePinger(), Hooks{})
 	want := map[string]netip.Addr{}
@@ -139,7 +131,7 @@ func TestRotationWhilePeersChange(t *testing.T) {
 	for len(p.suspects) > 0 {
 		runRound(p)
 	}
-	p.rotOn = false // a pass starts now
+	p.peers.next = 0 // a pass starts now
 	rounds := int(p.Summary().Period / time.Second)
 	clear(f.sent)
 	for i := range rounds {
@@ -159,17 +151,31 @@ func TestRotationWhilePeersChange(t *testing.T) {
 	}
 }
 
-// TestPeerSize: a peer's record stays small; it is kept for every peer.
+// TestPeerSize: the records kept for every peer stay small.
 func TestPeerSize(t *testing.T) {
-	if n := unsafe.Sizeof(peer{}); n > 48 {
-		t.Errorf("a peer takes %d bytes, more than 48", n)
+	if n := unsafe.Sizeof(slot[peer]{}); n > 48 {
+		t.Errorf("a Prober's peer takes %d bytes, more than 48", n)
+	}
+	if n := unsafe.Sizeof(slot[tpeer]{}); n > 80 {
+		t.Errorf("a Transport's peer takes %d bytes, more than 80", n)
 	}
 }
 
 // BenchmarkProberMemory reports what a Prober keeps per peer (B/peer) once it has 20,000
-// targets and has started probing them (a round takes the rotation's first pass): the heap in
-// use then over before, the targets themselves (the caller's, keys included) excluded.
+// targets and has started probing them (a round takes the rotation's first pass).
 func BenchmarkProberMemory(b *testing.B) {
+	heapPerPeer(b, func(ts []Target) any {
+		p := New(Config{}, newFakePinger(), Hooks{})
+		p.Set(ts)
+		p.round()
+		return p
+	})
+}
+
+// heapPerPeer reports the heap in use after build makes its checker for 20,000 targets over
+// the heap before, per peer (B/peer): the targets themselves (the caller's, keys included)
+// excluded.
+func heapPerPeer(b *testing.B, build func([]Target) any) {
 	const n = 20000
 	ts := targets(n)
 	var perPeer float64
@@ -177,13 +183,11 @@ func BenchmarkProberMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		p := New(Config{}, newFakePinger(), Hooks{})
-		p.Set(ts)
-		p.round()
+		kept := build(ts)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		perPeer = float64(after.HeapAlloc-before.HeapAlloc) / n
-		runtime.KeepAlive(p)
+		runtime.KeepAlive(kept)
 	}
 	b.ReportMetric(perPeer, "B/peer")
 }
@@ -196,4 +200,15 @@ func BenchmarkProberRound(b *testing.B) {
 	for b.Loop() {
 		runRound(p)
 	}
+}
+
+// BenchmarkTransportMemory reports what a Transport keeps per peer (B/peer) once it has
+// 20,000 targets and has picked its first.
+func BenchmarkTransportMemory(b *testing.B) {
+	heapPerPeer(b, func(ts []Target) any {
+		tr := NewTransport(TransportConfig{MTU: 1450}, newFakePinger(), newFakeChecker(), TransportHooks{})
+		tr.Set(ts)
+		tr.next()
+		return tr
+	})
 }

@@ -17,7 +17,6 @@ package probe
 import (
 	"context"
 	"errors"
-	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -104,17 +103,16 @@ type Summary struct {
 // symptoms too).
 func (s Summary) Isolated() bool { return s.Targets >= 2 && s.Answered == 0 && s.Unreachable >= 2 }
 
-// peer is what the Prober keeps of every target: 48 bytes on 64-bit platforms, the key (whose
-// bytes are the caller's) and the address, the flags in what would be padding.
+// peer is what the Prober keeps of every target (beside its key, in the table): 32 bytes on
+// 64-bit platforms, the flags in what would be the address's padding.
 type peer struct {
-	key      string
 	addr     netip.Addr
 	probed   bool // a probe's outcome is known
 	answered bool // the last probe was answered
 	down     bool // its lost probes reached Failures
 	failing  bool // its last probe was lost: it has an entry in Prober.lost
 	inFlight bool
-	picked   bool // by the round being picked (to probe, or kept a suspect); it clears it
+	queued   bool // in Prober.suspects (once: a round drops the repeats)
 }
 
 // suspect reports whether the peer is probed out of turn: never yet, or since a lost probe.
@@ -129,15 +127,10 @@ type lost struct {
 
 // Prober probes peers; its methods are safe for concurrent use.
 //
-// Its peers are a slice of records sorted by key, not a map, for thousands of peers take
-// memory: a record (48 bytes) each, where a map of pointers to records took a slot in the
-// map (a third of it empty on average), a record of their own and, for the rotation, a copy
-// of the keys. A peer is found by binary search; the rotation walks the slice in order from
-// the key it came to last, with no snapshot of the keys. Adding or removing peers moves part
-// of the slice, once per Update however many peers it changes. A round marks the peers it
-// picks in their records, not in a set of keys (the suspects may be every peer). What lost
-// probes leave to report (since when, the last error) is kept aside, in lost: few peers have
-// lost their last probe.
+// Its peers are a table of small records (see table): what it keeps of every peer is a slot
+// in the table's map and a record of 32 bytes with the key; the rotation walks the table's
+// slots, with no copy of the keys. What lost probes leave to report (since when, the last
+// error) is kept aside, in lost: few peers have lost their last probe.
 type Prober struct {
 	cfg    Config
 	pinger Pinger
@@ -145,10 +138,8 @@ type Prober struct {
 	now    func() time.Time
 
 	mu       sync.Mutex
-	peers    []peer           // sorted by key
+	peers    table[peer]
 	lost     map[string]*lost // of the peers whose last probe was lost (failing)
-	rotKey   string           // the key the rotation came to last, when rotOn
-	rotOn    bool             // the rotation has begun: it resumes after rotKey
 	suspects []string         // keys with lost probes, probed again each round, oldest first
 	answered int              // peers whose last probe was answered
 	down     int              // peers that are unreachable
@@ -159,20 +150,6 @@ func New(cfg Config, pinger Pinger, hooks Hooks) *Prober {
 	return &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
 }
 
-// findLocked returns the index of the peer with key k, or where it would go, and whether it is
-// there.
-func (p *Prober) findLocked(k string) (int, bool) {
-	return slices.BinarySearchFunc(p.peers, k, func(pe peer, k string) int { return strings.Compare(pe.key, k) })
-}
-
-// peerLocked returns the peer with key k, or nil; the pointer is good until the peers change.
-func (p *Prober) peerLocked(k string) *peer {
-	if i, ok := p.findLocked(k); ok {
-		return &p.peers[i]
-	}
-	return nil
-}
-
 // Set makes the targets exactly ts (a full resync of the data plane).
 func (p *Prober) Set(ts []Target) {
 	keep := make(map[string]bool, len(ts))
@@ -181,9 +158,9 @@ func (p *Prober) Set(ts []Target) {
 	}
 	var gone []Target
 	p.mu.Lock()
-	for _, pe := range p.peers {
-		if !keep[pe.key] {
-			gone = append(gone, Target{Key: pe.key})
+	for k := range p.peers.all() {
+		if !keep[k] {
+			gone = append(gone, Target{Key: k})
 		}
 	}
 	p.mu.Unlock()
@@ -192,46 +169,46 @@ func (p *Prober) Set(ts []Target) {
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
 // count): the peers an incremental convergence changed. A target whose address changed starts
-// afresh.
+// afresh. It costs what it changes, however many peers there are.
 func (p *Prober) Update(put, removed []Target) {
 	var changed []func()
 	p.mu.Lock()
-	// The removed peers leave the slice in one pass, before the puts, which may bring them
-	// back.
-	var drop []int
 	for _, t := range removed {
-		if i, ok := p.findLocked(t.Key); ok {
-			changed = append(changed, p.forgetLocked(&p.peers[i])...)
-			drop = append(drop, i)
+		if pe, ok := p.peers.remove(t.Key); ok {
+			changed = append(changed, p.forgetLocked(t.Key, &pe)...)
 		}
 	}
-	p.peers = deleteAt(p.peers, drop)
-	// A changed peer starts afresh where it is; the new ones join the slice together.
-	var add []peer
+	p.peers.reserveFor(put)
 	for _, t := range put {
-		if pe := p.peerLocked(t.Key); pe != nil {
+		pe, added := p.peers.put(t.Key)
+		if !added {
 			if pe.addr == t.Addr {
 				continue
 			}
-			changed = append(changed, p.forgetLocked(pe)...)
-			*pe = peer{key: t.Key, addr: t.Addr}
-		} else {
-			add = append(add, peer{key: t.Key, addr: t.Addr})
+			changed = append(changed, p.forgetLocked(t.Key, pe)...)
 		}
+		*pe = peer{addr: t.Addr}
 		// A new peer is probed soon rather than when the rotation comes round to it.
-		p.suspects = append(p.suspects, t.Key)
+		p.queueLocked(t.Key, pe)
 	}
-	p.peers = merge(p.peers, add)
 	p.mu.Unlock()
 	for _, f := range changed {
 		f()
 	}
 }
 
-// forgetLocked forgets what was seen of a peer, which is leaving or starting afresh, returning
-// the hook calls this makes.
-func (p *Prober) forgetLocked(pe *peer) []func() {
-	delete(p.lost, pe.key)
+// queueLocked puts the peer k in the queue of suspects, unless it is there.
+func (p *Prober) queueLocked(k string, pe *peer) {
+	if !pe.queued {
+		pe.queued = true
+		p.suspects = append(p.suspects, k)
+	}
+}
+
+// forgetLocked forgets what was seen of the peer k, which is leaving or starting afresh,
+// returning the hook calls this makes.
+func (p *Prober) forgetLocked(k string, pe *peer) []func() {
+	delete(p.lost, k)
 	if pe.answered {
 		p.answered--
 	}
@@ -239,67 +216,11 @@ func (p *Prober) forgetLocked(pe *peer) []func() {
 		return nil
 	}
 	p.down--
-	t, n := Target{Key: pe.key, Addr: pe.addr}, p.down
+	t, n := Target{Key: k, Addr: pe.addr}, p.down
 	if p.hooks.Changed == nil {
 		return nil
 	}
 	return []func(){func() { p.hooks.Changed(t, false, n) }}
-}
-
-// deleteAt removes the peers at the indices drop (in any order, maybe repeated) from ps,
-// keeping the others' order, and lets a slice that fell to a quarter of its room go for a
-// smaller one.
-func deleteAt(ps []peer, drop []int) []peer {
-	if len(drop) == 0 {
-		return ps
-	}
-	slices.Sort(drop)
-	drop = slices.Compact(drop)
-	n, d := 0, 0
-	for i := range ps {
-		if d < len(drop) && drop[d] == i {
-			d++
-			continue
-		}
-		ps[n] = ps[i]
-		n++
-	}
-	clear(ps[n:]) // lets go of the keys
-	ps = ps[:n]
-	if cap(ps) > 4*len(ps) {
-		ps = slices.Clone(ps)
-	}
-	return ps
-}
-
-// merge adds the peers add to ps, sorted by key, keeping it sorted: one pass from the back, in
-// place. Their keys are not in ps; one repeated in add counts once, its last.
-func merge(ps, add []peer) []peer {
-	if len(add) == 0 {
-		return ps
-	}
-	slices.SortStableFunc(add, func(a, b peer) int { return strings.Compare(a.key, b.key) })
-	n := 0
-	for i := range add {
-		if i+1 < len(add) && add[i+1].key == add[i].key {
-			continue
-		}
-		add[n] = add[i]
-		n++
-	}
-	add = add[:n]
-	i, j := len(ps)-1, len(add)-1
-	ps = slices.Grow(ps, len(add))[:len(ps)+len(add)]
-	for k := len(ps) - 1; j >= 0; k-- {
-		if i >= 0 && ps[i].key > add[j].key {
-			ps[k] = ps[i]
-			i--
-		} else {
-			ps[k] = add[j]
-			j--
-		}
-	}
-	return ps
 }
 
 // Summary returns the Prober's view now.
@@ -307,8 +228,8 @@ func (p *Prober) Summary() Summary {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rot := max(p.cfg.PerInterval-p.cfg.PerInterval/2, 1)
-	rounds := (len(p.peers) + rot - 1) / rot
-	return Summary{Targets: len(p.peers), Answered: p.answered, Unreachable: p.down,
+	rounds := (p.peers.len() + rot - 1) / rot
+	return Summary{Targets: p.peers.len(), Answered: p.answered, Unreachable: p.down,
 		Period: time.Duration(max(rounds, 1)) * p.cfg.Interval}
 }
 
@@ -318,57 +239,12 @@ func (p *Prober) Unreachable() []Unreachable {
 	defer p.mu.Unlock()
 	var out []Unreachable
 	for k, l := range p.lost { // an unreachable peer has lost its last probes
-		if pe := p.peerLocked(k); pe != nil && pe.down {
+		if pe := p.peers.get(k); pe != nil && pe.down {
 			out = append(out, Unreachable{Target: Target{Key: k, Addr: pe.addr}, Since: l.since, LastErr: l.lastErr})
 		}
 	}
 	slices.SortFunc(out, func(a, b Unreachable) int { return strings.Compare(a.Key, b.Key) })
 	return out
-}
-
-// nextLocked is the index of the rotation's next peer: the first after the key it came to
-// last, or the first of all at the start of a pass, when the last ran out; false when there
-// are none. The peers are sorted by key, so every peer there at the start of a pass comes up
-// within it, however many come and go meanwhile.
-func (p *Prober) nextLocked() (int, bool) {
-	if len(p.peers) == 0 {
-		return 0, false
-	}
-	i := 0
-	if p.rotOn {
-		j, found := p.findLocked(p.rotKey)
-		if found {
-			j++
-		}
-		if j < len(p.peers) {
-			i = j
-		}
-	}
-	p.rotKey, p.rotOn = p.peers[i].key, true
-	return i, true
-}
-
-// rotation walks the keys of the peers in order, through a snapshot of them taken again when
-// it runs out, so that every peer there at the start of a pass comes up within it: the
-// Transport's (the Prober's peers are sorted already: see Prober.nextLocked).
-type rotation struct {
-	cycle  []string
-	cursor int // next index into cycle
-}
-
-// next is the next key, from a new snapshot of keys when the last ran out; false when there
-// are none.
-func (r *rotation) next(keys iter.Seq[string]) (string, bool) {
-	if r.cursor >= len(r.cycle) {
-		r.cycle = slices.AppendSeq(r.cycle[:0], keys)
-		slices.Sort(r.cycle)
-		r.cursor = 0
-		if len(r.cycle) == 0 {
-			return "", false
-		}
-	}
-	r.cursor++
-	return r.cycle[r.cursor-1], true
 }
 
 // Run probes until ctx is done: a round every Interval.
@@ -396,46 +272,47 @@ func (p *Prober) round() []Target {
 	defer p.mu.Unlock()
 	budget := p.cfg.PerInterval
 	var out []Target
-	// Peers picked are marked, not kept in a set: the suspects may be every peer, and one
-	// pass over the records clears the marks.
-	defer func() {
-		for i := range p.peers {
-			p.peers[i].picked = false
-		}
-	}()
-	take := func(pe *peer) bool {
-		if pe == nil || pe.picked || pe.inFlight {
+	// In flight, a peer is not taken again (by the rotation after the suspects, say).
+	take := func(k string, pe *peer) bool {
+		if pe.inFlight {
 			return false
 		}
-		pe.picked = true
 		pe.inFlight = true
-		out = append(out, Target{Key: pe.key, Addr: pe.addr})
+		out = append(out, Target{Key: k, Addr: pe.addr})
 		return true
 	}
 	// Suspects (new peers, peers with lost probes) within half the budget; those probed
-	// go to the back of the queue, those cleared leave it.
+	// go to the back of the queue, those cleared leave it, and so do the repeats of a peer
+	// (gone and back, or changed, while queued): the first seen unmarks it.
 	keep, taken := p.suspects[:0], []string(nil)
 	for _, k := range p.suspects {
-		pe := p.peerLocked(k)
-		if pe == nil || !pe.suspect() || pe.picked {
+		pe := p.peers.get(k)
+		if pe == nil || !pe.queued {
 			continue
 		}
-		if len(taken) < max(budget/2, 1) && take(pe) {
+		pe.queued = false
+		if !pe.suspect() {
+			continue
+		}
+		if len(taken) < max(budget/2, 1) && take(k, pe) {
 			taken = append(taken, k)
 			continue
 		}
-		pe.picked = true // kept once
 		keep = append(keep, k)
 	}
+	clear(p.suspects[len(keep):]) // lets go of the keys dropped
 	p.suspects = append(keep, taken...)
-	// The rotation: through the peers in order, starting again when it runs out, so that
-	// every peer there at its start is probed within Summary.Period.
-	for tries := 0; len(out) < budget && tries <= len(p.peers); tries++ {
-		i, ok := p.nextLocked()
+	for _, k := range p.suspects {
+		p.peers.get(k).queued = true
+	}
+	// The rotation: through the table's peers in turn, so that every peer there at the
+	// start of a pass is probed within Summary.Period.
+	for tries := 0; len(out) < budget && tries <= p.peers.len(); tries++ {
+		k, pe, ok := p.peers.rotate()
 		if !ok {
 			break
 		}
-		take(&p.peers[i])
+		take(k, pe)
 	}
 	return out
 }
@@ -448,7 +325,7 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()
-		if pe := p.peerLocked(t.Key); pe != nil {
+		if pe := p.peers.get(t.Key); pe != nil {
 			pe.inFlight = false
 		}
 		p.mu.Unlock()
@@ -458,7 +335,7 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 		p.hooks.Result(outcomeOf(err), rtt)
 	}
 	p.mu.Lock()
-	pe := p.peerLocked(t.Key)
+	pe := p.peers.get(t.Key)
 	if pe == nil || pe.addr != t.Addr {
 		p.mu.Unlock()
 		return // gone or changed meanwhile
@@ -466,14 +343,14 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 	pe.inFlight, pe.probed = false, true
 	wasAnswered, wasDown := pe.answered, pe.down
 	if err == nil {
-		delete(p.lost, pe.key)
+		delete(p.lost, t.Key)
 		pe.failing, pe.answered, pe.down = false, true, false
 	} else {
-		l := p.lost[pe.key]
+		l := p.lost[t.Key]
 		if l == nil {
 			l = &lost{since: sent}
-			p.lost[pe.key] = l
-			p.suspects = append(p.suspects, t.Key) // probed again each round until it answers
+			p.lost[t.Key] = l
+			p.queueLocked(t.Key, pe) // probed again each round until it answers
 		}
 		l.fails++
 		l.lastErr = err.Error()

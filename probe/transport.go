@@ -3,7 +3,7 @@ package probe
 import (
 	"context"
 	"errors"
-	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +18,7 @@ type TransportConfig struct {
 	// error); default 3 s.
 	Gap      time.Duration
 	Timeout  time.Duration // for an answer; default 1 s
-	Failures int           // checks in a row with the signature that make a peer broken; default 3
+	Failures int           // checks in a row with the signature that make a peer broken; default 3, at most 255
 	// MTU is the largest packet the node's pods send through the overlay (their MTU): each
 	// check sends echoes that large too, which must arrive whole, to the peer's VTEP address
 	// and to an address the peer forwards to its pods (Target.Behind); a peer whose path
@@ -40,6 +40,7 @@ func (c TransportConfig) withDefaults() TransportConfig {
 	if c.Failures <= 0 {
 		c.Failures = 3
 	}
+	c.Failures = min(c.Failures, 255) // counted in a byte
 	return c
 }
 
@@ -76,6 +77,10 @@ type TransportHooks struct {
 // Peers whose last check showed the signature or a lost large echo are checked out of turn
 // (no more often than Gap each); the others in rotation. Its methods are safe for concurrent
 // use.
+//
+// Its peers are a table of small records (see table); those checked out of turn, few, are
+// kept in a set besides, so that picking one and listing the broken or short costs what they
+// are, not what the cluster is.
 type Transport struct {
 	cfg     TransportConfig
 	pinger  Pinger
@@ -83,67 +88,82 @@ type Transport struct {
 	hooks   TransportHooks
 	now     func() time.Time
 
-	mu    sync.Mutex
-	peers map[string]*tpeer
-	rot   rotation
+	mu       sync.Mutex
+	peers    table[tpeer]
+	suspects map[string]bool // the keys of the peers whose suspect() holds
 }
 
-// tpeer is what a Transport keeps of one target.
+// tpeer is what a Transport keeps of one target (beside its key, in the table): 64 bytes on
+// 64-bit platforms.
 type tpeer struct {
-	addr     Target
-	bad      int       // checks in a row with the signature
-	broken   bool      // bad reached Failures
-	recheck  bool      // Recheck asked for a verdict: a broken one is told again
-	last     time.Time // the last check's start
-	inFlight bool
-	big      int    // checks in a row whose echoes of MTU bytes showed a short path
-	short    bool   // big reached Failures: the path carries less than MTU
-	pmtu     uint16 // what a router on the path said it passes on; 0: not said
+	addr, behind netip.Addr // the target's
+	last         int64      // the last check's start (Unix nanoseconds)
+	pmtu         uint16     // what a router on the path said it passes on; 0: not said
+	bad          uint8      // checks in a row with the signature (up to Failures)
+	big          uint8      // checks in a row whose echoes of MTU bytes showed a short path
+	broken       bool       // bad reached Failures
+	recheck      bool       // Recheck asked for a verdict: a broken one is told again
+	short        bool       // big reached Failures: the path carries less than MTU
+	inFlight     bool
 }
 
 // suspect reports whether the peer is checked out of turn.
 func (pe *tpeer) suspect() bool { return pe.bad > 0 || pe.recheck || pe.big > 0 }
 
+// target is the Target the peer k was given.
+func (pe *tpeer) target(k string) Target { return Target{Key: k, Addr: pe.addr, Behind: pe.behind} }
+
 // NewTransport returns a Transport sending its echoes with pinger and its TCP and UDP with
 // checker.
 func NewTransport(cfg TransportConfig, pinger Pinger, checker Checker, hooks TransportHooks) *Transport {
 	return &Transport{cfg: cfg.withDefaults(), pinger: pinger, checker: checker, hooks: hooks,
-		now: time.Now, peers: map[string]*tpeer{}}
+		now: time.Now, suspects: map[string]bool{}}
 }
 
 // Set makes the targets exactly ts.
 func (tr *Transport) Set(ts []Target) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	keep := make(map[string]bool, len(ts))
 	for _, t := range ts {
 		keep[t.Key] = true
 	}
-	for k := range tr.peers {
+	tr.mu.Lock()
+	var gone []Target
+	for k := range tr.peers.all() {
 		if !keep[k] {
-			delete(tr.peers, k)
+			gone = append(gone, Target{Key: k})
 		}
 	}
-	tr.putLocked(ts)
+	tr.mu.Unlock()
+	tr.Update(ts, gone)
 }
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
-// count). A target whose address changed starts afresh.
+// count). A target whose address changed starts afresh. It costs what it changes, however
+// many peers there are.
 func (tr *Transport) Update(put, removed []Target) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for _, t := range removed {
-		delete(tr.peers, t.Key)
+		tr.peers.remove(t.Key)
+		delete(tr.suspects, t.Key)
 	}
-	tr.putLocked(put)
-}
-
-func (tr *Transport) putLocked(ts []Target) {
-	for _, t := range ts {
-		if pe, ok := tr.peers[t.Key]; ok && pe.addr == t {
+	tr.peers.reserveFor(put)
+	for _, t := range put {
+		pe, _ := tr.peers.put(t.Key)
+		if pe.addr == t.Addr && pe.behind == t.Behind {
 			continue
 		}
-		tr.peers[t.Key] = &tpeer{addr: t}
+		*pe = tpeer{addr: t.Addr, behind: t.Behind}
+		delete(tr.suspects, t.Key)
+	}
+}
+
+// noteLocked keeps the set of suspects in step with the peer k's record.
+func (tr *Transport) noteLocked(k string, pe *tpeer) {
+	if pe.suspect() {
+		tr.suspects[k] = true
+	} else {
+		delete(tr.suspects, k)
 	}
 }
 
@@ -153,8 +173,9 @@ func (tr *Transport) putLocked(ts []Target) {
 func (tr *Transport) Recheck(key string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if pe, ok := tr.peers[key]; ok {
+	if pe := tr.peers.get(key); pe != nil {
 		pe.bad, pe.recheck = 0, true
+		tr.noteLocked(key, pe)
 	}
 }
 
@@ -164,9 +185,9 @@ func (tr *Transport) Broken() []Target {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var out []Target
-	for _, pe := range tr.peers {
-		if pe.broken && !pe.recheck {
-			out = append(out, pe.addr)
+	for k := range tr.suspects { // a broken peer is a suspect
+		if pe := tr.peers.get(k); pe != nil && pe.broken && !pe.recheck {
+			out = append(out, pe.target(k))
 		}
 	}
 	slices.SortFunc(out, func(a, b Target) int { return strings.Compare(a.Key, b.Key) })
@@ -186,9 +207,9 @@ func (tr *Transport) Short() []ShortPath {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var out []ShortPath
-	for _, pe := range tr.peers {
-		if pe.short {
-			out = append(out, ShortPath{Target: pe.addr, MTU: int(pe.pmtu)})
+	for k := range tr.suspects { // a short path's peer is a suspect
+		if pe := tr.peers.get(k); pe != nil && pe.short {
+			out = append(out, ShortPath{Target: pe.target(k), MTU: int(pe.pmtu)})
 		}
 	}
 	slices.SortFunc(out, func(a, b ShortPath) int { return strings.Compare(a.Key, b.Key) })
@@ -218,31 +239,33 @@ func (tr *Transport) Run(ctx context.Context) {
 func (tr *Transport) next() (Target, bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	now := tr.now()
+	now := tr.now().UnixNano()
 	// Half an interval's slack: the ticker's rounds, not the picks, are Interval apart, and
 	// a peer due a moment after its round would wait a whole interval more.
-	due := func(pe *tpeer) bool { return !pe.inFlight && now.Sub(pe.last) >= tr.cfg.Gap-tr.cfg.Interval/2 }
+	gap := int64(tr.cfg.Gap - tr.cfg.Interval/2)
+	due := func(pe *tpeer) bool { return !pe.inFlight && now-pe.last >= gap }
 	var pick *tpeer
-	for _, pe := range tr.peers {
-		if pe.suspect() && due(pe) && (pick == nil || pe.last.Before(pick.last) ||
-			pe.last.Equal(pick.last) && pe.addr.Key < pick.addr.Key) {
-			pick = pe
+	var key string
+	for k := range tr.suspects {
+		pe := tr.peers.get(k)
+		if pe != nil && due(pe) && (pick == nil || pe.last < pick.last || pe.last == pick.last && k < key) {
+			pick, key = pe, k
 		}
 	}
-	for tries := 0; pick == nil && tries <= len(tr.peers); tries++ {
-		k, ok := tr.rot.next(maps.Keys(tr.peers))
+	for tries := 0; pick == nil && tries <= tr.peers.len(); tries++ {
+		k, pe, ok := tr.peers.rotate()
 		if !ok {
 			break
 		}
-		if pe := tr.peers[k]; pe != nil && due(pe) {
-			pick = pe
+		if due(pe) {
+			pick, key = pe, k
 		}
 	}
 	if pick == nil {
 		return Target{}, false
 	}
 	pick.inFlight, pick.last = true, now
-	return pick.addr, true
+	return pick.target(key), true
 }
 
 // verdict is what one check of a peer shows.
@@ -274,7 +297,7 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 	cancel()
 	if ctx.Err() != nil {
 		tr.mu.Lock()
-		if pe, ok := tr.peers[t.Key]; ok {
+		if pe := tr.peers.get(t.Key); pe != nil {
 			pe.inFlight = false
 		}
 		tr.mu.Unlock()
@@ -300,8 +323,8 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 	}
 	mv, pmtu := tr.pathVerdict(errs[0], errs[3], errs[4])
 	tr.mu.Lock()
-	pe, ok := tr.peers[t.Key]
-	if !ok || pe.addr != t {
+	pe := tr.peers.get(t.Key)
+	if pe == nil || pe.target(t.Key) != t {
 		tr.mu.Unlock()
 		return // gone or changed meanwhile
 	}
@@ -312,8 +335,8 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		tell = pe.broken
 		pe.bad, pe.broken, pe.recheck = 0, false, false
 	case signature:
-		pe.bad++
-		if pe.bad >= tr.cfg.Failures && (!pe.broken || pe.recheck) {
+		pe.bad = min(pe.bad+1, uint8(tr.cfg.Failures))
+		if int(pe.bad) >= tr.cfg.Failures && (!pe.broken || pe.recheck) {
 			tell = true
 			pe.broken, pe.recheck = true, false
 		}
@@ -325,13 +348,14 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		tellMTU = pe.short
 		pe.big, pe.short = 0, false
 	case signature:
-		pe.big++
+		pe.big = min(pe.big+1, uint8(tr.cfg.Failures))
 		pe.pmtu = uint16(pmtu)
-		if pe.big >= tr.cfg.Failures && !pe.short {
+		if int(pe.big) >= tr.cfg.Failures && !pe.short {
 			tellMTU, pe.short = true, true
 		}
 	}
 	sp, short := ShortPath{Target: t, MTU: int(pe.pmtu)}, pe.short
+	tr.noteLocked(t.Key, pe)
 	tr.mu.Unlock()
 	if tell && tr.hooks.Changed != nil {
 		tr.hooks.Changed(t, broken)

@@ -1,0 +1,146 @@
+package probe
+
+import (
+	"iter"
+	"slices"
+)
+
+// table keeps a record of type R for each peer, by key, for many thousands of peers at a small
+// cost each: the records sit in one slice, where a peer keeps its slot while it stays (one
+// gone frees its slot for the next to come), with a map from key to slot. Finding, adding and
+// removing a peer cost the same however many there are, so that what an event costs grows with
+// what it changed, not with the cluster.
+//
+// Its rotation walks the slots in order, from where it stopped, round and round: every peer
+// there when a pass begins comes up within that pass, however many come and go meanwhile (a
+// newcomer may take a slot behind the cursor and wait for the next pass). Keys must not be
+// empty: an empty key marks a free slot.
+type table[R any] struct {
+	index map[string]int32
+	slots []slot[R]
+	free  []int32 // free slots, reused last first
+	next  int     // the rotation's next slot
+}
+
+// slot is a peer's key (the caller's string, not copied) and record; a free one has no key.
+type slot[R any] struct {
+	key string
+	rec R
+}
+
+// len is how many peers the table holds.
+func (t *table[R]) len() int { return len(t.index) }
+
+// get returns the record of the peer k, nil when there is none. The pointer is good until
+// the next add or remove.
+func (t *table[R]) get(k string) *R {
+	if i, ok := t.index[k]; ok {
+		return &t.slots[i].rec
+	}
+	return nil
+}
+
+// put returns the record of the peer k, a zero one in a slot of its own if k had none, and
+// whether it is new. The pointer is good until the next add or remove.
+func (t *table[R]) put(k string) (*R, bool) {
+	if i, ok := t.index[k]; ok {
+		return &t.slots[i].rec, false
+	}
+	if t.index == nil {
+		t.index = map[string]int32{}
+	}
+	var i int32
+	if n := len(t.free); n > 0 {
+		i, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		i = int32(len(t.slots))
+		t.slots = append(t.slots, slot[R]{})
+	}
+	t.slots[i] = slot[R]{key: k}
+	t.index[k] = i
+	return &t.slots[i].rec, true
+}
+
+// reserveFor makes room at once for the peers of put it does not hold (a full resync's), so
+// that the room grows to what they take rather than by doubling.
+func (t *table[R]) reserveFor(put []Target) {
+	n := 0
+	for _, tg := range put {
+		if _, ok := t.index[tg.Key]; !ok {
+			n++
+		}
+	}
+	if t.index == nil {
+		t.index = make(map[string]int32, n)
+	}
+	if more := n - len(t.free); more > 0 {
+		t.slots = slices.Grow(t.slots, more)
+	}
+}
+
+// remove forgets the peer k, returning its record, and whether it was there.
+func (t *table[R]) remove(k string) (R, bool) {
+	i, ok := t.index[k]
+	if !ok {
+		var zero R
+		return zero, false
+	}
+	rec := t.slots[i].rec
+	delete(t.index, k)
+	t.slots[i] = slot[R]{}
+	t.free = append(t.free, i)
+	t.compact()
+	return rec, true
+}
+
+// compact moves the records into the front of a smaller slice once half the slots or more
+// are free (and there are a few): the slice does not keep the room of a cluster that shrank.
+// It costs a pass over the peers once per as many removals as peers remain. The rotation
+// goes on from the first peer at or after where it was.
+func (t *table[R]) compact() {
+	if len(t.free) < 64 || 2*len(t.free) < len(t.slots) {
+		return
+	}
+	slots := make([]slot[R], 0, len(t.index))
+	next := -1
+	for i, s := range t.slots {
+		if s.key == "" {
+			continue
+		}
+		if next < 0 && i >= t.next {
+			next = len(slots)
+		}
+		t.index[s.key] = int32(len(slots))
+		slots = append(slots, s)
+	}
+	t.slots, t.free, t.next = slots, nil, max(next, 0)
+}
+
+// rotate returns the next peer of the rotation, its key and record (good until the next add
+// or remove); false when there are none.
+func (t *table[R]) rotate() (string, *R, bool) {
+	if len(t.index) == 0 {
+		return "", nil, false
+	}
+	for {
+		if t.next >= len(t.slots) {
+			t.next = 0
+		}
+		i := t.next
+		t.next++
+		if t.slots[i].key != "" {
+			return t.slots[i].key, &t.slots[i].rec, true
+		}
+	}
+}
+
+// all yields every peer's key and record, in slot order.
+func (t *table[R]) all() iter.Seq2[string, *R] {
+	return func(yield func(string, *R) bool) {
+		for i := range t.slots {
+			if t.slots[i].key != "" && !yield(t.slots[i].key, &t.slots[i].rec) {
+				return
+			}
+		}
+	}
+}
