@@ -58,7 +58,8 @@ const (
 	// show it corrupting checksums: a peer answers ICMP through the tunnel but neither TCP
 	// nor UDP.
 	OffloadAuto = "auto"
-	// OffloadOn never touches it.
+	// OffloadOn turns it on at start (an earlier run may have turned it off), and on every
+	// device weftd makes, and never off: the signature is only reported.
 	OffloadOn = "on"
 	// OffloadOff turns it off at start, and on every device weftd makes.
 	OffloadOff = "off"
@@ -105,7 +106,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "how often a round of probes checks peers through the data plane (0: no probes)")
 	fs.IntVar(&c.ProbePeers, "probe-peers", c.ProbePeers, "peers a round of probes checks at most, per IP family: every peer is probed within (peers / (this / 2)) rounds")
-	fs.StringVar(&c.TxChecksumOffload, "vxlan-tx-checksum-offload", c.TxChecksumOffload, "transmit checksum offload of the VXLAN device: auto (turned off when the probes find TCP and UDP dropped while ICMP passes through the tunnel), on (never touched), off (turned off at start)")
+	fs.StringVar(&c.TxChecksumOffload, "vxlan-tx-checksum-offload", c.TxChecksumOffload, "transmit checksum offload of the VXLAN device: auto (turned off when the probes find TCP and UDP dropped while ICMP passes through the tunnel), on (turned on at start, never off), off (turned off at start)")
 	c.KubeConfig.AddFlags(fs)
 }
 

@@ -53,9 +53,9 @@ func newOffload(st *stack) *offload {
 }
 
 // setUpOffload brings the device's offload in line with the flag and what weftd decided
-// before: at start, and whenever the device is made again. auto and on leave a device as they
-// find it (an earlier run may have turned it off for a reason); off, or an earlier decision of
-// this run, turns it off.
+// before: at start, and whenever the device is made again. auto leaves a device as it finds it
+// (an earlier run may have turned it off for a reason); off, or an earlier decision of this
+// run, turns it off; on turns it on.
 func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
 	o := st.off
 	if o == nil {
@@ -63,11 +63,20 @@ func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if d.cfg.TxChecksumOffload == OffloadOff || o.auto {
+	switch {
+	case d.cfg.TxChecksumOffload == OffloadOff || o.auto:
 		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
 			d.log.Error("turning transmit checksum offload off failed", "dev", o.dev, "err", err)
 		} else if !o.auto {
 			o.reason = "turned off by --vxlan-tx-checksum-offload=off"
+		}
+	case d.cfg.TxChecksumOffload == OffloadOn:
+		if on, err := o.plane.TxChecksumOffload(o.dev); err == nil && !on {
+			if err := o.plane.SetTxChecksumOffload(ctx, o.dev, true); err != nil {
+				d.log.Error("turning transmit checksum offload on failed", "dev", o.dev, "err", err)
+			} else {
+				d.log.Info("turned transmit checksum offload on, found off", "dev", o.dev, "mode", OffloadOn)
+			}
 		}
 	}
 	on, err := o.plane.TxChecksumOffload(o.dev)

@@ -121,13 +121,16 @@ func TestOffloadAuto(t *testing.T) {
 	r.want(t, false, []bool{false, false}, NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBack)
 }
 
-// TestOffloadModes: on never touches the device, and only reports; off turns it off at start,
-// and the signature then did not help; auto leaves a device found off as it is; a failed
-// switch leaves it on and says so.
+// TestOffloadModes: on turns a device found off on and never off, and only reports; off turns
+// it off at start, and the signature then did not help; auto leaves a device found off as it
+// is; a failed switch leaves it on and says so.
 func TestOffloadModes(t *testing.T) {
 	r := newOffloadRig(t, OffloadOn)
 	r.tell(true)
 	r.want(t, true, nil, NoticeTransportBroken)
+	r.dev.on = false
+	r.d.setUpOffload(context.Background(), r.st) // as a restart finds it, turned off before
+	r.want(t, true, []bool{true}, NoticeTransportBroken)
 
 	r = newOffloadRig(t, OffloadOff)
 	r.want(t, false, []bool{false})

@@ -166,7 +166,8 @@ func untilStatus(t *testing.T, what string, n *cluster.Node, timeout time.Durati
 // the transmit checksum offload of its flannel.1 off (read back from the device with ethtool's
 // ioctl), says so in /status and its metrics, checks n2 again and, the drop still there,
 // reports that turning it off did not help. Without the drop, n2's TCP and UDP pass again.
-// Pods ping between n2 and n3 all along and lose nothing.
+// Restarted with auto, n1 leaves the offload off; with on, it turns it back on. Pods ping
+// between n2 and n3 all along and lose nothing.
 func TestOverlayChecksumOffload(t *testing.T) {
 	c, nodes := vxlanNodes(t, "n1", "n2", "n3")
 	pods := onePodEach(t, c, nodes)
@@ -261,6 +262,23 @@ func TestOverlayChecksumOffload(t *testing.T) {
 	t.Logf("n1 found n2's TCP and UDP passing %v after the drop ended (%v in all)", time.Since(healed).Round(time.Millisecond), time.Since(dropped).Round(time.Second))
 	if !metric(n1, "weft_peers_transport_broken 0") || offloadOn() {
 		t.Errorf("n1 after the drop ended: weft_peers_transport_broken not 0, or offload on again (%t)", offloadOn())
+	}
+	// Restarted, auto leaves the device as it finds it (off: a restart changes nothing);
+	// --vxlan-tx-checksum-offload=on turns it back on.
+	weftd := needBinaries(t).weftd
+	for _, mode := range []string{"auto", "on"} {
+		if _, err := n1.Stop(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := n1.StartDaemon(append([]string{weftd}, append(n1.WeftdArgs(), "--vxlan-tx-checksum-offload="+mode)...)...); err != nil {
+			t.Fatal(err)
+		}
+		if err := n1.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if on := offloadOn(); on != (mode == "on") || offloadOf(nodeStatus(t, n1)).TxChecksum != on {
+			t.Errorf("n1 restarted with --vxlan-tx-checksum-offload=%s: offload on %t, /status %+v", mode, on, offloadOf(nodeStatus(t, n1)))
+		}
 	}
 	stopPingNoLoss(t, run, pods[1], pods[2])
 }
