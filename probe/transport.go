@@ -47,8 +47,8 @@ func (c TransportConfig) withDefaults() TransportConfig {
 // TransportHooks are told of what a Transport sees; each may be nil. They are called from
 // its goroutines, not under its lock.
 type TransportHooks struct {
-	// Result: one check's outcome ("ok", "lost", "error") by kind ("icmp", "tcp", "udp",
-	// and "mtu" for the echo of MTU bytes).
+	// Result: one check's outcome ("ok", "lost", "too_big", "error") by kind ("icmp", "tcp",
+	// "udp", and "mtu" for the echo of MTU bytes to the VTEP address).
 	Result func(kind, outcome string)
 	// Changed: a peer became broken (it answers ICMP but has passed neither TCP nor UDP
 	// Failures checks in a row), or is still broken when rechecked (see Recheck), or passes
