@@ -55,7 +55,9 @@ func (c ClosedPort) Check(ctx context.Context, dst netip.Addr, proto string) err
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil || errors.Is(err, ErrLost) || errors.Is(err, context.DeadlineExceeded):
+	// The dial's own deadline (the context's) may fire a moment before the context says it
+	// is done: its i/o timeout is as lost as the context's end.
+	case ctx.Err() != nil || errors.Is(err, ErrLost) || errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return fmt.Errorf("probe: %s to %s: %w after %v", proto, to, ErrLost, time.Since(start).Round(time.Millisecond))
 	}
 	return fmt.Errorf("probe: %s to %s: %w", proto, to, err)

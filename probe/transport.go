@@ -335,7 +335,9 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		tell = pe.broken
 		pe.bad, pe.broken, pe.recheck = 0, false, false
 	case signature:
-		pe.bad = min(pe.bad+1, uint8(tr.cfg.Failures))
+		if int(pe.bad) < tr.cfg.Failures {
+			pe.bad++
+		}
 		if int(pe.bad) >= tr.cfg.Failures && (!pe.broken || pe.recheck) {
 			tell = true
 			pe.broken, pe.recheck = true, false
@@ -348,7 +350,9 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		tellMTU = pe.short
 		pe.big, pe.short = 0, false
 	case signature:
-		pe.big = min(pe.big+1, uint8(tr.cfg.Failures))
+		if int(pe.big) < tr.cfg.Failures {
+			pe.big++
+		}
 		pe.pmtu = uint16(pmtu)
 		if int(pe.big) >= tr.cfg.Failures && !pe.short {
 			tellMTU, pe.short = true, true
