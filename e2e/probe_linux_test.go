@@ -118,6 +118,21 @@ func hasMetric(t *testing.T, n *cluster.Node, line string) bool {
 	return slices.Contains(strings.Split(mustGet(t, n, "/metrics"), "\n"), line)
 }
 
+// restartWeftd stops the node's weftd (SIGTERM), starts it again with the harness's flags
+// and extra after them, and waits until it is ready.
+func restartWeftd(t *testing.T, n *cluster.Node, extra ...string) {
+	t.Helper()
+	if _, err := n.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.StartDaemon(append(append([]string{needBinaries(t).weftd}, n.WeftdArgs()...), extra...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // stopPingNoLoss stops a ping running from one pod to another and fails the test if it lost
 // any (but the one in flight when stopped, which may count as lost).
 func stopPingNoLoss(t *testing.T, run *cluster.PingRun, from, to *cluster.Pod) {
@@ -265,17 +280,8 @@ func TestOverlayChecksumOffload(t *testing.T) {
 	}
 	// Restarted, auto leaves the device as it finds it (off: a restart changes nothing);
 	// --vxlan-tx-checksum-offload=on turns it back on.
-	weftd := needBinaries(t).weftd
 	for _, mode := range []string{"auto", "on"} {
-		if _, err := n1.Stop(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if err := n1.StartDaemon(append([]string{weftd}, append(n1.WeftdArgs(), "--vxlan-tx-checksum-offload="+mode)...)...); err != nil {
-			t.Fatal(err)
-		}
-		if err := n1.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
+		restartWeftd(t, n1, "--vxlan-tx-checksum-offload="+mode)
 		if on := offloadOn(); on != (mode == "on") || offloadOf(nodeStatus(t, n1)).TxChecksum != on {
 			t.Errorf("n1 restarted with --vxlan-tx-checksum-offload=%s: offload on %t, /status %+v", mode, on, offloadOf(nodeStatus(t, n1)))
 		}
@@ -330,20 +336,8 @@ func pathMTU(t *testing.T, c *cluster.Cluster, nodes []*cluster.Node, high, low 
 		}
 		nodeExec(t, n3, "ip", "link", "set", "eth0", "mtu", m)
 	}
-	restart := func(n *cluster.Node) {
-		t.Helper()
-		if _, err := n.Stop(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
 	setUnderlayMTU(1400)
-	restart(n3)
+	restartWeftd(t, n3)
 	for n, want := range map[*cluster.Node]int{n1: high, n2: high, n3: low} {
 		env, err := n.SubnetEnv()
 		if err != nil {
@@ -434,7 +428,7 @@ func pathMTU(t *testing.T, c *cluster.Cluster, nodes []*cluster.Node, high, low 
 	// the others' MTU), and its pods' side raised by hand, as a reboot would do (the CNI
 	// bridge keeps the MTU it was made with).
 	setUnderlayMTU(1500)
-	restart(n3)
+	restartWeftd(t, n3)
 	if env, err := n3.SubnetEnv(); err != nil || env.MTU != high {
 		t.Fatalf("n3 restarted on a 1500-byte underlay: subnet.env MTU %d (%v); want %d", env.MTU, err, high)
 	}
