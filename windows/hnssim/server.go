@@ -23,15 +23,18 @@ type Server struct {
 	handles map[uint64]object
 	next    uint64
 	calls   []Call
+	v1      v1State // what only HNS v1 knows of (v1.go)
 }
 
 // Call is one call the service answered, as the DLL handed it over: the export, its GUID
 // argument (HNSCall: the path), the ID of the object its handle stood for, the settings or
-// query as hcn wrote them (HNS's JSON, not weft's model), and the HRESULT it got back. The
+// query as hcn wrote them (HNS's JSON, not weft's model; HNSCall: its method, and its
+// request's JSON as the body), and the HRESULT it got back. The
 // log holds refused calls too: a test can tell that weftd asked nothing of a kind, not just
 // that HNS changed nothing.
 type Call struct {
 	Name    string
+	Method  string          `json:",omitempty"` // HNSCall's: GET, POST, DELETE
 	ID      string          `json:",omitempty"`
 	Object  string          `json:",omitempty"`
 	Body    string          `json:",omitempty"`
@@ -40,6 +43,9 @@ type Call struct {
 
 // Mutates reports whether the call asks HNS to change something (a create, modify or delete).
 func (c Call) Mutates() bool {
+	if c.Name == "HNSCall" {
+		return !strings.EqualFold(c.Method, "GET")
+	}
 	for _, verb := range []string{"HcnCreate", "HcnModify", "HcnDelete"} {
 		if strings.HasPrefix(c.Name, verb) {
 			return true
@@ -67,7 +73,11 @@ func (s *Server) ResetCalls() {
 func (s *Server) logCall(r request, object string, a answer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)})
+	c := Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)}
+	if r.call == "HNSCall" {
+		c.Method, c.Body = r.a, r.b
+	}
+	s.calls = append(s.calls, c)
 }
 
 // object is what a handle refers to.
@@ -203,6 +213,9 @@ func matches(f map[string]string, fields map[string]string) bool {
 
 // Call answers one call.
 func (s *Server) Call(r request) answer {
+	if bad := s.readV1Schema(&r); bad != nil {
+		return *bad
+	}
 	switch r.call {
 	case "HNSCall":
 		return s.hnsCall(r)
@@ -254,24 +267,6 @@ func (s *Server) Call(r request) answer {
 		return answer{}
 	}
 	return notImpl(r.call)
-}
-
-// hnsCall answers vmcompute's HNSCall, HNS's v1 API, in its envelope: the version alone.
-func (s *Server) hnsCall(r request) answer {
-	type envelope struct {
-		Success bool
-		Error   string          `json:",omitempty"`
-		Output  json.RawMessage `json:",omitempty"`
-	}
-	if r.a != "GET" || !strings.EqualFold(r.id, "/globals/version") {
-		return ok(envelope{Error: fmt.Sprintf("%s %s is not simulated", r.a, r.id)})
-	}
-	v, err := s.hns.Version()
-	if err != nil {
-		return fail(err)
-	}
-	out, _ := json.Marshal(v) // two ints
-	return ok(envelope{Success: true, Output: out})
 }
 
 func (s *Server) network(id string) (*windows.HostComputeNetwork, error) {
