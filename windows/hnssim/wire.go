@@ -77,8 +77,10 @@
 //     GenerateHcnEndpoint); IsRemoteEndpoint the remote flag. An address given without a
 //     prefix length takes its subnet's, and an answer without a default route reports the
 //     subnet's gateway, as HNS answered an endpoint it gave an address (hcsshim issue 1746).
-//     Namespace, SharedContainers and State are HNS's to report: a request naming them is
-//     refused. State is 2 (Attached) while the endpoint is in a namespace or attached to a
+//     Namespace, SharedContainers and State are HNS's to report, and so is a network's
+//     ManagementIP: a request naming them is refused; so is one with fields whose effect is
+//     not simulated (a network's SourceMac, DNSServerCompartment, AutomaticDNS; an
+//     endpoint's EnableInternalDNS, DisableICC, EnableLowMetric, EncapOverhead). State is 2 (Attached) while the endpoint is in a namespace or attached to a
 //     container, 1 (Created) otherwise (hcsshim's EndpointState); that HNS reports these
 //     values so is unverified.
 //   - Policies, v1's {"Type":…, settings…} and v2's {"Type":…, "Settings":{…}}: PA is
@@ -120,7 +122,9 @@
 //     DELETE clears (hcsshim hcn/hnsv1_test.go expects both).
 //   - HcnCreateNetwork and HcnCreateEndpoint take a document with no SchemaVersion as v1's
 //     (hcsshim hcn/hcnv1schema_test.go hands them documents of its v1 types and expects
-//     them made); a document with one is read by the v2 schema.
+//     them made; every v2 type hcn writes has the field, no v1 type has); a document with
+//     one is read by the v2 schema. An endpoint's VirtualNetwork (or VirtualNetworkName)
+//     must be the network whose handle the call is given.
 //   - Not simulated: endpoint updates (POST /endpoints/<id>), policy lists
 //     (/policylists/), v1 namespaces (/namespaces/).
 //
