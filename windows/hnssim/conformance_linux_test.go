@@ -29,27 +29,20 @@ var conformanceVersion = windows.Version{Major: 15, Minor: 4}
 
 // leftOut are hcsshim's hcn tests the simulator does not pass, each with why.
 var leftOut = map[string]string{
-	"TestEndpoint":                          v1NotSimulated,
-	"TestEndpointGetAll":                    v1NotSimulated,
-	"TestEndpointStatsAll":                  v1NotSimulated,
-	"TestNetworkGetAll":                     v1NotSimulated,
-	"TestNetwork":                           v1NotSimulated,
-	"TestAccelnetNnvManagementMacAddresses": v1NotSimulated,
-	"TestCreateDeleteRoute":                 sdnRoutesNotSimulated,
-	"TestGetRouteById":                      sdnRoutesNotSimulated,
-	"TestRouteAddRemoveEndpoint":            sdnRoutesNotSimulated,
-	"TestAddRoute":                          sdnRoutesNotSimulated,
-	"TestCreateDeleteLoadBalancer":          loadBalancersNotSimulated,
-	"TestCreateUpdateDeleteLoadBalancer":    loadBalancersNotSimulated,
-	"TestGetLoadBalancerById":               loadBalancersNotSimulated,
-	"TestLoadBalancerAddRemoveEndpoint":     loadBalancersNotSimulated,
-	"TestAddLoadBalancer":                   loadBalancersNotSimulated,
-	"TestAddDSRLoadBalancer":                loadBalancersNotSimulated,
-	"TestAddILBLoadBalancer":                loadBalancersNotSimulated,
+	"TestCreateDeleteRoute":              sdnRoutesNotSimulated,
+	"TestGetRouteById":                   sdnRoutesNotSimulated,
+	"TestRouteAddRemoveEndpoint":         sdnRoutesNotSimulated,
+	"TestAddRoute":                       sdnRoutesNotSimulated,
+	"TestCreateDeleteLoadBalancer":       loadBalancersNotSimulated,
+	"TestCreateUpdateDeleteLoadBalancer": loadBalancersNotSimulated,
+	"TestGetLoadBalancerById":            loadBalancersNotSimulated,
+	"TestLoadBalancerAddRemoveEndpoint":  loadBalancersNotSimulated,
+	"TestAddLoadBalancer":                loadBalancersNotSimulated,
+	"TestAddDSRLoadBalancer":             loadBalancersNotSimulated,
+	"TestAddILBLoadBalancer":             loadBalancersNotSimulated,
 }
 
 const (
-	v1NotSimulated            = "HNS v1 (HNSCall's /networks/ and /endpoints/) is not simulated yet"
 	sdnRoutesNotSimulated     = "SDN routes (HcnCreateSdnRoute) are not simulated yet"
 	loadBalancersNotSimulated = "load balancers (HcnCreateLoadBalancer) are not simulated: weft makes none"
 )

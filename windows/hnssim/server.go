@@ -24,15 +24,18 @@ type Server struct {
 	next    uint64
 	calls   []Call
 	docs    map[string]json.RawMessage // by lower-case ID: each object's create document (documents.go)
+	v1      v1State                    // what only HNS v1 knows of (v1.go)
 }
 
 // Call is one call the service answered, as the DLL handed it over: the export, its GUID
 // argument (HNSCall: the path), the ID of the object its handle stood for, the settings or
-// query as hcn wrote them (HNS's JSON, not weft's model), and the HRESULT it got back. The
+// query as hcn wrote them (HNS's JSON, not weft's model; HNSCall: its method, and its
+// request's JSON as the body), and the HRESULT it got back. The
 // log holds refused calls too: a test can tell that weftd asked nothing of a kind, not just
 // that HNS changed nothing.
 type Call struct {
 	Name    string
+	Method  string          `json:",omitempty"` // HNSCall's: GET, POST, DELETE
 	ID      string          `json:",omitempty"`
 	Object  string          `json:",omitempty"`
 	Body    string          `json:",omitempty"`
@@ -41,6 +44,9 @@ type Call struct {
 
 // Mutates reports whether the call asks HNS to change something (a create, modify or delete).
 func (c Call) Mutates() bool {
+	if c.Name == "HNSCall" {
+		return !strings.EqualFold(c.Method, "GET")
+	}
 	for _, verb := range []string{"HcnCreate", "HcnModify", "HcnDelete"} {
 		if strings.HasPrefix(c.Name, verb) {
 			return true
@@ -68,7 +74,11 @@ func (s *Server) ResetCalls() {
 func (s *Server) logCall(r request, object string, a answer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)})
+	c := Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)}
+	if r.call == "HNSCall" {
+		c.Method, c.Body = r.a, r.b
+	}
+	s.calls = append(s.calls, c)
 }
 
 // object is what a handle refers to.
@@ -196,6 +206,9 @@ func filterOf(q string) (map[string]json.RawMessage, error) {
 
 // Call answers one call.
 func (s *Server) Call(r request) answer {
+	if bad := s.readV1Schema(&r); bad != nil {
+		return *bad
+	}
 	switch r.call {
 	case "HNSCall":
 		return s.hnsCall(r)
@@ -254,24 +267,6 @@ func (s *Server) Call(r request) answer {
 		return answer{}
 	}
 	return notImpl(r.call)
-}
-
-// hnsCall answers vmcompute's HNSCall, HNS's v1 API, in its envelope: the version alone.
-func (s *Server) hnsCall(r request) answer {
-	type envelope struct {
-		Success bool
-		Error   string          `json:",omitempty"`
-		Output  json.RawMessage `json:",omitempty"`
-	}
-	if r.a != "GET" || !strings.EqualFold(r.id, "/globals/version") {
-		return ok(envelope{Error: fmt.Sprintf("%s %s is not simulated", r.a, r.id)})
-	}
-	v, err := s.hns.Version()
-	if err != nil {
-		return fail(err)
-	}
-	out, _ := json.Marshal(v) // two ints
-	return ok(envelope{Success: true, Output: out})
 }
 
 func (s *Server) network(id string) (*windows.HostComputeNetwork, error) {
@@ -405,14 +400,7 @@ func asModel[T any](call, settings string) (*T, *answer) {
 }
 
 func (s *Server) createNetwork(r request) answer {
-	doc := r.a
-	if isV1(doc) {
-		v2, err := networkFromV1(doc)
-		if err != nil {
-			return invalidJSON(r.call, err)
-		}
-		doc = v2
-	}
+	doc := r.a // a v1 document is in v2's form by now (readV1Schema)
 	var n networkSchema
 	if err := strict(doc, &n); err != nil {
 		return invalidJSON(r.call, err)
@@ -438,13 +426,6 @@ func (s *Server) createEndpoint(r request) answer {
 		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
 	}
 	doc := r.a
-	if isV1(doc) {
-		v2, err := endpointFromV1(doc, netID)
-		if err != nil {
-			return invalidJSON(r.call, err)
-		}
-		doc = v2
-	}
 	var ep endpointSchema
 	if err := strict(doc, &ep); err != nil {
 		return invalidJSON(r.call, err)
