@@ -143,9 +143,12 @@ func (h *HNS) assignAddresses(m *memNetwork, ep *windows.HostComputeEndpoint) er
 			families[a.Is4()] = true
 			break
 		}
+		if !families[p.Addr().Is4()] {
+			return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: subnet %s has no free address to give it", ep.Name, p)
+		}
 	}
 	if len(families) == 0 {
-		return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: network %s has no free address to give it", ep.Name, m.n.Name)
+		return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: network %s has no subnet to give it an address of", ep.Name, m.n.Name)
 	}
 	return nil
 }
