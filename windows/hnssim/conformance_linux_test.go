@@ -65,12 +65,13 @@ func TestHcsshimConformance(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	go func() { _ = New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
 
+	prefix := winePrefix(t, repo)
 	run := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(repo, "tools", "wine", "exec.sh"), append([]string{bin}, args...)...)
-		cmd.Env = append(os.Environ(), "WEFT_HNS_ADDR="+l.Addr().String())
+		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix, "WEFT_HNS_ADDR="+l.Addr().String())
 		out, _ := cmd.CombinedOutput() // a failing test, or a panic, exits non-zero: the output tells
 		if ctx.Err() != nil {
 			t.Fatalf("hcn.test %v: timed out\n%s", args, out)
@@ -133,6 +134,36 @@ func TestHcsshimConformance(t *testing.T) {
 	for _, name := range out {
 		t.Logf("left out: %s (%s): %s", name, leftOut[name], results[name])
 	}
+}
+
+// winePrefix is a Wine prefix of the test's own, made from the one tools/wine/setup.sh made
+// (hard links, next to it, as e2e's Windows node does): hcsshim's namespace tests write the
+// registry, and other tests copy that prefix meanwhile. Its wineserver is stopped and it is
+// removed when the test ends.
+func winePrefix(t *testing.T, repo string) string {
+	t.Helper()
+	src := filepath.Join(repo, ".cache", "wine")
+	dst, err := os.MkdirTemp(filepath.Join(repo, ".cache"), "wine-hcn-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kill := exec.Command("/usr/lib/wine/wineserver", "-k")
+		kill.Env = append(os.Environ(), "WINEPREFIX="+dst)
+		_ = kill.Run() // none may run
+		_ = os.RemoveAll(dst)
+	})
+	for _, args := range [][]string{
+		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
+		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
+		// .update-timestamp too: without it Wine updates the prefix first (wineboot, ~12 s).
+		{"sh", "-c", "cp -p " + src + "/*.reg " + src + "/.update-timestamp " + dst},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	return dst
 }
 
 // goTool is the go command of the toolchain running the test.
