@@ -207,9 +207,6 @@ func filterOf(q string) (map[string]json.RawMessage, error) {
 
 // Call answers one call.
 func (s *Server) Call(r request) answer {
-	if bad := s.readV1Schema(&r); bad != nil {
-		return *bad
-	}
 	if a, handled := s.standaloneCall(r); handled {
 		return a
 	}
@@ -399,7 +396,14 @@ func asModel[T any](call, settings string) (*T, *answer) {
 }
 
 func (s *Server) createNetwork(r request) answer {
-	doc := r.a // a v1 document is in v2's form by now (readV1Schema)
+	doc := r.a
+	if isV1(doc) {
+		v2, err := networkFromV1(doc)
+		if err != nil {
+			return invalidJSON(r.call, err)
+		}
+		doc = v2
+	}
 	var n networkSchema
 	if err := strict(doc, &n); err != nil {
 		return invalidJSON(r.call, err)
@@ -425,6 +429,13 @@ func (s *Server) createEndpoint(r request) answer {
 		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
 	}
 	doc := r.a
+	if isV1(doc) {
+		v2, err := s.endpointFromV1(doc, netID)
+		if err != nil {
+			return invalidJSON(r.call, err)
+		}
+		doc = v2
+	}
 	var ep endpointSchema
 	if err := strict(doc, &ep); err != nil {
 		return invalidJSON(r.call, err)

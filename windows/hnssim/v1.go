@@ -418,6 +418,12 @@ func v2NetworkDocument(body string) (string, error) {
 	if err := strict(body, &n); err != nil {
 		return "", err
 	}
+	if n.ManagementIP != "" {
+		return "", errors.New("ManagementIP is HNS's to report")
+	}
+	if n.SourceMac != "" || n.DNSServerCompartment != 0 || n.AutomaticDNS {
+		return "", errors.New("v1 SourceMac, DNSServerCompartment and AutomaticDNS are not simulated")
+	}
 	doc := map[string]any{
 		"Name":          n.Name,
 		"Type":          n.Type,
@@ -828,6 +834,12 @@ func v2EndpointDocument(ep *v1Endpoint, n *v2Network) (string, error) {
 	if ep.Namespace != nil || len(ep.SharedContainers) > 0 || ep.State != 0 {
 		return "", errors.New("Namespace, SharedContainers and State are HNS's to report")
 	}
+	if ep.VirtualNetwork != "" && !strings.EqualFold(ep.VirtualNetwork, n.ID) || ep.VirtualNetworkName != "" && n.Name != "" && ep.VirtualNetworkName != n.Name {
+		return "", fmt.Errorf("VirtualNetwork %s (%s) is not the network %s (%s) it is made on", ep.VirtualNetwork, ep.VirtualNetworkName, n.ID, n.Name)
+	}
+	if ep.EnableInternalDNS || ep.DisableICC || ep.EnableLowMetric || ep.EncapOverhead != 0 {
+		return "", errors.New("v1 EnableInternalDNS, DisableICC, EnableLowMetric and EncapOverhead are not simulated")
+	}
 	doc := map[string]any{"SchemaVersion": schemaVersion{Major: 2}}
 	if n.ID != "" {
 		doc["HostComputeNetwork"] = n.ID
@@ -1063,38 +1075,34 @@ func (s *Server) v1AccelNet(method, body string) answer {
 	return v1OK(v1MACList{MacAddressList: slices.Clone(s.v1.macs)})
 }
 
-// readV1Schema rewrites a network or endpoint to create that is written in HNS's v1 schema
-// (it has no SchemaVersion) into the v2 document, which the v2 call then takes: hcsshim's
-// hcnv1schema_test.go hands HcnCreateNetwork and HcnCreateEndpoint documents of its v1
-// types and expects them made. A v1 document HNS's v1 schema refuses answers
-// HCN_E_INVALID_JSON.
-func (s *Server) readV1Schema(r *request) *answer {
-	if r.call != "HcnCreateNetwork" && r.call != "HcnCreateEndpoint" {
-		return nil
+// isV1 reports whether a create document handed to HcnCreateNetwork or HcnCreateEndpoint
+// is HNS v1's: a JSON object without SchemaVersion (every v2 type hcn writes has that field,
+// no v1 type has). hcsshim's hcn/hcnv1schema_test.go hands those calls documents of its v1
+// types and expects the objects made.
+func isV1(doc string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(doc), &m) != nil {
+		return false // the v2 decoding refuses it
 	}
-	var v struct{ SchemaVersion *schemaVersion }
-	if json.Unmarshal([]byte(r.a), &v) != nil || v.SchemaVersion != nil {
-		return nil // the v2 schema's to read, or refuse
+	_, found := field(m, "SchemaVersion")
+	return !found
+}
+
+// networkFromV1 is a v1 network document as the v2 document of the same network.
+func networkFromV1(doc string) (string, error) {
+	return v2NetworkDocument(doc)
+}
+
+// endpointFromV1 is a v1 endpoint document, made on network netID, as the v2 document of
+// the same endpoint.
+func (s *Server) endpointFromV1(doc, netID string) (string, error) {
+	var ep v1Endpoint
+	if err := strict(doc, &ep); err != nil {
+		return "", err
 	}
-	var doc string
-	var err error
-	if r.call == "HcnCreateNetwork" {
-		doc, err = v2NetworkDocument(r.a)
-	} else {
-		var ep v1Endpoint
-		if err = strict(r.a, &ep); err == nil {
-			// The network is the handle's, as for a v2 document.
-			n := v2Network{ID: ep.VirtualNetwork}
-			if id, found := s.object("Network", r.handle); found {
-				s.v2Object("Network", id, &n)
-			}
-			doc, err = v2EndpointDocument(&ep, &n)
-		}
+	n := v2Network{ID: netID}
+	if a := s.v2Object("Network", netID, &n); a.hr != 0 {
+		return "", fmt.Errorf("network %s: %s", netID, messageOf(a))
 	}
-	if err != nil {
-		a := invalidJSON(r.call, fmt.Errorf("v1 schema: %w", err))
-		return &a
-	}
-	r.a = doc
-	return nil
+	return v2EndpointDocument(&ep, &n)
 }
