@@ -27,10 +27,27 @@
 //   - A second attachment of an endpoint fails with "This requested operation is invalid as
 //     endpoint is already part of a network namespace." (flannel's host-gw matches this
 //     text; flannel issue 1391). The code, HCN_E_ENDPOINT_ALREADY_ATTACHED, is unverified.
+//   - RemoteSubnetRoute and HostRoute policies need HNS 9.2 (hcsshim hcn/hcnglobals.go,
+//     RemoteSubnetVersion, HostRouteVersion).
+//   - An Overlay network gets a DR MAC (a DrMacAddress network policy) and reports its
+//     ManagementIP only once the host vNIC is back after its creation (flannel's vxlan
+//     waits for the management IP and publishes the DR MAC as the VtepMAC). The 00-15-5D
+//     prefix is Hyper-V's MAC range.
+//   - An Overlay subnet needs a VSID policy of 4096 or more (flannel refuses VNIs below
+//     4096 on Windows). The code, HCN_E_INVALID_POLICY, is unverified.
+//   - Networks made with EnableNonPersistent are gone after a reboot (hcsshim
+//     hcn/hcnnetwork.go, NetworkFlags; flannel makes its networks so). That a restart of
+//     the HNS service drops them too, and that a stopped HNS answers
+//     HCN_E_MANAGER_STOPPED, are unverified.
+//   - A network with an IPv6 subnet needs HNS 11.10 or later (hcsshim hcn/hcnglobals.go,
+//     IPv6DualStackVersion; the code it answers with, HCN_E_INVALID_IP here, is unverified).
+//   - Unknown network and endpoint IDs: HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND;
+//     an unknown namespace: ERROR_NOT_FOUND. hcsshim's IsElementNotFoundError tests for the
+//     latter; which object answers which code is unverified.
 //   - A policy's type must be one hcsshim names for the object (hcn/hcnpolicy.go:
 //     EndpointPolicyType, NetworkPolicyType, SubnetPolicyType), and one the HNS version has
 //     (hcn/hcnglobals.go, whose ranges hcnsupport.go checks before a feature is used):
-//     RemoteSubnetRoute and HostRoute from 9.2, VxlanPort 10.3, SetPolicy 13.0 (a
+//     RemoteSubnetRoute and HostRoute from 9.2 (above), VxlanPort 10.3, SetPolicy 13.0 (a
 //     NESTEDIPSET set 15.0), NetworkACL 15.0, a network's L4Proxy in L4ProxyPolicyVersion's
 //     ranges; an endpoint's L4WFPPROXY 13.2, TierAcl 14.0, an ACL of protocol 252 11.0
 //     (policy.go). Otherwise HCN_E_INVALID_POLICY_TYPE (unverified, as is refusing types
@@ -43,7 +60,8 @@
 //     network may have no subnet (hcsshim's TestCreateDeleteNetworks makes one).
 //   - An endpoint made without an address gets one of each family its network has a
 //     static subnet of: hcsshim's tests make every endpoint so (hcn/hcnutils_test.go,
-//     HcnCreateTestEndpoint), and Microsoft's win-bridge without IPAM relies on it. It is
+//     HcnCreateTestEndpoint), and containernetworking/plugins v1.9.0's win-bridge without
+//     an IPAM section sends one so (seen under Wine against this simulator). It is
 //     the lowest address that is not the subnet's own, a gateway (a route's next hop),
 //     IPv4's broadcast address or another endpoint's (which one HNS picks is unverified);
 //     a network with none free: HCN_E_ADDR_INVALID_OR_RESERVED (unverified).
@@ -73,21 +91,6 @@
 //     keep a given ID too is unverified; an ID that is not a GUID: E_INVALIDARG, one in
 //     use: HCN_E_NETWORK_ALREADY_EXISTS for a network, E_INVALIDARG otherwise (both
 //     unverified).
-//   - An Overlay network gets a DR MAC (a DrMacAddress network policy) and reports its
-//     ManagementIP only once the host vNIC is back after its creation (flannel's vxlan
-//     waits for the management IP and publishes the DR MAC as the VtepMAC). The 00-15-5D
-//     prefix is Hyper-V's MAC range.
-//   - An Overlay subnet needs a VSID policy of 4096 or more (flannel refuses VNIs below
-//     4096 on Windows). The code, HCN_E_INVALID_POLICY, is unverified.
-//   - Networks made with EnableNonPersistent are gone after a reboot (hcsshim
-//     hcn/hcnnetwork.go, NetworkFlags; flannel makes its networks so). That a restart of
-//     the HNS service drops them too, and that a stopped HNS answers
-//     HCN_E_MANAGER_STOPPED, are unverified.
-//   - A network with an IPv6 subnet needs HNS 11.10 or later (hcsshim hcn/hcnglobals.go,
-//     IPv6DualStackVersion; the code it answers with, HCN_E_INVALID_IP here, is unverified).
-//   - Unknown network and endpoint IDs: HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND;
-//     an unknown namespace: ERROR_NOT_FOUND. hcsshim's IsElementNotFoundError tests for the
-//     latter; which object answers which code is unverified.
 //
 // Unverified, each a guess at what HNS does that weft must survive either way:
 //   - a second network of a name (HCN_E_NETWORK_ALREADY_EXISTS);
