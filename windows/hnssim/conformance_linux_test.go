@@ -22,9 +22,14 @@ import (
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
-// conformanceVersion is the HNS version the simulator reports to hcsshim's tests. Its tests
-// turn features on by version (hcsshim hcn/hcnglobals.go, hcnsupport.go): 15.4 turns them
-// all on, so that every policy type's test runs instead of skipping.
+// conformanceVersion is the HNS version the simulator reports to hcsshim's tests (through
+// vmcompute's HNSCall GET /globals/version). hcsshim tells features apart by version
+// (hcn/hcnglobals.go, hcnsupport.go), and several tests use one without asking
+// (TestAddL4WfpProxyPolicyOnEndpoint: 13.2, TestApplyTierAclPolicyOnEndpoint: 14.0,
+// TestAddRemoveNetworACLPolicy: 15.0, TestCreateUpdateDeleteLoadBalancer: 15.4): 15.4, the
+// newest version hcsshim v0.15.0 names (ModifyLoadbalancerVersion, AccelnetVersion), has
+// them all, as a current Windows Server's HNS would. The simulator refuses each feature
+// below its version; hnstest's and this package's unit tests check those gates.
 var conformanceVersion = windows.Version{Major: 15, Minor: 4}
 
 // leftOut are hcsshim's hcn tests the simulator does not pass, each with why: none now.
