@@ -28,7 +28,7 @@ import (
 // (TestAddL4WfpProxyPolicyOnEndpoint: 13.2, TestApplyTierAclPolicyOnEndpoint: 14.0,
 // TestAddRemoveNetworACLPolicy: 15.0, TestCreateUpdateDeleteLoadBalancer: 15.4): 15.4, the
 // newest version hcsshim v0.15.0 names (ModifyLoadbalancerVersion, AccelnetVersion), has
-// them all, as a current Windows Server's HNS would. The simulator refuses each feature
+// them all. The simulator refuses each feature
 // below its version; hnstest's and this package's unit tests check those gates.
 var conformanceVersion = windows.Version{Major: 15, Minor: 4}
 
