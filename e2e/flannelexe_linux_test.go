@@ -546,3 +546,33 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 	}
 	t.Logf("%d requests that change HNS, body for body the same from both daemons:\n%s", len(changes), renderCalls(changes))
 }
+
+// TestCompareCalls: the comparison fails on a change request one daemon makes and the other
+// does not, or makes more often, on a kind of read only one makes, and on a listed
+// difference that does not occur; it passes read counts that differ and listed differences.
+func TestCompareCalls(t *testing.T) {
+	read := hnssim.Call{Name: "HcnEnumerateNetworks", Body: hcnQuery(`{"Name":"flannel.4096"}`)}
+	add := hnssim.Call{Name: "HcnModifyNetwork", Object: "n", Body: `{"RequestType":"Add"}`}
+	other := hnssim.Call{Name: "HcnEnumerateEndpoints", Body: hcnQuery(`{"VirtualNetwork":"n"}`)}
+	list := []intended{{"weftd.exe", callKey(other), "why"}}
+	for _, tc := range []struct {
+		name            string
+		flanneld, weftd []hnssim.Call
+		want            []intended
+		problems        int
+	}{
+		{"same", []hnssim.Call{read, add}, []hnssim.Call{read, add}, nil, 0},
+		{"reads counted apart", []hnssim.Call{read, read, read, add}, []hnssim.Call{read, add}, nil, 0},
+		{"a change more often", []hnssim.Call{read, add}, []hnssim.Call{read, add, add}, nil, 1},
+		{"a change only one makes", []hnssim.Call{read}, []hnssim.Call{read, add}, nil, 1},
+		{"a read only one makes", []hnssim.Call{read, add}, []hnssim.Call{read, add, other}, nil, 1},
+		{"a listed difference", []hnssim.Call{read, add}, []hnssim.Call{read, add, other}, list, 0},
+		{"a listed difference by the other", []hnssim.Call{read, add, other}, []hnssim.Call{read, add}, list, 2},
+		{"a listed difference gone", []hnssim.Call{read, add}, []hnssim.Call{read, add}, list, 1},
+		{"a refused call", []hnssim.Call{read, add}, []hnssim.Call{read, {Name: add.Name, Object: add.Object, Body: add.Body, HResult: windows.HCNInvalidJSON}}, nil, 2},
+	} {
+		if got := compareCalls(tc.flanneld, tc.weftd, tc.want); len(got) != tc.problems {
+			t.Errorf("%s: %d problems, want %d: %q", tc.name, len(got), tc.problems, got)
+		}
+	}
+}
