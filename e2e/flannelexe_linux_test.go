@@ -127,15 +127,14 @@ func renderCalls(calls []hnssim.Call) string {
 }
 
 // callKey is a call as the comparison sees it: everything hcn handed HNS (the export, its
-// GUID or path, the object its handle stood for, the body) and the answer's HRESULT.
+// GUID or path, the object its handle stood for, HNSCall's method, the body) and the
+// answer's HRESULT.
 func callKey(c hnssim.Call) string {
-	return fmt.Sprintf("%s id=%s object=%s body=%s hr=%v", c.Name, c.ID, c.Object, c.Body, c.HResult)
-}
-
-// mutates reports whether a call asks HNS for a change: an HcnCreate/Modify/Delete, or an
-// HNS v1 request other than a GET.
-func mutates(c hnssim.Call) bool {
-	return c.Mutates() || (c.Name == "HNSCall" && c.Body != "GET")
+	name := c.Name
+	if c.Method != "" {
+		name += " " + c.Method
+	}
+	return fmt.Sprintf("%s id=%s object=%s body=%s hr=%v", name, c.ID, c.Object, c.Body, c.HResult)
 }
 
 // rsrs renders the RemoteSubnetRoute policies of the node's network flannel.4096, sorted.
@@ -312,7 +311,7 @@ func compareCalls(flanneld, weftd []hnssim.Call, want []intended) []string {
 	count := func(calls []hnssim.Call, change bool) map[string]int {
 		m := map[string]int{}
 		for _, c := range calls {
-			if mutates(c) == change {
+			if c.Mutates() == change {
 				m[callKey(c)]++
 			}
 		}
@@ -491,7 +490,7 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 	migrate("weftd.exe", weftdRun(), func(calls []hnssim.Call) []string {
 		var problems []string
 		for _, c := range calls {
-			if mutates(c) {
+			if c.Mutates() {
 				problems = append(problems, "weftd.exe adopting flanneld's network asked for a change: "+callKey(c))
 			}
 		}
@@ -505,7 +504,7 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 		removed, added := map[string]int{}, map[string]int{}
 		var problems []string
 		for _, c := range calls {
-			if !mutates(c) {
+			if !c.Mutates() {
 				continue
 			}
 			var req struct{ RequestType string }
@@ -540,7 +539,7 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 	}
 	var changes []hnssim.Call
 	for _, c := range fromWeftd {
-		if mutates(c) {
+		if c.Mutates() {
 			changes = append(changes, c)
 		}
 	}
