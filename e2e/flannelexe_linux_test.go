@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -573,5 +574,249 @@ func TestCompareCalls(t *testing.T) {
 		if got := compareCalls(tc.flanneld, tc.weftd, tc.want); len(got) != tc.problems {
 			t.Errorf("%s: %d problems, want %d: %q", tc.name, len(got), tc.problems, got)
 		}
+	}
+}
+
+// hostGWConf is flannel's host-gw config, on every node.
+const hostGWConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
+
+// buildCmdletStub builds e2e/cmdletstub, the stand-in for PowerShell, as dir/powershell.exe.
+func buildCmdletStub(t *testing.T, repo, dir string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "powershell.exe"), "./e2e/cmdletstub")
+	build.Dir = repo
+	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the cmdlet stand-in: %v\n%s", err, out)
+	}
+}
+
+// cmdlets reads the stand-in's log: the arguments of each run of powershell.exe.
+func cmdlets(t *testing.T, path string) [][]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var args []string
+		if err := json.Unmarshal([]byte(line), &args); err != nil {
+			t.Fatalf("the cmdlet log %s: %q: %v", path, line, err)
+		}
+		out = append(out, args)
+	}
+	return out
+}
+
+// waitExit waits for the node's daemon to exit by itself and returns its log's tail.
+func (w *wineNode) waitExit(timeout time.Duration) string {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for w.Running() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the daemon still runs after %v; it was to stop at its first cmdlet:\n%s", timeout, w.LogTail(30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return w.LogTail(40)
+}
+
+// v1Requests renders a run's HNS v1 requests (HNSCall), one a line: method, path, body,
+// HRESULT; and fails the test on any HNS v2 call that changes something.
+func v1Requests(t *testing.T, calls []hnssim.Call) []string {
+	t.Helper()
+	var out []string
+	for _, c := range calls {
+		switch {
+		case c.Name == "HNSCall":
+			out = append(out, fmt.Sprintf("%s %s %s %v", c.Method, c.ID, c.Body, c.HResult))
+		case c.Mutates():
+			t.Errorf("flanneld.exe's host-gw changed HNS through v2: %s", callKey(c))
+		}
+	}
+	return out
+}
+
+// TestFlanneldExeHostGWUnderWine: flanneld.exe's Windows host-gw, which speaks HNS v1
+// (hcsshim's HNSCall wrappers) and then runs PowerShell cmdlets, under Wine against the
+// simulated HNS, as far as its first cmdlet. Wine has no PowerShell (its powershell.exe
+// does nothing and exits 0), so the node's PATH starts with e2e/cmdletstub built as
+// powershell.exe, which records the command and refuses it: flanneld.exe stops there, and
+// every HNS request it made up to there is checked.
+//
+// With --iface naming the node's address, flanneld finds its interface through Go's
+// net.Interfaces (Wine lists the node's own); without --iface it would ask PowerShell first
+// (Get-NetRoute for the default route's interface, pkg/ip/iface_windows.go).
+//
+// Checked: its lease (host-gw, the node's address) and each Linux node's route to its
+// subnet through it; the v1 requests (the network looked up by name and made as an
+// L2Bridge with the lease's subnet and gateway, polled until HNS reports the management
+// IP, the host endpoint cbr0_ep looked up and made with the subnet's .2, attached to the
+// host's compartment 1), none refused, and what they left in HNS; the first cmdlet, exactly:
+// forwarding on for the interface that holds the management IP (eth0's index). A restart
+// adopts the network and the endpoint (no create, no delete) and attaches the endpoint
+// again, answered HCN_E_ENDPOINT_ALREADY_ATTACHED as HNS does; flannel knows that answer
+// by its text alone, which Wine cannot give it (see below), so under Wine the restart stops
+// there.
+func TestFlanneldExeHostGWUnderWine(t *testing.T) {
+	bins := needBinaries(t)
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
+		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
+	}
+	flanneldExe := needFlanneldExe(t, repo)
+	c, err := cluster.New(t, cluster.Options{NetConf: hostGWConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	stub := filepath.Join(c.Dir(), "cmdletstub")
+	if err := os.Mkdir(stub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buildCmdletStub(t, repo, stub)
+
+	var peers []*cluster.Node
+	for _, name := range []string{"n1", "n2"} {
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(append([]string{bins.weftd}, n.WeftdArgs()...)...); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, n)
+	}
+	for _, n := range peers {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	win := newWineNode(t, c, repo, "w3")
+	win.freshHNS()
+	cmdletLog := filepath.Join(win.Dir, "cmdlets.log")
+	// run runs flanneld.exe until it stops, which it must with the error stop, and returns
+	// the end of its run's log.
+	run := func(stop string) string {
+		t.Helper()
+		argv := win.wine(flanneldExe, "--etcd-endpoints="+cluster.EtcdURL, "--iface="+win.IP.String(),
+			"--subnet-file="+winPath(win.SubnetFile), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))
+		argv = slices.Insert(argv, 1, "WINEPATH="+winPath(stub), "WEFT_CMDLET_LOG="+winPath(cmdletLog))
+		win.srv.ResetCalls()
+		if err := win.StartDaemon(argv...); err != nil {
+			t.Fatal(err)
+		}
+		logTail := win.waitExit(60 * time.Second)
+		if i := strings.LastIndex(logTail, "=== weft-e2e "); i >= 0 {
+			logTail = logTail[i:]
+		}
+		if !strings.Contains(logTail, stop) {
+			t.Fatalf("flanneld.exe did not stop with %q:\n%s", stop, logTail)
+		}
+		return logTail
+	}
+	start := time.Now()
+	if logTail := run("failed to enable forwarding on eth0"); !strings.Contains(logTail, "cmdletstub: not run") {
+		t.Errorf("flanneld.exe's first run did not stop at the stand-in's refusal:\n%s", logTail)
+	}
+	t.Logf("flanneld.exe host-gw ran to its first cmdlet in %v", time.Since(start).Round(time.Millisecond))
+
+	// Its lease, and the Linux nodes' routes to it.
+	leases, err := c.Leases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sn netip.Prefix
+	for _, l := range leases {
+		if l.Attrs.PublicIP == win.IP {
+			sn = l.Subnet
+			if l.Attrs.BackendType != "host-gw" {
+				t.Errorf("the Windows node's lease %s, want host-gw", l)
+			}
+		}
+	}
+	if !sn.IsValid() {
+		t.Fatalf("no lease of the Windows node's address %s in %v", win.IP, leases)
+	}
+	for _, n := range peers {
+		deadline := time.Now().Add(convergeTimeout)
+		for route, _ := n.RouteTo(sn); !strings.Contains(route, "via "+win.IP.String()+" dev eth0"); route, _ = n.RouteTo(sn) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: route to the Windows node's %s: %q, want via %s", n.Name, sn, route, win.IP)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// What it asked of HNS, and what that left there.
+	first := v1Requests(t, win.srv.Calls())
+	t.Logf("flanneld.exe host-gw's HNS v1 requests:\n%s", strings.Join(first, "\n"))
+	net, err := win.hns.NetworkByName("cbr0")
+	if err != nil {
+		t.Fatalf("no network cbr0: %v\n%s", err, win.hns.Render())
+	}
+	gw, epIP := sn.Addr().Next(), sn.Addr().Next().Next()
+	if sub := net.StaticSubnet(); net.Type != windows.NetworkL2Bridge || sub == nil || sub.IPAddressPrefix != sn.String() {
+		t.Errorf("network cbr0: type %s, subnet %+v; want L2Bridge with %s", net.Type, sub, sn)
+	}
+	eps, err := win.hns.NetworkEndpoints(net.ID)
+	if err != nil || len(eps) != 1 || eps[0].Name != "cbr0_ep" || eps[0].IP() != epIP {
+		t.Fatalf("endpoints of cbr0: %+v (%v), want cbr0_ep with %s", eps, err, epIP)
+	}
+	ep := eps[0]
+	if host, err := win.hns.HostDefaultNamespace(); err != nil || !strings.EqualFold(ep.HostComputeNamespace, host.ID) {
+		t.Errorf("cbr0_ep in namespace %q, the host's is %+v (%v): not attached to the host", ep.HostComputeNamespace, host, err)
+	}
+	attach := "POST /endpoints/" + ep.ID + `/attach {"SystemType":"Host","CompartmentId":1}`
+	if want := []string{
+		"GET /networks/  0x00000000",
+		`POST /networks/ {"Name":"cbr0","Type":"L2Bridge","Subnets":[{"AddressPrefix":"` + sn.String() + `","GatewayAddress":"` + gw.String() + `"}]} 0x00000000`,
+		"GET /networks/" + net.ID + "  0x00000000", // until HNS reports the management IP
+		"GET /endpoints/  0x00000000",
+		`POST /endpoints/ {"Name":"cbr0_ep","VirtualNetwork":"` + net.ID + `","IPAddress":"` + epIP.String() + `"} 0x00000000`,
+		attach + " 0x00000000",
+	}; !slices.Equal(slices.Compact(first), want) {
+		t.Errorf("flanneld.exe host-gw's HNS v1 requests (repeats folded):\n%s\nwant:\n%s", strings.Join(slices.Compact(first), "\n"), strings.Join(want, "\n"))
+	}
+
+	// The first cmdlet: forwarding on for eth0, which holds the management IP.
+	index := strings.Fields(nodeExec(t, win.Node, "cat", "/sys/class/net/eth0/ifindex"))
+	wantCmd := fmt.Sprintf(`$ErrorActionPreference="Stop";try { Set-NetIPInterface -ifIndex %s -AddressFamily IPv4 -Forwarding Enabled } catch { Write-Host $_; os.Exit(-1) }`, index[0])
+	ran := cmdlets(t, cmdletLog)
+	if len(ran) != 1 || !slices.Equal(ran[0], []string{"-NoLogo", "-NoProfile", "-NonInteractive", "-Command", wantCmd}) {
+		t.Errorf("cmdlets run: %q, want only %q", ran, wantCmd)
+	}
+
+	// A restart adopts the network and the endpoint, and attaches the endpoint again, which
+	// HNS answers HCN_E_ENDPOINT_ALREADY_ATTACHED. flannel takes that for success by the
+	// error's text, "This endpoint is already attached to the switch." (hostgw_windows.go),
+	// which hcsshim's error takes from Windows' message table (syscall.Errno's Error, through
+	// FormatMessage): Wine has no text for HNS's codes ("winapi error #2151350292"), so under
+	// Wine flanneld.exe retries for 5 s and stops there, before any cmdlet. (The text is the
+	// installation's language's, so a localized Windows would fail the same way.)
+	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment")
+	if !strings.Contains(logTail, "0x803b0014") {
+		t.Errorf("flanneld.exe's restart did not stop at HCN_E_ENDPOINT_ALREADY_ATTACHED (0x803b0014):\n%s", logTail)
+	}
+	again := slices.Compact(v1Requests(t, win.srv.Calls()))
+	if want := []string{"GET /networks/  0x00000000", "GET /endpoints/  0x00000000", attach + " 0x803B0014"}; !slices.Equal(again, want) {
+		t.Errorf("flanneld.exe host-gw's HNS v1 requests on a restart (repeats folded):\n%s\nwant:\n%s", strings.Join(again, "\n"), strings.Join(want, "\n"))
+	}
+	if n, err := win.hns.NetworkByName("cbr0"); err != nil || n.ID != net.ID {
+		t.Errorf("network cbr0 after the restart: %+v (%v), want %s kept", n, err, net.ID)
+	}
+	if ran := cmdlets(t, cmdletLog); len(ran) != 1 {
+		t.Errorf("the restart ran cmdlets: %q", ran[1:])
 	}
 }
