@@ -649,8 +649,9 @@ func v1Requests(t *testing.T, calls []hnssim.Call) []string {
 // every HNS request it made up to there is checked.
 //
 // With --iface naming the node's address, flanneld finds its interface through Go's
-// net.Interfaces (Wine lists the node's own); without --iface it would ask PowerShell first
-// (Get-NetRoute for the default route's interface, pkg/ip/iface_windows.go).
+// net.Interfaces (Wine lists the node's own); without --iface its first step is a cmdlet,
+// the default route's interface from Get-NetRoute (pkg/ip/iface_windows.go), checked here
+// too, before the HNS is touched.
 //
 // Checked: its lease (host-gw, the node's address) and each Linux node's route to its
 // subnet through it; the v1 requests (the network looked up by name and made as an
@@ -708,10 +709,10 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	cmdletLog := filepath.Join(win.Dir, "cmdlets.log")
 	// run runs flanneld.exe until it stops, which it must with the error stop, and returns
 	// the end of its run's log.
-	run := func(stop string) string {
+	run := func(stop string, iface ...string) string {
 		t.Helper()
-		argv := win.wine(flanneldExe, "--etcd-endpoints="+cluster.EtcdURL, "--iface="+win.IP.String(),
-			"--subnet-file="+winPath(win.SubnetFile), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))
+		argv := win.wine(flanneldExe, append(iface, "--etcd-endpoints="+cluster.EtcdURL,
+			"--subnet-file="+winPath(win.SubnetFile), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
 		argv = slices.Insert(argv, 1, "WINEPATH="+winPath(stub), "WEFT_CMDLET_LOG="+winPath(cmdletLog))
 		win.srv.ResetCalls()
 		if err := win.StartDaemon(argv...); err != nil {
@@ -726,8 +727,18 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 		}
 		return logTail
 	}
+	// Without --iface, flanneld's first step is a cmdlet: the default route's interface.
+	run("Failed to find any valid interface to use")
+	ran := cmdlets(t, cmdletLog)
+	if len(ran) != 1 || len(ran[0]) != 5 || !strings.Contains(ran[0][4], `ConvertTo-Json (Get-NetRoute | Where { $_.DestinationPrefix -eq '0.0.0.0/0' } | Select-Object -Property ifIndex)`) {
+		t.Errorf("without --iface flanneld.exe ran %q, want the default route's interface from Get-NetRoute", ran)
+	}
+	if calls := win.srv.Calls(); len(calls) != 0 {
+		t.Errorf("without --iface flanneld.exe called HNS before it stopped: %s", renderCalls(calls))
+	}
+
 	start := time.Now()
-	if logTail := run("failed to enable forwarding on eth0"); !strings.Contains(logTail, "cmdletstub: not run") {
+	if logTail := run("failed to enable forwarding on eth0", "--iface="+win.IP.String()); !strings.Contains(logTail, "cmdletstub: not run") {
 		t.Errorf("flanneld.exe's first run did not stop at the stand-in's refusal:\n%s", logTail)
 	}
 	t.Logf("flanneld.exe host-gw ran to its first cmdlet in %v", time.Since(start).Round(time.Millisecond))
@@ -793,7 +804,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	// The first cmdlet: forwarding on for eth0, which holds the management IP.
 	index := strings.Fields(nodeExec(t, win.Node, "cat", "/sys/class/net/eth0/ifindex"))
 	wantCmd := fmt.Sprintf(`$ErrorActionPreference="Stop";try { Set-NetIPInterface -ifIndex %s -AddressFamily IPv4 -Forwarding Enabled } catch { Write-Host $_; os.Exit(-1) }`, index[0])
-	ran := cmdlets(t, cmdletLog)
+	ran = cmdlets(t, cmdletLog)[1:]
 	if len(ran) != 1 || !slices.Equal(ran[0], []string{"-NoLogo", "-NoProfile", "-NonInteractive", "-Command", wantCmd}) {
 		t.Errorf("cmdlets run: %q, want only %q", ran, wantCmd)
 	}
@@ -805,7 +816,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	// FormatMessage): Wine has no text for HNS's codes ("winapi error #2151350292"), so under
 	// Wine flanneld.exe retries for 5 s and stops there, before any cmdlet. (The text is the
 	// installation's language's, so a localized Windows would fail the same way.)
-	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment")
+	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment", "--iface="+win.IP.String())
 	if !strings.Contains(logTail, "0x803b0014") {
 		t.Errorf("flanneld.exe's restart did not stop at HCN_E_ENDPOINT_ALREADY_ATTACHED (0x803b0014):\n%s", logTail)
 	}
@@ -816,7 +827,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	if n, err := win.hns.NetworkByName("cbr0"); err != nil || n.ID != net.ID {
 		t.Errorf("network cbr0 after the restart: %+v (%v), want %s kept", n, err, net.ID)
 	}
-	if ran := cmdlets(t, cmdletLog); len(ran) != 1 {
-		t.Errorf("the restart ran cmdlets: %q", ran[1:])
+	if ran := cmdlets(t, cmdletLog); len(ran) != 2 {
+		t.Errorf("the restart ran cmdlets: %q", ran[2:])
 	}
 }
