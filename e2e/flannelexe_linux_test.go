@@ -381,7 +381,7 @@ func vxlanIntended(networkID string) []intended {
 		{"flanneld.exe", "HcnQueryNetworkProperties id= object=" + networkID + " body=" + byID + " hr=0x00000000",
 			"the same poll: hcn hands the lookup's query on to HcnQueryNetworkProperties"},
 		{"weftd.exe", "HcnEnumerateEndpoints id= object= body=" + hcnQuery(`{"VirtualNetwork":"`+networkID+`"}`) + " hr=0x00000000",
-			"a full Apply lists the network's endpoints to remove the remote endpoints of weftd's other peer mode (remote endpoints, for HNS before 9.2) after a change of mode; flanneld has that mode no more"},
+			"a full Apply lists the network's endpoints to remove the remote endpoints of weftd's other peer mode (remote endpoints, for HNS before 9.2) after a change of mode; flanneld v0.28 has no such mode"},
 	}
 }
 
