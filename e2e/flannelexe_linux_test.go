@@ -577,8 +577,8 @@ func TestCompareCalls(t *testing.T) {
 	}
 }
 
-// hostGWConf is flannel's host-gw config, on every node.
-const hostGWConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
+// hostGWNetConf is flannel's host-gw config, on every node.
+const hostGWNetConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
 
 // buildCmdletStub builds e2e/cmdletstub, the stand-in for PowerShell, as dir/powershell.exe.
 func buildCmdletStub(t *testing.T, repo, dir string) {
@@ -673,7 +673,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
 	}
 	flanneldExe := needFlanneldExe(t, repo)
-	c, err := cluster.New(t, cluster.Options{NetConf: hostGWConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	c, err := cluster.New(t, cluster.Options{NetConf: hostGWNetConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
 	if err != nil {
 		t.Fatal(err)
 	}
