@@ -84,7 +84,8 @@ func (w *wineNode) start(argv []string) {
 	}
 }
 
-// stop ends the node's daemon.
+// stop kills the node's daemon, so that the next one finds HNS as this one left it, with
+// nothing undone on the way out.
 func (w *wineNode) stop() {
 	w.t.Helper()
 	if _, err := w.Stop(syscall.SIGKILL); err != nil && w.Running() {
