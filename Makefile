@@ -46,6 +46,7 @@ deps:
 	tools/kube/install-apiserver.sh $(KUBE_BIN)
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
+	GOOS=windows tools/flannel/install-flanneld.sh .cache/flannel-windows
 	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh && tools/flannel/install-deps.sh; fi
 
 unit:

@@ -74,6 +74,37 @@ func PrepareFlanneld(repo string) (string, error) {
 	return bin, nil
 }
 
+// FlanneldExeEnv names a prebuilt flanneld.exe (flanneld for Windows), which
+// PrepareFlanneldExe then uses as it is.
+const FlanneldExeEnv = "WEFT_FLANNELD_EXE"
+
+// PrepareFlanneldExe returns flanneld built for Windows (amd64), for the Wine node of the
+// tests: $WEFT_FLANNELD_EXE if set, else <repo>/.cache/flannel-windows/flanneld.exe, which
+// tools/flannel/install-flanneld.sh builds with GOOS=windows at the version pinned in
+// tools/flannel/go.mod, once: later runs find its stamp current and return at once.
+func PrepareFlanneldExe(repo string) (string, error) {
+	if bin := os.Getenv(FlanneldExeEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", FlanneldExeEnv, bin, err)
+		}
+		return bin, nil
+	}
+	dir := filepath.Join(repo, ".cache", "flannel-windows")
+	script := filepath.Join(repo, "tools", "flannel", "install-flanneld.sh")
+	ctx, cancel := context.WithTimeout(context.Background(), flanneldBuildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script, dir)
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building flanneld.exe with GOOS=windows %s %s: %w: %s", script, dir, err, strings.TrimSpace(string(out)))
+	}
+	bin := filepath.Join(dir, "flanneld.exe")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("GOOS=windows %s %s did not install flanneld.exe: %w", script, dir, err)
+	}
+	return bin, nil
+}
+
 // PrepareFlanneldDeps makes sure the commands flanneld runs are installed, running
 // tools/flannel/install-deps.sh (apt-get) if one is missing: iptables and ip6tables, without
 // which flanneld logs an error at every resync of its FORWARD rules (iptables mode), or

@@ -1,0 +1,834 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	weftbackend "github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnssim"
+	"github.com/weftnet/weft/windows/hnstest"
+)
+
+// wineNode is the Windows node of a test: a cluster node whose daemon, weftd.exe or the real
+// flanneld.exe, runs under Wine against a simulated HNS served on its loopback.
+type wineNode struct {
+	*cluster.Node
+	t      *testing.T
+	prefix string // the node's Wine prefix
+	hns    *hnstest.HNS
+	srv    *hnssim.Server
+	addr   string // where srv listens, for the DLLs (WEFT_HNS_ADDR)
+}
+
+// newWineNode adds node name to c with a Wine prefix of its own; freshHNS gives it an HNS.
+func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode {
+	t.Helper()
+	n, err := c.AddNode(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wineNode{Node: n, t: t, prefix: winePrefix(t, repo)}
+	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
+		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
+		cmd.Env = append(os.Environ(), "WINEPREFIX="+w.prefix)
+		_ = cmd.Run()
+	})
+	return w
+}
+
+// freshHNS gives the node a new, empty HNS (as a reboot of a node without persistent
+// networks would), with the same IDs and DR MACs as the last: they come from a sequence.
+func (w *wineNode) freshHNS() {
+	w.t.Helper()
+	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond})
+	l, err := w.Listen("127.0.0.1:0")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	srv := hnssim.New(w.hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { _ = srv.Serve(l) }()
+	w.srv = srv
+	w.t.Cleanup(func() { l.Close() })
+	w.addr = l.Addr().String()
+}
+
+// wine is the command line that runs exe under Wine in the node with args.
+func (w *wineNode) wine(exe string, args ...string) []string {
+	return append([]string{"env", "WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=computenetwork,vmcompute=n",
+		"WEFT_HNS_ADDR=" + w.addr, wine64, exe}, args...)
+}
+
+// start runs argv as the node's daemon and waits until it is ready.
+func (w *wineNode) start(argv []string) {
+	w.t.Helper()
+	if err := w.StartDaemon(argv...); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.WaitReady(readyTimeout); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// stop kills the node's daemon, so that the next one finds HNS as this one left it, with
+// nothing undone on the way out.
+func (w *wineNode) stop() {
+	w.t.Helper()
+	if _, err := w.Stop(syscall.SIGKILL); err != nil && w.Running() {
+		w.t.Fatal(err)
+	}
+}
+
+// needFlanneldExe returns flanneld.exe, built once (cached across runs by its stamp), or
+// skips the test when it cannot be built.
+func needFlanneldExe(t *testing.T, repo string) string {
+	t.Helper()
+	start := time.Now()
+	bin, err := cluster.PrepareFlanneldExe(repo)
+	if err != nil {
+		t.Skipf("flanneld.exe is not built and cannot be built (set %s to use a prebuilt one): %v", cluster.FlanneldExeEnv, err)
+	}
+	t.Logf("flanneld.exe ready in %v", time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// buildWeftdExe builds weftd for Windows into dir.
+func buildWeftdExe(t *testing.T, repo, dir string) string {
+	t.Helper()
+	exe := filepath.Join(dir, "weftd.exe")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
+	build.Dir = repo
+	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building weftd.exe: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// renderCalls is a log of HNS calls, one a line.
+func renderCalls(calls []hnssim.Call) string {
+	var b strings.Builder
+	for _, c := range calls {
+		fmt.Fprintf(&b, "%s\n", callKey(c))
+	}
+	return b.String()
+}
+
+// callKey is a call as the comparison sees it: everything hcn handed HNS (the export, its
+// GUID or path, the object its handle stood for, HNSCall's method, the body) and the
+// answer's HRESULT.
+func callKey(c hnssim.Call) string {
+	name := c.Name
+	if c.Method != "" {
+		name += " " + c.Method
+	}
+	return fmt.Sprintf("%s id=%s object=%s body=%s hr=%v", name, c.ID, c.Object, c.Body, c.HResult)
+}
+
+// rsrs renders the RemoteSubnetRoute policies of the node's network flannel.4096, sorted.
+func (w *wineNode) rsrs() string {
+	net, err := w.hns.NetworkByName("flannel.4096")
+	if err != nil {
+		return "no network: " + err.Error()
+	}
+	var out []string
+	for _, p := range net.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
+		var s windows.RemoteSubnetRouteSettings
+		if err := p.Decode(&s); err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s via %s (%s, VSID %d)", s.DestinationPrefix, s.ProviderAddress, s.DistributedRouterMacAddress, s.IsolationID))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// wantRSRs is the RemoteSubnetRoute of every node of ns as its lease says.
+func wantRSRs(t *testing.T, c *cluster.Cluster, ns []*cluster.Node) string {
+	t.Helper()
+	var out []string
+	for _, n := range ns {
+		sn, err := n.Subnet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s via %s (%s, VSID 4096)", sn, n.IP, leaseMAC(t, c, sn)))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// waitRSRs waits until the node's network holds exactly the RemoteSubnetRoutes of peers.
+func (w *wineNode) waitRSRs(c *cluster.Cluster, what string, peers []*cluster.Node) {
+	w.t.Helper()
+	want := wantRSRs(w.t, c, peers)
+	deadline := time.Now().Add(60 * time.Second)
+	for got := w.rsrs(); got != want; got = w.rsrs() {
+		if !w.Running() {
+			w.t.Fatalf("%s: the daemon exited: %v\n%s", what, w.ExitState(), w.LogTail(30))
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: routes %q, want %q\nHNS:\n%s\ncalls:\n%s", what, got, want, w.hns.Render(), renderCalls(w.srv.Calls()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// winState is what a Windows node must keep across a change of daemon.
+type winState struct {
+	networkID string
+	drMAC     string
+	subnet    netip.Prefix
+	vtepMAC   string // the lease's
+}
+
+// state reads the node's network from HNS and its lease from etcd, and checks that the lease
+// is the node's: its public IP, vxlan with VNI 4096, the DR MAC as VtepMAC.
+func (w *wineNode) state(c *cluster.Cluster) winState {
+	w.t.Helper()
+	n, err := w.hns.NetworkByName("flannel.4096")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	drMAC, err := n.DRMAC()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	sn, err := w.Subnet()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if sub := n.StaticSubnet(); sub == nil || sub.IPAddressPrefix != sn.String() {
+		w.t.Errorf("network subnet %+v, subnet.env %s", sub, sn)
+	}
+	value, _ := leaseValue(w.t, c, sn)
+	var l struct {
+		PublicIP    string
+		BackendType string
+		BackendData json.RawMessage
+	}
+	if err := json.Unmarshal(value, &l); err != nil {
+		w.t.Fatalf("the Windows node's lease %s: %v", value, err)
+	}
+	data, err := weftbackend.DecodeVXLANData(l.BackendData)
+	if err != nil {
+		w.t.Fatalf("the Windows node's backend data %s: %v", l.BackendData, err)
+	}
+	if l.PublicIP != w.IP.String() || l.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
+		w.t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", value, w.IP, drMAC)
+	}
+	return winState{networkID: n.ID, drMAC: drMAC.String(), subnet: sn, vtepMAC: data.VtepMAC.String()}
+}
+
+// waitToward waits until every node of ns reaches the Windows node's subnet through its
+// VXLAN device (VNI 4096, port 4789): a route, a neighbour and an FDB entry with the DR MAC.
+func waitToward(t *testing.T, ns []*cluster.Node, win *wineNode, st winState) {
+	t.Helper()
+	mac := strings.ToLower(st.drMAC)
+	for _, n := range ns {
+		deadline := time.Now().Add(convergeTimeout)
+		for {
+			route, _ := n.RouteTo(st.subnet)
+			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", st.subnet.Addr().String(), "dev", windowsDevice))
+			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
+			dev := nodeExec(t, n, "ip", "-d", "link", "show", windowsDevice)
+			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) &&
+				strings.Contains(dev, "vxlan id 4096 ") && strings.Contains(dev, "dstport 4789 ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s (VNI 4096, port 4789: %q) with %s",
+					n.Name, route, neigh, fdb, windowsDevice, dev, mac)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// scene runs the daemon (its command line from argv, once the node has a new HNS) on the Windows node from an empty HNS to convergence with the
+// Linux nodes peers, then through a peer (leaver, one of peers, running weftd) leaving and
+// coming back with its subnet and VTEP MAC, and returns every HNS call it made. The daemon keeps running.
+func scene(t *testing.T, c *cluster.Cluster, w *wineNode, argv func() []string, peers []*cluster.Node, leaver *cluster.Node, weftd string) []hnssim.Call {
+	t.Helper()
+	w.freshHNS()
+	w.start(argv())
+	w.waitRSRs(c, "converging", peers)
+	st := w.state(c)
+	waitToward(t, peers, w, st)
+
+	before, err := leaver.Subnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := leaseMAC(t, c, before)
+	if _, err := leaver.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deleteLease(t, c, before)
+	rest := slices.DeleteFunc(slices.Clone(peers), func(n *cluster.Node) bool { return n == leaver })
+	w.waitRSRs(c, "a peer leaves", rest)
+	if err := leaver.StartDaemon(append([]string{weftd}, leaver.WeftdArgs()...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := leaver.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := leaver.Subnet(); err != nil || after != before || leaseMAC(t, c, after) != mac {
+		t.Fatalf("the peer came back with subnet %s (%v), VTEP MAC %s, not its %s, %s: the scene differs", after, err, leaseMAC(t, c, after), before, mac)
+	}
+	w.waitRSRs(c, "the peer comes back", peers)
+	// Both daemons look the network up now and then (flanneld on every lease event, weftd
+	// every WatchInterval): what matters is that each kind of request was made.
+	return w.srv.Calls()
+}
+
+// intended is a difference between the requests of flanneld.exe and weftd.exe for the same
+// scene that is meant: a request (callKey) only one of them makes, and why.
+type intended struct {
+	only string // "flanneld.exe" or "weftd.exe"
+	key  string
+	why  string
+}
+
+// compareCalls compares the HNS requests of flanneld.exe and weftd.exe for one scene. The
+// requests that change something must be the same, as many times each (their order
+// between peers follows the order the leases came in); the reads must be of the same kinds,
+// however many (both poll, at their own pace). Every difference must be listed in want,
+// and every listed one must be seen: a difference that went away is a list to update.
+func compareCalls(flanneld, weftd []hnssim.Call, want []intended) []string {
+	count := func(calls []hnssim.Call, change bool) map[string]int {
+		m := map[string]int{}
+		for _, c := range calls {
+			if c.Mutates() == change {
+				m[callKey(c)]++
+			}
+		}
+		return m
+	}
+	listed := map[string]intended{}
+	for _, d := range want {
+		listed[d.only+" "+d.key] = d
+	}
+	seen := map[string]bool{}
+	var problems []string
+	diff := func(kind string, f, w map[string]int, exact bool) {
+		for _, k := range slices.Sorted(maps.Keys(mapUnion(f, w))) {
+			nf, nw := f[k], w[k]
+			if nf == nw || (!exact && nf > 0 && nw > 0) {
+				continue
+			}
+			only := "flanneld.exe"
+			if nw > nf {
+				only = "weftd.exe"
+			}
+			if _, ok := listed[only+" "+k]; ok && (nf == 0 || nw == 0) {
+				seen[only+" "+k] = true
+				continue
+			}
+			problems = append(problems, fmt.Sprintf("%s sent by flanneld.exe %d times, by weftd.exe %d times: %s", kind, nf, nw, k))
+		}
+	}
+	diff("change", count(flanneld, true), count(weftd, true), true)
+	diff("read", count(flanneld, false), count(weftd, false), false)
+	for _, d := range want {
+		if !seen[d.only+" "+d.key] {
+			problems = append(problems, fmt.Sprintf("listed difference not seen (only %s: %s): %s", d.only, d.why, d.key))
+		}
+	}
+	return problems
+}
+
+// mapUnion is the keys of a and b.
+func mapUnion(a, b map[string]int) map[string]bool {
+	m := map[string]bool{}
+	for k := range a {
+		m[k] = true
+	}
+	for k := range b {
+		m[k] = true
+	}
+	return m
+}
+
+// hcnQuery is the body hcn sends with a lookup: its HostComputeQuery, whose Filter is a
+// JSON object in a string (hcsshim hcn/hcn.go, defaultQuery).
+func hcnQuery(filter string) string {
+	f, _ := json.Marshal(filter) // a string always marshals
+	return `{"SchemaVersion":{"Major":2,"Minor":0},"Filter":` + string(f) + `}`
+}
+
+// vxlanIntended are the differences between flanneld.exe's and weftd.exe's requests in
+// the vxlan scene, each with why; networkID is the network's (the same in both runs: the
+// simulated HNS numbers its objects).
+func vxlanIntended(networkID string) []intended {
+	byID := hcnQuery(`{"ID":"` + networkID + `"}`)
+	return []intended{
+		{"flanneld.exe", "HcnEnumerateNetworks id= object= body=" + byID + " hr=0x00000000",
+			"after creating the network flanneld polls it by ID (hcn.GetNetworkByID) for the management IP; weftd polls it by name, with the same answer"},
+		{"flanneld.exe", "HcnQueryNetworkProperties id= object=" + networkID + " body=" + byID + " hr=0x00000000",
+			"the same poll: hcn hands the lookup's query on to HcnQueryNetworkProperties"},
+		{"weftd.exe", "HcnEnumerateEndpoints id= object= body=" + hcnQuery(`{"VirtualNetwork":"`+networkID+`"}`) + " hr=0x00000000",
+			"a full Apply lists the network's endpoints to remove the remote endpoints of weftd's other peer mode (remote endpoints, for HNS before 9.2) after a change of mode; flanneld v0.28 has no such mode"},
+	}
+}
+
+// TestFlanneldExeUnderWine: the real flanneld v0.28.10 built for Windows (flanneld.exe,
+// tools/flannel/install-flanneld.sh with GOOS=windows) runs under Wine as the Windows node
+// of the netns cluster, against the simulated HNS (windows/hnssim over windows/hnstest),
+// beside Linux nodes running weftd (and flanneld, where it can be built), vxlan with VNI
+// 4096. It is the reference for weftd.exe's Windows behaviour:
+//
+//   - flanneld.exe converges: its lease (VNI 4096, the DR MAC as VtepMAC), a
+//     RemoteSubnetRoute per peer, each Linux node's route, neighbour and FDB entry toward
+//     it; a peer that leaves and comes back is removed and added again.
+//   - A Windows node migrates flanneld.exe -> weftd.exe -> flanneld.exe keeping its HNS
+//     network (no network is created or deleted, its ID stays), its subnet and its DR MAC:
+//     weftd.exe adopting flanneld's network asks HNS for no change at all; flanneld.exe
+//     adopting weftd's removes and adds back each peer's RemoteSubnetRoute, as it does on
+//     every start, with the same bodies.
+//   - The same scene (an empty HNS, the same subnet and peers, a peer leaving and coming
+//     back) run by each daemon: the requests that change HNS are the same, body for body
+//     (HcnCreateNetwork, the HostRoute policy, every RemoteSubnetRoute added and removed);
+//     the reads are of the same kinds; what differs is listed in vxlanIntended, with why.
+func TestFlanneldExeUnderWine(t *testing.T) {
+	bins := needBinaries(t)
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
+		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
+	}
+	flanneldExe := needFlanneldExe(t, repo)
+	c, err := cluster.New(t, cluster.Options{NetConf: windowsConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	weftdExe := buildWeftdExe(t, repo, c.Dir())
+
+	var peers []*cluster.Node
+	for _, name := range []string{"n1", "n2"} {
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(append([]string{bins.weftd}, n.WeftdArgs()...)...); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, n)
+	}
+	if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
+		n, err := c.AddNode("n3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(append([]string{flanneld}, n.FlanneldArgs()...)...); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, n)
+	} else {
+		t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
+	}
+	for _, n := range peers {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leaver := peers[1] // weftd: it comes back with its subnet and VTEP MAC
+
+	win := newWineNode(t, c, repo, "w4")
+	common := []string{"--etcd-endpoints=" + cluster.EtcdURL, "--iface=" + win.IP.String(), "--subnet-file=" + winPath(win.SubnetFile)}
+	// flanneld.exe serves /readyz where WaitReady looks, as weftd.exe does by default.
+	flanneldArgs := append(slices.Clone(common), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))
+	weftdArgs := append(slices.Clone(common), "--source-vip-file=")
+	flanneldRun := func() []string { return win.wine(flanneldExe, flanneldArgs...) }
+	weftdRun := func() []string { return win.wine(weftdExe, weftdArgs...) }
+
+	start := time.Now()
+	fromFlanneld := scene(t, c, win, flanneldRun, peers, leaver, bins.weftd)
+	t.Logf("flanneld.exe's scene: %d HNS calls, %v", len(fromFlanneld), time.Since(start).Round(time.Millisecond))
+	first := win.state(c)
+
+	// Migration: flanneld.exe -> weftd.exe -> flanneld.exe on the same HNS.
+	migrate := func(to string, argv []string, changes func(calls []hnssim.Call) []string) {
+		t.Helper()
+		win.stop()
+		win.srv.ResetCalls()
+		start := time.Now()
+		win.start(argv)
+		win.waitRSRs(c, "after the migration to "+to, peers)
+		var problems []string
+		deadline := time.Now().Add(convergeTimeout)
+		for problems = changes(win.srv.Calls()); len(problems) > 0 && time.Now().Before(deadline); problems = changes(win.srv.Calls()) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, p := range problems {
+			t.Errorf("migration to %s: %s", to, p)
+		}
+		if st := win.state(c); st != first {
+			t.Errorf("migration to %s: node %+v, before %+v: the network, its DR MAC, the subnet or the VtepMAC changed", to, st, first)
+		}
+		t.Logf("migrated to %s in %v: %d HNS calls", to, time.Since(start).Round(time.Millisecond), len(win.srv.Calls()))
+	}
+	migrate("weftd.exe", weftdRun(), func(calls []hnssim.Call) []string {
+		var problems []string
+		for _, c := range calls {
+			if c.Mutates() {
+				problems = append(problems, "weftd.exe adopting flanneld's network asked for a change: "+callKey(c))
+			}
+		}
+		if lookups(calls, first.networkID) == 0 {
+			problems = append(problems, "weftd.exe is ready without having read the network")
+		}
+		return problems
+	})
+	migrate("flanneld.exe", flanneldRun(), func(calls []hnssim.Call) []string {
+		// flanneld removes each peer's RemoteSubnetRoute and adds it back, with the same body.
+		removed, added := map[string]int{}, map[string]int{}
+		var problems []string
+		for _, c := range calls {
+			if !c.Mutates() {
+				continue
+			}
+			var req struct{ RequestType string }
+			switch {
+			case c.Name != "HcnModifyNetwork" || !strings.Contains(c.Body, `"Type":"RemoteSubnetRoute"`) || json.Unmarshal([]byte(c.Body), &req) != nil:
+				problems = append(problems, "flanneld.exe adopting weftd's network asked for a change other than a peer's policy: "+callKey(c))
+			case req.RequestType == "Remove":
+				removed[strings.Replace(c.Body, `"Remove"`, `"Add"`, 1)]++
+			default:
+				added[c.Body]++
+			}
+		}
+		if len(added) != len(peers) || !maps.Equal(removed, added) {
+			problems = append(problems, fmt.Sprintf("flanneld.exe removed %v and added %v, want each of the %d peers' policies once, removed and added back", removed, added, len(peers)))
+		}
+		return problems
+	})
+
+	// The same scene, run by weftd.exe: its requests against flanneld.exe's.
+	win.stop()
+	start = time.Now()
+	fromWeftd := scene(t, c, win, weftdRun, peers, leaver, bins.weftd)
+	t.Logf("weftd.exe's scene: %d HNS calls, %v", len(fromWeftd), time.Since(start).Round(time.Millisecond))
+	if st := win.state(c); st != first {
+		t.Errorf("weftd.exe's scene ended with %+v, flanneld.exe's with %+v: not the same scene", st, first)
+	}
+	for _, p := range compareCalls(fromFlanneld, fromWeftd, vxlanIntended(first.networkID)) {
+		t.Error(p)
+	}
+	if t.Failed() {
+		t.Logf("flanneld.exe's requests:\n%s\nweftd.exe's requests:\n%s", renderCalls(fromFlanneld), renderCalls(fromWeftd))
+	}
+	var changes []hnssim.Call
+	for _, c := range fromWeftd {
+		if c.Mutates() {
+			changes = append(changes, c)
+		}
+	}
+	t.Logf("%d requests that change HNS, body for body the same from both daemons:\n%s", len(changes), renderCalls(changes))
+}
+
+// TestCompareCalls: the comparison fails on a change request one daemon makes and the other
+// does not, or makes more often, on a kind of read only one makes, and on a listed
+// difference that does not occur; it passes read counts that differ and listed differences.
+func TestCompareCalls(t *testing.T) {
+	read := hnssim.Call{Name: "HcnEnumerateNetworks", Body: hcnQuery(`{"Name":"flannel.4096"}`)}
+	add := hnssim.Call{Name: "HcnModifyNetwork", Object: "n", Body: `{"RequestType":"Add"}`}
+	other := hnssim.Call{Name: "HcnEnumerateEndpoints", Body: hcnQuery(`{"VirtualNetwork":"n"}`)}
+	list := []intended{{"weftd.exe", callKey(other), "why"}}
+	for _, tc := range []struct {
+		name            string
+		flanneld, weftd []hnssim.Call
+		want            []intended
+		problems        int
+	}{
+		{"same", []hnssim.Call{read, add}, []hnssim.Call{read, add}, nil, 0},
+		{"reads counted apart", []hnssim.Call{read, read, read, add}, []hnssim.Call{read, add}, nil, 0},
+		{"a change more often", []hnssim.Call{read, add}, []hnssim.Call{read, add, add}, nil, 1},
+		{"a change only one makes", []hnssim.Call{read}, []hnssim.Call{read, add}, nil, 1},
+		{"a read only one makes", []hnssim.Call{read, add}, []hnssim.Call{read, add, other}, nil, 1},
+		{"a listed difference", []hnssim.Call{read, add}, []hnssim.Call{read, add, other}, list, 0},
+		{"a listed difference by the other", []hnssim.Call{read, add, other}, []hnssim.Call{read, add}, list, 2},
+		{"a listed difference gone", []hnssim.Call{read, add}, []hnssim.Call{read, add}, list, 1},
+		{"a refused call", []hnssim.Call{read, add}, []hnssim.Call{read, {Name: add.Name, Object: add.Object, Body: add.Body, HResult: windows.HCNInvalidJSON}}, nil, 2},
+	} {
+		if got := compareCalls(tc.flanneld, tc.weftd, tc.want); len(got) != tc.problems {
+			t.Errorf("%s: %d problems, want %d: %q", tc.name, len(got), tc.problems, got)
+		}
+	}
+}
+
+// hostGWNetConf is flannel's host-gw config, on every node.
+const hostGWNetConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
+
+// buildCmdletStub builds e2e/cmdletstub, the stand-in for PowerShell, as dir/powershell.exe.
+func buildCmdletStub(t *testing.T, repo, dir string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "powershell.exe"), "./e2e/cmdletstub")
+	build.Dir = repo
+	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the cmdlet stand-in: %v\n%s", err, out)
+	}
+}
+
+// cmdlets reads the stand-in's log: the arguments of each run of powershell.exe.
+func cmdlets(t *testing.T, path string) [][]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var args []string
+		if err := json.Unmarshal([]byte(line), &args); err != nil {
+			t.Fatalf("the cmdlet log %s: %q: %v", path, line, err)
+		}
+		out = append(out, args)
+	}
+	return out
+}
+
+// waitExit waits for the node's daemon to exit by itself and returns its log's tail.
+func (w *wineNode) waitExit(timeout time.Duration) string {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for w.Running() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the daemon still runs after %v; it was to stop at its first cmdlet:\n%s", timeout, w.LogTail(30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return w.LogTail(40)
+}
+
+// v1Requests renders a run's HNS v1 requests (HNSCall), one a line: method, path, body,
+// HRESULT; and fails the test on any HNS v2 call that changes something.
+func v1Requests(t *testing.T, calls []hnssim.Call) []string {
+	t.Helper()
+	var out []string
+	for _, c := range calls {
+		switch {
+		case c.Name == "HNSCall":
+			out = append(out, fmt.Sprintf("%s %s %s %v", c.Method, c.ID, c.Body, c.HResult))
+		case c.Mutates():
+			t.Errorf("flanneld.exe's host-gw changed HNS through v2: %s", callKey(c))
+		}
+	}
+	return out
+}
+
+// TestFlanneldExeHostGWUnderWine: flanneld.exe's Windows host-gw, which speaks HNS v1
+// (hcsshim's HNSCall wrappers) and then runs PowerShell cmdlets, under Wine against the
+// simulated HNS, as far as its first cmdlet. Wine has no PowerShell (its powershell.exe
+// does nothing and exits 0), so the node's PATH starts with e2e/cmdletstub built as
+// powershell.exe, which records the command and refuses it: flanneld.exe stops there, and
+// every HNS request it made up to there is checked.
+//
+// With --iface naming the node's address, flanneld finds its interface through Go's
+// net.Interfaces (Wine lists the node's own); without --iface its first step is a cmdlet,
+// the default route's interface from Get-NetRoute (pkg/ip/iface_windows.go), checked here
+// too, before the HNS is touched.
+//
+// Checked: its lease (host-gw, the node's address) and each Linux node's route to its
+// subnet through it; the v1 requests (the network looked up by name and made as an
+// L2Bridge with the lease's subnet and gateway, polled until HNS reports the management
+// IP, the host endpoint cbr0_ep looked up and made with the subnet's .2, attached to the
+// host's compartment 1), none refused, and what they left in HNS; the first cmdlet, exactly:
+// forwarding on for the interface that holds the management IP (eth0's index). A restart
+// adopts the network and the endpoint (no create, no delete) and attaches the endpoint
+// again, answered HCN_E_ENDPOINT_ALREADY_ATTACHED as HNS does; flannel knows that answer
+// by its text alone, which Wine cannot give it (see below), so under Wine the restart stops
+// there.
+func TestFlanneldExeHostGWUnderWine(t *testing.T) {
+	bins := needBinaries(t)
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
+		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
+	}
+	flanneldExe := needFlanneldExe(t, repo)
+	c, err := cluster.New(t, cluster.Options{NetConf: hostGWNetConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	stub := filepath.Join(c.Dir(), "cmdletstub")
+	if err := os.Mkdir(stub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buildCmdletStub(t, repo, stub)
+
+	var peers []*cluster.Node
+	for _, name := range []string{"n1", "n2"} {
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(append([]string{bins.weftd}, n.WeftdArgs()...)...); err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, n)
+	}
+	for _, n := range peers {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	win := newWineNode(t, c, repo, "w3")
+	win.freshHNS()
+	cmdletLog := filepath.Join(win.Dir, "cmdlets.log")
+	// run runs flanneld.exe until it stops, which it must with the error stop, and returns
+	// the end of its run's log.
+	run := func(stop string, iface ...string) string {
+		t.Helper()
+		argv := win.wine(flanneldExe, append(iface, "--etcd-endpoints="+cluster.EtcdURL,
+			"--subnet-file="+winPath(win.SubnetFile), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+		argv = slices.Insert(argv, 1, "WINEPATH="+winPath(stub), "WEFT_CMDLET_LOG="+winPath(cmdletLog))
+		win.srv.ResetCalls()
+		if err := win.StartDaemon(argv...); err != nil {
+			t.Fatal(err)
+		}
+		logTail := win.waitExit(60 * time.Second)
+		if i := strings.LastIndex(logTail, "=== weft-e2e "); i >= 0 {
+			logTail = logTail[i:]
+		}
+		if !strings.Contains(logTail, stop) {
+			t.Fatalf("flanneld.exe did not stop with %q:\n%s", stop, logTail)
+		}
+		return logTail
+	}
+	// Without --iface, flanneld's first step is a cmdlet: the default route's interface.
+	run("Failed to find any valid interface to use")
+	ran := cmdlets(t, cmdletLog)
+	if len(ran) != 1 || len(ran[0]) != 5 || !strings.Contains(ran[0][4], `ConvertTo-Json (Get-NetRoute | Where { $_.DestinationPrefix -eq '0.0.0.0/0' } | Select-Object -Property ifIndex)`) {
+		t.Errorf("without --iface flanneld.exe ran %q, want the default route's interface from Get-NetRoute", ran)
+	}
+	if calls := win.srv.Calls(); len(calls) != 0 {
+		t.Errorf("without --iface flanneld.exe called HNS before it stopped: %s", renderCalls(calls))
+	}
+
+	start := time.Now()
+	if logTail := run("failed to enable forwarding on eth0", "--iface="+win.IP.String()); !strings.Contains(logTail, "cmdletstub: not run") {
+		t.Errorf("flanneld.exe's first run did not stop at the stand-in's refusal:\n%s", logTail)
+	}
+	t.Logf("flanneld.exe host-gw ran to its first cmdlet in %v", time.Since(start).Round(time.Millisecond))
+
+	// Its lease, and the Linux nodes' routes to it.
+	leases, err := c.Leases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sn netip.Prefix
+	for _, l := range leases {
+		if l.Attrs.PublicIP == win.IP {
+			sn = l.Subnet
+			if l.Attrs.BackendType != "host-gw" {
+				t.Errorf("the Windows node's lease %s, want host-gw", l)
+			}
+		}
+	}
+	if !sn.IsValid() {
+		t.Fatalf("no lease of the Windows node's address %s in %v", win.IP, leases)
+	}
+	for _, n := range peers {
+		deadline := time.Now().Add(convergeTimeout)
+		for route, _ := n.RouteTo(sn); !strings.Contains(route, "via "+win.IP.String()+" dev eth0"); route, _ = n.RouteTo(sn) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: route to the Windows node's %s: %q, want via %s", n.Name, sn, route, win.IP)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// What it asked of HNS, and what that left there.
+	first := v1Requests(t, win.srv.Calls())
+	t.Logf("flanneld.exe host-gw's HNS v1 requests:\n%s", strings.Join(first, "\n"))
+	net, err := win.hns.NetworkByName("cbr0")
+	if err != nil {
+		t.Fatalf("no network cbr0: %v\n%s", err, win.hns.Render())
+	}
+	gw, epIP := sn.Addr().Next(), sn.Addr().Next().Next()
+	if sub := net.StaticSubnet(); net.Type != windows.NetworkL2Bridge || sub == nil || sub.IPAddressPrefix != sn.String() {
+		t.Errorf("network cbr0: type %s, subnet %+v; want L2Bridge with %s", net.Type, sub, sn)
+	}
+	eps, err := win.hns.NetworkEndpoints(net.ID)
+	if err != nil || len(eps) != 1 || eps[0].Name != "cbr0_ep" || eps[0].IP() != epIP {
+		t.Fatalf("endpoints of cbr0: %+v (%v), want cbr0_ep with %s", eps, err, epIP)
+	}
+	ep := eps[0]
+	if host, err := win.hns.HostDefaultNamespace(); err != nil || !strings.EqualFold(ep.HostComputeNamespace, host.ID) {
+		t.Errorf("cbr0_ep in namespace %q, the host's is %+v (%v): not attached to the host", ep.HostComputeNamespace, host, err)
+	}
+	attach := "POST /endpoints/" + ep.ID + `/attach {"SystemType":"Host","CompartmentId":1}`
+	if want := []string{
+		"GET /networks/  0x00000000",
+		`POST /networks/ {"Name":"cbr0","Type":"L2Bridge","Subnets":[{"AddressPrefix":"` + sn.String() + `","GatewayAddress":"` + gw.String() + `"}]} 0x00000000`,
+		"GET /networks/" + net.ID + "  0x00000000", // until HNS reports the management IP
+		"GET /endpoints/  0x00000000",
+		`POST /endpoints/ {"Name":"cbr0_ep","VirtualNetwork":"` + net.ID + `","IPAddress":"` + epIP.String() + `"} 0x00000000`,
+		attach + " 0x00000000",
+	}; !slices.Equal(slices.Compact(first), want) {
+		t.Errorf("flanneld.exe host-gw's HNS v1 requests (repeats folded):\n%s\nwant:\n%s", strings.Join(slices.Compact(first), "\n"), strings.Join(want, "\n"))
+	}
+
+	// The first cmdlet: forwarding on for eth0, which holds the management IP.
+	index := strings.Fields(nodeExec(t, win.Node, "cat", "/sys/class/net/eth0/ifindex"))
+	wantCmd := fmt.Sprintf(`$ErrorActionPreference="Stop";try { Set-NetIPInterface -ifIndex %s -AddressFamily IPv4 -Forwarding Enabled } catch { Write-Host $_; os.Exit(-1) }`, index[0])
+	ran = cmdlets(t, cmdletLog)[1:]
+	if len(ran) != 1 || !slices.Equal(ran[0], []string{"-NoLogo", "-NoProfile", "-NonInteractive", "-Command", wantCmd}) {
+		t.Errorf("cmdlets run: %q, want only %q", ran, wantCmd)
+	}
+
+	// A restart adopts the network and the endpoint, and attaches the endpoint again, which
+	// HNS answers HCN_E_ENDPOINT_ALREADY_ATTACHED. flannel takes that for success by the
+	// error's text, "This endpoint is already attached to the switch." (hostgw_windows.go),
+	// which hcsshim's error takes from Windows' message table (syscall.Errno's Error, through
+	// FormatMessage): Wine has no text for HNS's codes ("winapi error #2151350292"), so under
+	// Wine flanneld.exe retries for 5 s and stops there, before any cmdlet. (The text is the
+	// installation's language's, so a localized Windows would fail the same way.)
+	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment", "--iface="+win.IP.String())
+	if !strings.Contains(logTail, "0x803b0014") {
+		t.Errorf("flanneld.exe's restart did not stop at HCN_E_ENDPOINT_ALREADY_ATTACHED (0x803b0014):\n%s", logTail)
+	}
+	again := slices.Compact(v1Requests(t, win.srv.Calls()))
+	if want := []string{"GET /networks/  0x00000000", "GET /endpoints/  0x00000000", attach + " 0x803B0014"}; !slices.Equal(again, want) {
+		t.Errorf("flanneld.exe host-gw's HNS v1 requests on a restart (repeats folded):\n%s\nwant:\n%s", strings.Join(again, "\n"), strings.Join(want, "\n"))
+	}
+	if n, err := win.hns.NetworkByName("cbr0"); err != nil || n.ID != net.ID {
+		t.Errorf("network cbr0 after the restart: %+v (%v), want %s kept", n, err, net.ID)
+	}
+	if ran := cmdlets(t, cmdletLog); len(ran) != 2 {
+		t.Errorf("the restart ran cmdlets: %q", ran[2:])
+	}
+}
