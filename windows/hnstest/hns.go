@@ -635,8 +635,8 @@ func (h *HNS) modifyNamespace(namespaceID string, req *windows.ModifyNamespaceSe
 	switch req.RequestType {
 	case windows.RequestAdd:
 		if ep.HostComputeNamespace != "" {
-			// flannel matches this text; the code is unverified.
-			return hnsError(call, windows.HCNEndpointAlreadyAttached, "This requested operation is invalid as endpoint is already part of a network namespace.")
+			// The table's text of the code; that a second attachment answers it is unverified.
+			return hnsError(call, windows.HCNEndpointNamespaceAlreadyExist, "This requested operation is invalid as endpoint is already part of a network namespace.")
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
 		data, _ := json.Marshal(windows.NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
