@@ -28,11 +28,15 @@ func TestIPHelperThroughSimulatedHost(t *testing.T) {
 	host := hnstest.NewHost(
 		windows.Interface{Index: 1, Name: "Loopback Pseudo-Interface 1", Prefixes: []netip.Prefix{pfx("127.0.0.1/8"), pfx("::1/128")}},
 		windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{pfx("192.0.2.10/24"), pfx("fd77:77::10/64")}})
+	hns, _ := simulatedHNS(t, hnstest.Options{ManagementIP: mgmt, Host: host})
+	h := windows.NewIPHelper()
+	// No route at all is no table (ERROR_NOT_FOUND), which is no error.
+	if routes, err := h.Routes(); err != nil || len(routes) != 0 {
+		t.Errorf("routes of a host without any: %v %v", routes, err)
+	}
 	if err := host.AddRoute(windows.HostRoute{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256}); err != nil {
 		t.Fatal(err)
 	}
-	hns, _ := simulatedHNS(t, hnstest.Options{ManagementIP: mgmt, Host: host})
-	h := windows.NewIPHelper()
 
 	// same compares what IPHelper reads with the host (names aside: IPHelper names interfaces
 	// by Go's net package, which asks Wine's own iphlpapi).

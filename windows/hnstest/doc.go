@@ -35,6 +35,13 @@
 //     already attached to the switch." (pkg/backend/hostgw/hostgw_windows.go; flannel issue
 //     1391, PR 1392), which Calico's log shows as 0x803b0014 (projectcalico/calico issue
 //     4280).)
+//   - HNS v1's host attachment (HostAttach: hcsshim internal/hns/hnsendpoint.go,
+//     HNSEndpoint.HostAttach, {"SystemType":"Host","CompartmentId":1}, as flanneld's
+//     host-gw and Microsoft's SDN scripts send it) puts the endpoint in the host's
+//     HostDefault namespace, made if HNS has none, and the host gets its vNIC (that v1's
+//     compartment 1 and that namespace are one place is unverified, as in hnssim). An
+//     endpoint attached already answers HCN_E_ENDPOINT_ALREADY_ATTACHED with its text, which
+//     flanneld matches.
 //   - RemoteSubnetRoute and HostRoute policies need HNS 9.2 (hcsshim hcn/hcnglobals.go,
 //     RemoteSubnetVersion, HostRouteVersion).
 //   - An Overlay network gets a DR MAC (a DrMacAddress network policy) and reports its
