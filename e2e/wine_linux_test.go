@@ -60,8 +60,8 @@ func winePrefix(t *testing.T, repo string) string {
 	return dst
 }
 
-// buildWeftdExe builds weftd.exe (GOOS=windows) into the cluster's directory.
-func buildWeftdExe(t *testing.T, c *cluster.Cluster, repo string) string {
+// buildWindowsWeftd builds weftd.exe (GOOS=windows) into the cluster's directory.
+func buildWindowsWeftd(t *testing.T, c *cluster.Cluster, repo string) string {
 	t.Helper()
 	exe := filepath.Join(c.Dir(), "weftd.exe")
 	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
@@ -157,7 +157,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWeftdExe(t, c, repo)
+	exe := buildWindowsWeftd(t, c, repo)
 
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
@@ -382,7 +382,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWeftdExe(t, c, repo)
+	exe := buildWindowsWeftd(t, c, repo)
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
 		n, err := c.AddNode(name)
