@@ -25,6 +25,7 @@ type Server struct {
 	calls   []Call
 	docs    map[string]json.RawMessage // by lower-case ID: each object's create document (documents.go)
 	v1      v1State                    // what only HNS v1 knows of (v1.go)
+	others  []standalone               // SDN routes and load balancers (standalone.go)
 }
 
 // Call is one call the service answered, as the DLL handed it over: the export, its GUID
@@ -206,16 +207,14 @@ func filterOf(q string) (map[string]json.RawMessage, error) {
 
 // Call answers one call.
 func (s *Server) Call(r request) answer {
+	if a, handled := s.standaloneCall(r); handled {
+		return a
+	}
 	switch r.call {
 	case "HNSCall":
 		return s.hnsCall(r)
 	case "HcnEnumerateNetworks", "HcnEnumerateEndpoints", "HcnEnumerateNamespaces":
 		return s.enumerate(r)
-	case "HcnEnumerateLoadBalancers", "HcnEnumerateSdnRoutes":
-		if _, err := filterOf(r.a); err != nil {
-			return invalidJSON(r.call, err)
-		}
-		return ok([]string{})
 	case "HcnOpenNetwork":
 		if _, err := s.network(r.id); err != nil {
 			return fail(err)
@@ -231,7 +230,7 @@ func (s *Server) Call(r request) answer {
 			return fail(err)
 		}
 		return s.open("Namespace", r.id)
-	case "HcnCloseNetwork", "HcnCloseEndpoint", "HcnCloseNamespace", "HcnCloseLoadBalancer", "HcnCloseSdnRoute":
+	case "HcnCloseNetwork", "HcnCloseEndpoint", "HcnCloseNamespace":
 		return s.close(r.handle)
 	case "HcnQueryNetworkProperties", "HcnQueryEndpointProperties", "HcnQueryNamespaceProperties":
 		return s.query(r)

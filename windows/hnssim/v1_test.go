@@ -345,6 +345,8 @@ func TestV1NetworkRequests(t *testing.T) {
 		{"no name", "POST", "/networks/", `{"Type":"L2Bridge","Subnets":[{"AddressPrefix":"10.1.0.0/24","GatewayAddress":"10.1.0.1"}]}`, "The parameter is incorrect."},
 		{"not JSON", "POST", "/networks/", `{"Name":`, "Invalid JSON document string."},
 		{"a field hcsshim's type lacks", "POST", "/networks/", `{"Name":"x","Type":"L2Bridge","Ipams":[]}`, "Invalid JSON document string."},
+		{"a management IP, HNS's to report", "POST", "/networks/", `{"Name":"x","Type":"L2Bridge","ManagementIP":"192.0.2.3","Subnets":[{"AddressPrefix":"10.1.0.0/24","GatewayAddress":"10.1.0.1"}]}`, "Invalid JSON document string."},
+		{"a source MAC, not simulated", "POST", "/networks/", `{"Name":"x","Type":"L2Bridge","SourceMac":"00-15-5D-00-00-01","Subnets":[{"AddressPrefix":"10.1.0.0/24","GatewayAddress":"10.1.0.1"}]}`, "Invalid JSON document string."},
 		{"an adapter the host lacks", "POST", "/networks/", `{"Name":"x","Type":"L2Bridge","NetworkAdapterName":"Ethernet 9","Subnets":[{"AddressPrefix":"10.1.0.0/24","GatewayAddress":"10.1.0.1"}]}`, "An adapter was not found."},
 		{"an unknown network", "GET", "/networks/00000000-0000-4000-8000-0000000000ff", "", "The network was not found."},
 		{"delete an unknown network", "DELETE", "/networks/00000000-0000-4000-8000-0000000000ff", "", "The network was not found."},
@@ -372,7 +374,8 @@ func TestV1NetworkRequests(t *testing.T) {
 
 // TestV1Schema: documents of hcsshim's v1 types handed to HcnCreateNetwork and
 // HcnCreateEndpoint (hcsshim hcn/hcnv1schema_test.go) are made; v2 reads them in its own
-// schema; a v1 document the v1 schema refuses answers HCN_E_INVALID_JSON.
+// schema; a v1 document the v1 schema refuses, or an endpoint naming another network than
+// the handle's, answers HCN_E_INVALID_JSON.
 func TestV1Schema(t *testing.T) {
 	v := newV1Sim(t)
 	made := v.v2(request{call: "HcnCreateNetwork", a: `{"Name":"v1net","Type":"L2Bridge","MacPools":[{"StartMacAddress":"00-15-5D-52-C0-00","EndMacAddress":"00-15-5D-52-CF-FF"}],` +
@@ -394,9 +397,15 @@ func TestV1Schema(t *testing.T) {
 		e.IPConfigurations[0].PrefixLength != 24 {
 		t.Errorf("v2 view of a v1 endpoint: %s %v", q.result, err)
 	}
-	bad := v.s.Call(request{call: "HcnCreateNetwork", a: `{"Name":"v1bad","Type":"L2Bridge","Vni":1}`})
-	if windows.HResult(bad.hr) != windows.HCNInvalidJSON {
-		t.Errorf("a v1 document with an unknown field: HRESULT 0x%08X", bad.hr)
+	for _, bad := range []request{
+		{call: "HcnCreateNetwork", a: `{"Name":"v1bad","Type":"L2Bridge","Vni":1}`},
+		{call: "HcnCreateEndpoint", handle: made.handle, a: `{"Name":"v1other","VirtualNetwork":"00000000-0000-4000-8000-0000000000ff","IPAddress":"192.168.100.6"}`},
+		{call: "HcnCreateEndpoint", handle: made.handle, a: `{"Name":"v1other","VirtualNetworkName":"cbr0","IPAddress":"192.168.100.6"}`},
+		{call: "HcnCreateEndpoint", handle: made.handle, a: `{"Name":"v1dns","EnableInternalDNS":true}`},
+	} {
+		if a := v.s.Call(bad); windows.HResult(a.hr) != windows.HCNInvalidJSON {
+			t.Errorf("%s %s: HRESULT 0x%08X, want HCN_E_INVALID_JSON", bad.call, bad.a, a.hr)
+		}
 	}
 	// A v2 document is still read by v2's schema: without Ipams' Routes hcn's check refuses it.
 	v2doc := v.s.Call(request{call: "HcnCreateNetwork", a: `{"Name":"v2","Type":"L2Bridge","Ipams":[{"Type":"Static","Subnets":[{"IpAddressPrefix":"10.3.0.0/24"}]}],"SchemaVersion":{"Major":2,"Minor":0}}`})

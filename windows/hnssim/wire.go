@@ -14,9 +14,7 @@
 // sources) apply unchanged behind these.
 //
 //   - Every function hcn binds from computenetwork.dll is exported, since hcn panics on a
-//     missing one (hcsshim hcn/zsyscall_windows.go; seen under Wine). The
-//     load balancer and SDN route listings are empty, their other calls E_NOTIMPL: weft
-//     makes none.
+//     missing one (hcsshim hcn/zsyscall_windows.go; seen under Wine).
 //   - A successful call leaves the error record NULL: hcn's checkForErrors takes any
 //     non-empty record for an error, whatever the HRESULT (hcsshim hcn/hcnerrors.go). A
 //     failed one returns the HRESULT and a record {"Error":…,"ErrorMessage":…}; that HNS's
@@ -30,16 +28,47 @@
 //   - Create*, Open* hand out handles, Query*Properties and Modify* take them; a handle is
 //     opaque and stands for one object until Close*. A handle that is not open answers
 //     E_INVALIDARG: unverified (HNS may answer E_HANDLE; hcn never uses a closed one).
-//   - Create* ignores the GUID argument: hcn passes the zero GUID and HNS assigns the ID
-//     (hcsshim hcn/hcnnetwork.go, createNetwork).
+//   - Create* ignores the GUID argument: hcn passes the zero GUID (hcsshim
+//     hcn/hcnnetwork.go, createNetwork); the ID is the one the document names, or one HNS
+//     assigns (hnstest's doc has the rule).
 //   - Enumerate* reads hcn's HostComputeQuery {"SchemaVersion","Flags","Filter"}, whose Filter
-//     is a JSON object of strings in a string (hcsshim hcn/hcn.go, defaultQuery), and
-//     filters by the keys hcn writes: ID and Name (GetNetworkByID/ByName), VirtualNetwork for
-//     an endpoint's network (ListEndpointsOfNetwork). That HNS compares IDs and names
-//     without regard to case is unverified.
-//   - Query*Properties answers the object as HNS's JSON (hcn decodes it into its types),
-//     each network reporting the ManagementIP hnstest was given: in the e2e test, the
-//     node's real underlay address.
+//     is a JSON object in a string (hcsshim hcn/hcn.go, defaultQuery), and keeps the objects
+//     whose answer (below) has every field of the filter: hcn writes ID and Name
+//     (GetNetworkByID/ByName) and VirtualNetwork, an endpoint's HostComputeNetwork
+//     (ListEndpointsOfNetwork), all strings; a value of another JSON type (a number, a
+//     bool, an object) is compared as a JSON value. Field names are matched without regard
+//     to case, as Go's JSON reads them; that HNS compares string values so too is
+//     unverified.
+//   - Query*Properties answers the object as HNS's JSON (hcn decodes it into its types):
+//     the document its create carried, under the in-memory HNS's model of it (documents.go).
+//     The model's fields (ID, network, namespace, policies, addresses, MAC, what HNS added
+//     or assigned) are the answer's; what the model has no field for (an endpoint's Routes,
+//     Health) comes back as sent. HNS echoes the request: the win-overlay and win-bridge
+//     plugins take hcnEndpoint.Routes[0] from the answer to their create
+//     (containernetworking/plugins v1.9.0, pkg/hns/endpoint_windows.go). Each network
+//     reports the ManagementIP hnstest was given: in the e2e test, the node's real
+//     underlay address.
+//   - HcnModifyEndpoint takes {"ResourceType":"Policy","RequestType":…,"Settings":
+//     {"Policies":[…]}} (hcsshim hcn/hcnendpoint.go, ApplyPolicy, ModifyEndpointSettings), the
+//     policies decoded as at creation; hnstest's ModifyEndpoint has the rules. A "Port"
+//     request (a VM's switch port): E_NOTIMPL, not simulated.
+//   - HcnDeleteNamespace deletes a namespace (containerd's sandbox removal,
+//     pkg/netns/netns_windows.go; hcsshim hcn/hcnnamespace.go, Delete).
+//   - SDN routes and load balancers, which weft never makes, are kept as the documents
+//     their creates carried (standalone.go), decoded strictly by hcsshim's
+//     HostComputeRoute and HostComputeLoadBalancer, and answered with their ID. A create may
+//     name the ID and the object keeps it: hcsshim re-creates a route or load balancer with
+//     its old ID to change its endpoints (hcn/hcnroute.go, hcnloadbalancer.go, AddEndpoint,
+//     RemoveEndpoint) and deletes it by that ID afterwards (hcn/hcnroute_test.go,
+//     TestRouteAddRemoveEndpoint). Each endpoint they name must exist
+//     (HCN_E_ENDPOINT_NOT_FOUND), their addresses parse (HCN_E_INVALID_IP), a DSR load
+//     balancer needs DSRVersion, a distribution other than none SessionAffinityVersion, and
+//     HcnModifyLoadBalancer, which takes the whole document (hcsshim's Update),
+//     ModifyLoadbalancerVersion (hcsshim hcn/hcnglobals.go; HCN_E_REQUEST_UNSUPPORTED
+//     otherwise). HcnModifySdnRoute answers E_NOTIMPL: "HCNRoute doesn't implement modify
+//     functionality" (hcsshim hcn/hcnroute.go). An unknown route or load balancer:
+//     ERROR_NOT_FOUND. The codes, and what HNS does with a route or load balancer whose
+//     endpoint goes, are unverified.
 //   - Requests are decoded by HNS's schema (schema.go), strictly: a field the schema lacks,
 //     a value of the wrong type or trailing data is refused with HCN_E_INVALID_JSON, and so
 //     is a namespace attachment that is not {"EndpointId": …} (hcsshim hcn/hcnnamespace.go,
@@ -78,8 +107,10 @@
 //     GenerateHcnEndpoint); IsRemoteEndpoint the remote flag. An address given without a
 //     prefix length takes its subnet's, and an answer without a default route reports the
 //     subnet's gateway, as HNS answered an endpoint it gave an address (hcsshim issue 1746).
-//     Namespace, SharedContainers and State are HNS's to report: a request naming them is
-//     refused. State is 2 (Attached) while the endpoint is in a namespace or attached to a
+//     Namespace, SharedContainers and State are HNS's to report, and so is a network's
+//     ManagementIP: a request naming them is refused; so is one with fields whose effect is
+//     not simulated (a network's SourceMac, DNSServerCompartment, AutomaticDNS; an
+//     endpoint's EnableInternalDNS, DisableICC, EnableLowMetric, EncapOverhead). State is 2 (Attached) while the endpoint is in a namespace or attached to a
 //     container, 1 (Created) otherwise (hcsshim's EndpointState); that HNS reports these
 //     values so is unverified.
 //   - Policies, v1's {"Type":…, settings…} and v2's {"Type":…, "Settings":{…}}: PA is
@@ -121,7 +152,9 @@
 //     DELETE clears (hcsshim hcn/hnsv1_test.go expects both).
 //   - HcnCreateNetwork and HcnCreateEndpoint take a document with no SchemaVersion as v1's
 //     (hcsshim hcn/hcnv1schema_test.go hands them documents of its v1 types and expects
-//     them made); a document with one is read by the v2 schema.
+//     them made; every v2 type hcn writes has the field, no v1 type has); a document with
+//     one is read by the v2 schema. An endpoint's VirtualNetwork (or VirtualNetworkName)
+//     must be the network whose handle the call is given.
 //   - Not simulated: endpoint updates (POST /endpoints/<id>), policy lists
 //     (/policylists/), v1 namespaces (/namespaces/).
 //

@@ -112,8 +112,8 @@ func (h *HNS) ModifyEndpoint(id string, req *EndpointRequest) error {
 // assignAddresses gives an endpoint made without an address one address of each family
 // its network has a static subnet of: the lowest that is not the subnet's own, a gateway
 // (a route's next hop), IPv4's broadcast address, or another endpoint's. HNS assigns
-// addresses so: hcsshim's tests make every endpoint without one and Microsoft's
-// win-bridge without IPAM relies on it; which address it picks is unverified.
+// addresses so: hcsshim's tests make every endpoint without one, and the win-bridge plugin
+// without IPAM sends one so; which address it picks is unverified.
 func (h *HNS) assignAddresses(m *memNetwork, ep *windows.HostComputeEndpoint) error {
 	used := map[netip.Addr]bool{}
 	for _, other := range h.endpoints {
@@ -143,9 +143,12 @@ func (h *HNS) assignAddresses(m *memNetwork, ep *windows.HostComputeEndpoint) er
 			families[a.Is4()] = true
 			break
 		}
+		if !families[p.Addr().Is4()] {
+			return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: subnet %s has no free address to give it", ep.Name, p)
+		}
 	}
 	if len(families) == 0 {
-		return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: network %s has no free address to give it", ep.Name, m.n.Name)
+		return hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: network %s has no subnet to give it an address of", ep.Name, m.n.Name)
 	}
 	return nil
 }
