@@ -338,8 +338,7 @@ func (e *HostComputeEndpoint) ProviderAddress() netip.Addr {
 // NamespaceType is the kind of a namespace (a network compartment).
 type NamespaceType string
 
-// NamespaceHostDefault is the host's default compartment: a host-gw bridge endpoint is
-// attached there, so the host gets a vNIC on the pod network.
+// NamespaceHostDefault is the namespace of the host's default compartment.
 const NamespaceHostDefault NamespaceType = "HostDefault"
 
 // NamespaceResource is something attached to a namespace.
@@ -412,6 +411,24 @@ type NamespaceEndpointRequest struct {
 func AttachRequest(rt RequestType, endpointID string) *ModifyNamespaceSettingRequest {
 	b, _ := json.Marshal(NamespaceEndpointRequest{EndpointID: endpointID}) // a string always marshals
 	return &ModifyNamespaceSettingRequest{ResourceType: "Endpoint", RequestType: rt, Settings: b}
+}
+
+// EndpointAttachRequest is HNS v1's request attaching an endpoint (POST
+// /endpoints/<id>/attach), as hcsshim writes it (internal/hns/hnsendpoint.go,
+// EndpointAttachDetachRequest): SystemType "Host" and a compartment put the endpoint in
+// that network compartment of the host.
+type EndpointAttachRequest struct {
+	SystemType    string `json:"SystemType"`
+	CompartmentID uint16 `json:"CompartmentId,omitempty"`
+}
+
+// HostCompartment is the host's own network compartment (NET_IF_COMPARTMENT_ID_PRIMARY).
+const HostCompartment = 1
+
+// HostAttachRequest attaches an endpoint to the host's own compartment, as flanneld's
+// host-gw does (hcsshim's HNSEndpoint.HostAttach(1)).
+func HostAttachRequest() EndpointAttachRequest {
+	return EndpointAttachRequest{SystemType: "Host", CompartmentID: HostCompartment}
 }
 
 // hnsMAC writes a MAC as HNS does: upper-case hex with dashes.
