@@ -303,8 +303,11 @@ func TestSetIncremental(t *testing.T) {
 				switch k := rng.IntN(10); {
 				case k < 6:
 					l := gen()
+					_, on := programmed[l.Key()]
+					skip := b.translate(l.Key(), l).skip
+					keep := on && skip != nil && unreadable(skip.Code)
 					s.Put(l, &r)
-					if l.Key() != own.Key() {
+					if l.Key() != own.Key() && !keep { // an unreadable value keeps the programmed one
 						leases[l.Key()] = l
 					}
 				case k < 9 && len(leases) > 0:
@@ -344,6 +347,44 @@ func TestSetIncremental(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSetKeepsLastGood: a programmed peer whose new value cannot be read (flanneld.exe's lease
+// without a VtepMAC while it starts) stays programmed as it was, the skip said once; a peer
+// never programmed is skipped as before; a good value then changes it as usual.
+func TestSetKeepsLastGood(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	s := NewSet(b, lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01")), false)
+	var r Result
+	s.Put(lease("10.244.2.0/24", "192.0.2.11", vxData("0e:00:00:00:00:02")), &r)
+	before := render(s.State())
+	for i, bad := range []subnet.Lease{
+		lease("10.244.2.0/24", "192.0.2.11", `{"VNI":1,"VtepMAC":""}`),
+		lease("10.244.2.0/24", "192.0.2.11", `{"VNI":1,"VtepMAC":""}`),
+		lease("10.244.2.0/24", "0.0.0.0", vxData("0e:00:00:00:00:02")),
+	} {
+		var r Result
+		s.Put(bad, &r)
+		if len(r.Changes) != 0 || render(s.State()) != before {
+			t.Fatalf("bad value %d: changes %+v, state\n%s\nwant\n%s", i, r.Changes, render(s.State()), before)
+		}
+		wantSkips := 1
+		if i == 1 { // the same skip again is not said again
+			wantSkips = 0
+		}
+		if len(r.Skipped) != wantSkips || wantSkips == 1 && !strings.Contains(r.Skipped[0].Reason, "last good value stays programmed") {
+			t.Fatalf("bad value %d: skipped %+v, want %d saying the last good value stays", i, r.Skipped, wantSkips)
+		}
+	}
+	s.Put(lease("10.244.2.0/24", "192.0.2.11", vxData("0e:00:00:00:00:22")), &r)
+	if got := render(s.State()); !strings.Contains(got, "mac 0e:00:00:00:00:22") {
+		t.Fatalf("a good value after the bad ones: state\n%s", got)
+	}
+	r = Result{}
+	s.Put(lease("10.244.3.0/24", "192.0.2.12", `{"VNI":1,"VtepMAC":""}`), &r)
+	if len(r.Skipped) != 1 || r.Skipped[0].Code != SkipBadData || strings.Contains(render(s.State()), "10.244.3.0") {
+		t.Fatalf("a new peer with no VtepMAC: skipped %+v, state\n%s", r.Skipped, render(s.State()))
 	}
 }
 

@@ -173,6 +173,19 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 	var touched touchList
 	e := &entry{key: key, created: l.Created, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
 	old := s.entries[key]
+	if old != nil && old.on && e.c.skip != nil && unreadable(e.c.skip.Code) {
+		// A programmed peer's new value that cannot be read keeps what it programmed, as
+		// flanneld does (it skips such an event): flanneld.exe republishes its lease without a
+		// VtepMAC on every start until HNS has its network again, and a peer dropped then is
+		// cut off until the good value returns.
+		if old.said == nil || *old.said != *e.c.skip {
+			skip := *e.c.skip
+			skip.Reason += "; its last good value stays programmed"
+			r.Skipped = append(r.Skipped, skip)
+			old.said = e.c.skip
+		}
+		return
+	}
 	if old != nil {
 		s.unclaim(old, &touched)
 		e.said = old.said
@@ -188,6 +201,10 @@ func (s *Set) Put(l subnet.Lease, r *Result) {
 	s.settle(e, &touched)
 	s.resolve(touched, r, old)
 }
+
+// unreadable reports whether a skip says the lease's value cannot be read (its backend data
+// or public IP), rather than that it clashes or does not belong to this network.
+func unreadable(code string) bool { return code == SkipBadData || code == SkipBadPublicIP }
 
 // Remove drops the lease key.
 func (s *Set) Remove(key string, r *Result) {

@@ -471,6 +471,12 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 	// Migration: flanneld.exe -> weftd.exe -> flanneld.exe on the same HNS.
 	migrate := func(to string, argv []string, changes func(calls []hnssim.Call) []string) {
 		t.Helper()
+		// The Linux weftd nodes keep their route to the Windows node's subnet all along: the
+		// lease flanneld.exe publishes without a VtepMAC while it starts is no reason to drop it.
+		var monitors []*routeMonitor
+		for _, n := range peers[:2] {
+			monitors = append(monitors, monitorRoutes(t, n))
+		}
 		win.stop()
 		win.srv.ResetCalls()
 		start := time.Now()
@@ -486,6 +492,11 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 		}
 		if st := win.state(c); st != first {
 			t.Errorf("migration to %s: node %+v, before %+v: the network, its DR MAC, the subnet or the VtepMAC changed", to, st, first)
+		}
+		for i, m := range monitors {
+			if deleted := m.deleted(first.subnet); deleted != "" {
+				t.Errorf("migration to %s: %s dropped its route to the Windows node meanwhile: %s", to, peers[i].Name, deleted)
+			}
 		}
 		t.Logf("migrated to %s in %v: %d HNS calls", to, time.Since(start).Round(time.Millisecond), len(win.srv.Calls()))
 	}
@@ -831,4 +842,36 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	if ran := cmdlets(t, cmdletLog); len(ran) != 2 {
 		t.Errorf("the restart ran cmdlets: %q", ran[2:])
 	}
+}
+
+// routeMonitor records the route changes a node's kernel reports (ip monitor route).
+type routeMonitor struct {
+	cmd *exec.Cmd
+	out *strings.Builder
+}
+
+// monitorRoutes starts watching n's routes until the test ends.
+func monitorRoutes(t *testing.T, n *cluster.Node) *routeMonitor {
+	t.Helper()
+	m := &routeMonitor{out: &strings.Builder{}}
+	m.cmd = exec.Command("ip", "netns", "exec", n.NS, "ip", "-o", "monitor", "route")
+	m.cmd.Stdout = m.out
+	if err := m.cmd.Start(); err != nil {
+		t.Fatalf("ip monitor route in %s: %v", n.Name, err)
+	}
+	t.Cleanup(func() { _ = m.cmd.Process.Kill(); _ = m.cmd.Wait() })
+	time.Sleep(100 * time.Millisecond) // subscribed before anything it must see
+	return m
+}
+
+// deleted stops the monitor and returns its first line deleting a route to sn, "" if none.
+func (m *routeMonitor) deleted(sn netip.Prefix) string {
+	_ = m.cmd.Process.Kill()
+	_ = m.cmd.Wait()
+	for _, l := range strings.Split(m.out.String(), "\n") {
+		if strings.HasPrefix(l, "Deleted ") && strings.Contains(l, sn.String()+" ") {
+			return l
+		}
+	}
+	return ""
 }
