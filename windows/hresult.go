@@ -22,6 +22,7 @@ const (
 	HCNInvalidPolicyType             HResult = 0x803B000E // HCN_E_INVALID_POLICY_TYPE
 	HCNNetworkAlreadyExists          HResult = 0x803B0010 // HCN_E_NETWORK_ALREADY_EXISTS
 	HCNPolicyAlreadyExists           HResult = 0x803B0012 // HCN_E_POLICY_ALREADY_EXISTS
+	HCNPortAlreadyExists             HResult = 0x803B0013 // HCN_E_PORT_ALREADY_EXISTS
 	HCNEndpointAlreadyAttached       HResult = 0x803B0014 // HCN_E_ENDPOINT_ALREADY_ATTACHED
 	HCNRequestUnsupported            HResult = 0x803B0015 // HCN_E_REQUEST_UNSUPPORTED
 	HCNInvalidJSON                   HResult = 0x803B001B // HCN_E_INVALID_JSON
@@ -79,7 +80,7 @@ func (e *Error) Is(target error) bool {
 		}
 	case ErrExists:
 		switch e.Code {
-		case HCNNetworkAlreadyExists, HCNPolicyAlreadyExists, HCNEndpointAlreadyAttached, HCNEndpointNamespaceAlreadyExist:
+		case HCNNetworkAlreadyExists, HCNPolicyAlreadyExists, HCNPortAlreadyExists, HCNEndpointAlreadyAttached, HCNEndpointNamespaceAlreadyExist:
 			return true
 		}
 	case ErrNotSupported:

@@ -11,6 +11,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 : "${WINEPREFIX:=$repo/.cache/wine}"
 export WINEPREFIX WINEDEBUG=-all
+# Test packages that need Wine may run this at once (go test runs packages in parallel):
+# one at a time, so that a fresh machine installs and boots the prefix once.
+mkdir -p "$(dirname "$WINEPREFIX")"
+exec 9>"$WINEPREFIX.lock"
+flock 9
 wine=/usr/lib/wine/wine64 # Debian ships no /usr/bin/wine for wine64 alone
 cc=x86_64-w64-mingw32-gcc
 

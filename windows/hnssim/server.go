@@ -23,15 +23,20 @@ type Server struct {
 	handles map[uint64]object
 	next    uint64
 	calls   []Call
+	docs    map[string]json.RawMessage // by lower-case ID: each object's create document (documents.go)
+	v1      v1State                    // what only HNS v1 knows of (v1.go)
+	others  []standalone               // SDN routes and load balancers (standalone.go)
 }
 
 // Call is one call the service answered, as the DLL handed it over: the export, its GUID
 // argument (HNSCall: the path), the ID of the object its handle stood for, the settings or
-// query as hcn wrote them (HNS's JSON, not weft's model), and the HRESULT it got back. The
+// query as hcn wrote them (HNS's JSON, not weft's model; HNSCall: its method, and its
+// request's JSON as the body), and the HRESULT it got back. The
 // log holds refused calls too: a test can tell that weftd asked nothing of a kind, not just
 // that HNS changed nothing.
 type Call struct {
 	Name    string
+	Method  string          `json:",omitempty"` // HNSCall's: GET, POST, DELETE
 	ID      string          `json:",omitempty"`
 	Object  string          `json:",omitempty"`
 	Body    string          `json:",omitempty"`
@@ -40,6 +45,9 @@ type Call struct {
 
 // Mutates reports whether the call asks HNS to change something (a create, modify or delete).
 func (c Call) Mutates() bool {
+	if c.Name == "HNSCall" {
+		return !strings.EqualFold(c.Method, "GET")
+	}
 	for _, verb := range []string{"HcnCreate", "HcnModify", "HcnDelete"} {
 		if strings.HasPrefix(c.Name, verb) {
 			return true
@@ -67,7 +75,11 @@ func (s *Server) ResetCalls() {
 func (s *Server) logCall(r request, object string, a answer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)})
+	c := Call{Name: r.call, ID: r.id, Object: object, Body: r.a, HResult: windows.HResult(a.hr)}
+	if r.call == "HNSCall" {
+		c.Method, c.Body = r.a, r.b
+	}
+	s.calls = append(s.calls, c)
 }
 
 // object is what a handle refers to.
@@ -78,7 +90,7 @@ type object struct {
 
 // New returns a server of hns.
 func New(hns *hnstest.HNS, log *slog.Logger) *Server {
-	return &Server{hns: hns, log: log, handles: map[uint64]object{}}
+	return &Server{hns: hns, log: log, handles: map[uint64]object{}, docs: map[string]json.RawMessage{}}
 }
 
 // Serve answers calls on l until it is closed.
@@ -172,8 +184,10 @@ func (s *Server) close(h uint64) answer {
 	return answer{}
 }
 
-// filterOf decodes a query strictly and returns its filter.
-func filterOf(q string) (map[string]string, error) {
+// filterOf decodes a query strictly and returns its filter: a JSON object in a string,
+// whose values hcn writes as strings (hcsshim hcn/hcn.go, defaultQuery) and other clients
+// as any JSON.
+func filterOf(q string) (map[string]json.RawMessage, error) {
 	if q == "" {
 		return nil, nil
 	}
@@ -184,35 +198,23 @@ func filterOf(q string) (map[string]string, error) {
 	if hq.Filter == "" {
 		return nil, nil
 	}
-	var f map[string]string
+	var f map[string]json.RawMessage
 	if err := strict(hq.Filter, &f); err != nil {
 		return nil, fmt.Errorf("filter: %w", err)
 	}
 	return f, nil
 }
 
-// matches reports whether an object's fields match every key of the filter.
-func matches(f map[string]string, fields map[string]string) bool {
-	for k, v := range f {
-		if have, found := fields[k]; !found || !strings.EqualFold(have, v) {
-			return false
-		}
-	}
-	return true
-}
-
 // Call answers one call.
 func (s *Server) Call(r request) answer {
+	if a, handled := s.standaloneCall(r); handled {
+		return a
+	}
 	switch r.call {
 	case "HNSCall":
 		return s.hnsCall(r)
 	case "HcnEnumerateNetworks", "HcnEnumerateEndpoints", "HcnEnumerateNamespaces":
 		return s.enumerate(r)
-	case "HcnEnumerateLoadBalancers", "HcnEnumerateSdnRoutes":
-		if _, err := filterOf(r.a); err != nil {
-			return invalidJSON(r.call, err)
-		}
-		return ok([]string{})
 	case "HcnOpenNetwork":
 		if _, err := s.network(r.id); err != nil {
 			return fail(err)
@@ -228,7 +230,7 @@ func (s *Server) Call(r request) answer {
 			return fail(err)
 		}
 		return s.open("Namespace", r.id)
-	case "HcnCloseNetwork", "HcnCloseEndpoint", "HcnCloseNamespace", "HcnCloseLoadBalancer", "HcnCloseSdnRoute":
+	case "HcnCloseNetwork", "HcnCloseEndpoint", "HcnCloseNamespace":
 		return s.close(r.handle)
 	case "HcnQueryNetworkProperties", "HcnQueryEndpointProperties", "HcnQueryNamespaceProperties":
 		return s.query(r)
@@ -242,6 +244,8 @@ func (s *Server) Call(r request) answer {
 		return s.modifyNetwork(r)
 	case "HcnModifyNamespace":
 		return s.modifyNamespace(r)
+	case "HcnModifyEndpoint":
+		return s.modifyEndpoint(r)
 	case "HcnDeleteNetwork":
 		if err := s.hns.DeleteNetwork(r.id); err != nil {
 			return fail(err)
@@ -252,26 +256,13 @@ func (s *Server) Call(r request) answer {
 			return fail(err)
 		}
 		return answer{}
+	case "HcnDeleteNamespace":
+		if err := s.hns.DeleteNamespace(r.id); err != nil {
+			return fail(err)
+		}
+		return answer{}
 	}
 	return notImpl(r.call)
-}
-
-// hnsCall answers vmcompute's HNSCall, HNS's v1 API, in its envelope: the version alone.
-func (s *Server) hnsCall(r request) answer {
-	type envelope struct {
-		Success bool
-		Error   string          `json:",omitempty"`
-		Output  json.RawMessage `json:",omitempty"`
-	}
-	if r.a != "GET" || !strings.EqualFold(r.id, "/globals/version") {
-		return ok(envelope{Error: fmt.Sprintf("%s %s is not simulated", r.a, r.id)})
-	}
-	v, err := s.hns.Version()
-	if err != nil {
-		return fail(err)
-	}
-	out, _ := json.Marshal(v) // two ints
-	return ok(envelope{Success: true, Output: out})
 }
 
 func (s *Server) network(id string) (*windows.HostComputeNetwork, error) {
@@ -303,47 +294,65 @@ func find[T any](list func() ([]T, error), idOf func(T) string, id string, notFo
 	return nil, notFound
 }
 
-// enumerate lists the IDs of the objects a query's filter selects (by ID and Name; an
-// endpoint also by VirtualNetwork, hcn's key for its network).
+// enumerate lists the IDs of the objects a query's filter selects, by the fields of their
+// answers (query).
 func (s *Server) enumerate(r request) answer {
 	f, err := filterOf(r.a)
 	if err != nil {
 		return invalidJSON(r.call, err)
 	}
-	ids := []string{}
+	var objects []any
 	switch r.call {
 	case "HcnEnumerateNetworks":
 		all, err := s.hns.Networks()
 		if err != nil {
 			return fail(err)
 		}
-		for _, n := range all {
-			if matches(f, map[string]string{"ID": n.ID, "Name": n.Name}) {
-				ids = append(ids, n.ID)
-			}
+		for i := range all {
+			objects = append(objects, &all[i])
 		}
 	case "HcnEnumerateEndpoints":
 		all, err := s.hns.Endpoints()
 		if err != nil {
 			return fail(err)
 		}
-		for _, ep := range all {
-			if matches(f, map[string]string{"ID": ep.ID, "Name": ep.Name, "VirtualNetwork": ep.HostComputeNetwork, "HostComputeNetwork": ep.HostComputeNetwork}) {
-				ids = append(ids, ep.ID)
-			}
+		for i := range all {
+			objects = append(objects, &all[i])
 		}
 	case "HcnEnumerateNamespaces":
 		all, err := s.hns.Namespaces()
 		if err != nil {
 			return fail(err)
 		}
-		for _, ns := range all {
-			if matches(f, map[string]string{"ID": ns.ID}) {
-				ids = append(ids, ns.ID)
-			}
+		for i := range all {
+			objects = append(objects, &all[i])
+		}
+	}
+	ids := []string{}
+	for _, o := range objects {
+		id := idOf(o)
+		doc, err := s.document(id, o)
+		if err != nil {
+			return fail(err)
+		}
+		if matches(f, doc) {
+			ids = append(ids, id)
 		}
 	}
 	return ok(ids)
+}
+
+// idOf is the ID of a model object.
+func idOf(o any) string {
+	switch o := o.(type) {
+	case *windows.HostComputeNetwork:
+		return o.ID
+	case *windows.HostComputeEndpoint:
+		return o.ID
+	case *windows.HostComputeNamespace:
+		return o.ID
+	}
+	return ""
 }
 
 func (s *Server) query(r request) answer {
@@ -368,7 +377,11 @@ func (s *Server) query(r request) answer {
 	if err != nil {
 		return fail(err)
 	}
-	return ok(v)
+	doc, err := s.document(id, v)
+	if err != nil {
+		return fail(err)
+	}
+	return ok(doc)
 }
 
 // asModel decodes a request HNS's schema accepted into weft's model of it, for the in-memory
@@ -383,14 +396,22 @@ func asModel[T any](call, settings string) (*T, *answer) {
 }
 
 func (s *Server) createNetwork(r request) answer {
+	doc := r.a
+	if isV1(doc) {
+		v2, err := networkFromV1(doc)
+		if err != nil {
+			return invalidJSON(r.call, err)
+		}
+		doc = v2
+	}
 	var n networkSchema
-	if err := strict(r.a, &n); err != nil {
+	if err := strict(doc, &n); err != nil {
 		return invalidJSON(r.call, err)
 	}
 	if err := checkNetwork(&n); err != nil {
 		return invalidJSON(r.call, err)
 	}
-	m, bad := asModel[windows.HostComputeNetwork](r.call, r.a)
+	m, bad := asModel[windows.HostComputeNetwork](r.call, doc)
 	if bad != nil {
 		return *bad
 	}
@@ -398,6 +419,7 @@ func (s *Server) createNetwork(r request) answer {
 	if err != nil {
 		return fail(err)
 	}
+	s.keep(made.ID, json.RawMessage(doc))
 	return s.open("Network", made.ID)
 }
 
@@ -406,14 +428,22 @@ func (s *Server) createEndpoint(r request) answer {
 	if !found {
 		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
 	}
+	doc := r.a
+	if isV1(doc) {
+		v2, err := s.endpointFromV1(doc, netID)
+		if err != nil {
+			return invalidJSON(r.call, err)
+		}
+		doc = v2
+	}
 	var ep endpointSchema
-	if err := strict(r.a, &ep); err != nil {
+	if err := strict(doc, &ep); err != nil {
 		return invalidJSON(r.call, err)
 	}
 	if err := checkPolicies(ep.Policies); err != nil {
 		return invalidJSON(r.call, err)
 	}
-	m, bad := asModel[windows.HostComputeEndpoint](r.call, r.a)
+	m, bad := asModel[windows.HostComputeEndpoint](r.call, doc)
 	if bad != nil {
 		return *bad
 	}
@@ -422,6 +452,7 @@ func (s *Server) createEndpoint(r request) answer {
 	if err != nil {
 		return fail(err)
 	}
+	s.keep(made.ID, json.RawMessage(doc))
 	return s.open("Endpoint", made.ID)
 }
 
@@ -438,6 +469,7 @@ func (s *Server) createNamespace(r request) answer {
 	if err != nil {
 		return fail(err)
 	}
+	s.keep(made.ID, json.RawMessage(r.a))
 	return s.open("Namespace", made.ID)
 }
 
@@ -484,6 +516,34 @@ func (s *Server) modifyNamespace(r request) answer {
 	}
 	// The in-memory HNS decodes the settings strictly: {"EndpointId": …}.
 	if err := s.hns.ModifyNamespace(id, m); err != nil {
+		return fail(err)
+	}
+	return answer{}
+}
+
+func (s *Server) modifyEndpoint(r request) answer {
+	id, found := s.object("Endpoint", r.handle)
+	if !found {
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open endpoint"))
+	}
+	var mr modifyRequest
+	if err := strict(r.a, &mr); err != nil {
+		return invalidJSON(r.call, err)
+	}
+	if mr.ResourceType == "Policy" {
+		var pr policyRequest
+		if err := strict(string(mr.Settings), &pr); err != nil {
+			return invalidJSON(r.call, err)
+		}
+		if err := checkPolicies(pr.Policies); err != nil {
+			return invalidJSON(r.call, err)
+		}
+	}
+	m, bad := asModel[hnstest.EndpointRequest](r.call, r.a)
+	if bad != nil {
+		return *bad
+	}
+	if err := s.hns.ModifyEndpoint(id, m); err != nil {
 		return fail(err)
 	}
 	return answer{}

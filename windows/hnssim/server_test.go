@@ -134,7 +134,7 @@ func TestServer(t *testing.T) {
 	// Unknown IDs, and a stopped HNS.
 	refused("open an unknown network", call(request{call: "HcnOpenNetwork", id: "00000000-0000-4000-8000-0000000000ff"}), windows.HCNNetworkNotFound)
 	refused("delete an unknown endpoint", call(request{call: "HcnDeleteEndpoint", id: "00000000-0000-4000-8000-0000000000ff"}), windows.HCNEndpointNotFound)
-	refused("a call hcn makes that weft does not", call(request{call: "HcnCreateLoadBalancer", a: "{}"}), windows.NotImpl)
+	refused("a call HNS lacks: modifying an SDN route", call(request{call: "HcnModifySdnRoute", a: "{}"}), windows.NotImpl)
 	hns.Stop()
 	refused("enumerate while HNS is stopped", call(request{call: "HcnEnumerateNetworks", a: q}), windows.HCNManagerStopped)
 }

@@ -44,6 +44,53 @@
 //   - Unknown network and endpoint IDs: HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND;
 //     an unknown namespace: ERROR_NOT_FOUND. hcsshim's IsElementNotFoundError tests for the
 //     latter; which object answers which code is unverified.
+//   - A policy's type must be one hcsshim names for the object (hcn/hcnpolicy.go:
+//     EndpointPolicyType, NetworkPolicyType, SubnetPolicyType), and one the HNS version has
+//     (hcn/hcnglobals.go, whose ranges hcnsupport.go checks before a feature is used):
+//     RemoteSubnetRoute and HostRoute from 9.2 (above), VxlanPort 10.3, SetPolicy 13.0 (a
+//     NESTEDIPSET set 15.0), NetworkACL 15.0, a network's L4Proxy in L4ProxyPolicyVersion's
+//     ranges; an endpoint's L4WFPPROXY 13.2, TierAcl 14.0, an ACL of protocol 252 11.0
+//     (policy.go). Otherwise HCN_E_INVALID_POLICY_TYPE (unverified, as is refusing types
+//     hcsshim does not name).
+//   - A network takes RemoteSubnetRoute and HostRoute policies after its creation (flannel
+//     adds them), and NetworkACL (hcsshim's TestAddRemoveNetworACLPolicy); SetPolicy and
+//     L4Proxy too (unverified); other types: HCN_E_INVALID_POLICY_TYPE (unverified).
+//   - The network types are hcsshim's (hcn/hcnnetwork.go, NetworkType): NAT, Transparent,
+//     L2Bridge, L2Tunnel, ICS, Private, Overlay; others HCN_E_INVALID_NETWORK_TYPE. A NAT
+//     network may have no subnet (hcsshim's TestCreateDeleteNetworks makes one).
+//   - An endpoint made without an address gets one of each family its network has a
+//     static subnet of: hcsshim's tests make every endpoint so (hcn/hcnutils_test.go,
+//     HcnCreateTestEndpoint), and containernetworking/plugins v1.9.0's win-bridge without
+//     an IPAM section sends one so (seen under Wine against this simulator). It is
+//     the lowest address that is not the subnet's own, a gateway (a route's next hop),
+//     IPv4's broadcast address or another endpoint's (which one HNS picks is unverified);
+//     a network with none free: HCN_E_ADDR_INVALID_OR_RESERVED (unverified).
+//   - Two PortMapping policies of a protocol, external port and VIP, on any endpoints:
+//     HCN_E_PORT_ALREADY_EXISTS (hcsshim hcn/hcnerrors_test.go,
+//     TestEndpointAlreadyExistsError, which wants that code; that the clash is host-wide,
+//     not per network, is unverified).
+//   - ModifyEndpoint (HcnModifyEndpoint, a policy request): Add adds policies (hcsshim's
+//     TestAddL4WfpProxyPolicyOnEndpoint), Remove removes each by its JSON value
+//     (HCN_E_POLICY_NOT_FOUND for one the endpoint lacks, unverified), Update puts the
+//     request's policies in place of the endpoint's of the same types (hcsshim's
+//     TestApplyPolicyOnEndpoint and TestModifyEndpointSettings update ACLs and read them
+//     back; that policies of other types stay is unverified); version gates and port
+//     clashes as at creation. Other request types: HCN_E_REQUEST_UNSUPPORTED (unverified).
+//   - A namespace made without a type is a Host namespace, and schema 0.0 (no version) is
+//     taken: containerd makes its pods' namespaces as HostComputeNamespace{}
+//     (pkg/netns/netns_windows.go). HNS's schema has its enums as strings over numbers
+//     from 0 (Microsoft's "HCN JSON document schemas": a network's Type "NAT" (0), …), so
+//     an absent one reads as the first; hcsshim lists the namespace types Host,
+//     HostDefault, Guest, GuestDefault (hcn/hcnnamespace.go). That Host is HNS's first is
+//     unverified. Other types: HCN_E_INVALID_JSON (unverified).
+//   - DeleteNamespace (HcnDeleteNamespace, containerd's sandbox removal) detaches the
+//     endpoints still attached (unverified); an unknown namespace: ERROR_NOT_FOUND.
+//   - A create request may name the object's ID, which it keeps: hcsshim re-creates SDN
+//     routes and load balancers under their old IDs (hcn/hcnroute.go, hcnloadbalancer.go)
+//     and its tests then delete them by those IDs. That networks, endpoints and namespaces
+//     keep a given ID too is unverified; an ID that is not a GUID: E_INVALIDARG, one in
+//     use: HCN_E_NETWORK_ALREADY_EXISTS for a network, E_INVALIDARG otherwise (both
+//     unverified).
 //
 // Unverified, each a guess at what HNS does that weft must survive either way:
 //   - a second network of a name (HCN_E_NETWORK_ALREADY_EXISTS);
@@ -55,8 +102,7 @@
 //     in the subnet of its family; HCN_E_INVALID_IP), a remote Overlay
 //     endpoint without a ProviderAddress policy (HCN_E_INVALID_POLICY), two endpoints of an
 //     address on a network (HCN_E_ADDR_INVALID_OR_RESERVED);
-//   - HNS assigns every ID (a request naming one: E_INVALIDARG); a network or namespace needs
-//     schema version 2.0;
+//   - a network or endpoint needs schema version 2.x, a namespace 2.x or none;
 //   - a query answers with the subnets' policies (Options.QueryOmitsSubnetPolicies plays an
 //     HNS that does not, as reported for some versions);
 //   - the host sees a network's adapter move to a vSwitch vNIC "vEthernet (<adapter>)",

@@ -207,6 +207,9 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 		if m.n.Name == req.Name {
 			return nil, hnsError("HcnCreateNetwork", windows.HCNNetworkAlreadyExists, "a network named %q exists", req.Name)
 		}
+		if req.ID != "" && strings.EqualFold(m.n.ID, req.ID) {
+			return nil, hnsError("HcnCreateNetwork", windows.HCNNetworkAlreadyExists, "a network of ID %s exists", req.ID)
+		}
 	}
 	adapter := ""
 	for _, p := range req.Policies {
@@ -220,7 +223,10 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 	}
 	h.record("CreateNetwork", "", req)
 	m := &memNetwork{n: *deepCopy(req), mgmtAt: h.opts.Now().Add(h.opts.Blip), adapter: adapter}
-	m.n.ID = h.newID()
+	m.n.ID = h.idFor(req.ID)
+	if req.ID != "" {
+		h.seq++ // idFor took no number: the DR MAC needs one of its own
+	}
 	if m.n.Type == windows.NetworkOverlay {
 		m.n.Policies = append(m.n.Policies, windows.DrMacAddressPolicy(fmt.Sprintf("00-15-5D-%02X-%02X-%02X", h.opts.MACByte, (h.seq>>8)&0xff, h.seq&0xff)))
 	}
@@ -233,24 +239,28 @@ func (h *HNS) CreateNetwork(req *windows.HostComputeNetwork) (*windows.HostCompu
 
 // checkNewNetwork refuses what hcn's Create and HNS refuse.
 func checkNewNetwork(n *windows.HostComputeNetwork, v windows.Version) error {
-	if n.ID != "" {
-		return hnsError("HcnCreateNetwork", windows.InvalidArg, "ID %s given: HNS assigns IDs", n.ID)
+	if err := checkID("HcnCreateNetwork", n.ID); err != nil {
+		return err
 	}
 	if n.Name == "" {
 		return hnsError("HcnCreateNetwork", windows.InvalidArg, "no name")
 	}
-	if n.SchemaVersion != windows.SchemaV2() {
-		return hnsError("HcnCreateNetwork", windows.HCNInvalidJSON, "network %q: schema version %s, want 2.0", n.Name, n.SchemaVersion)
+	if n.SchemaVersion.Major != 2 {
+		return hnsError("HcnCreateNetwork", windows.HCNInvalidJSON, "network %q: schema version %s, want 2.x", n.Name, n.SchemaVersion)
 	}
-	switch n.Type {
-	case windows.NetworkOverlay, windows.NetworkL2Bridge:
-	default:
+	if !slices.Contains(networkTypes, n.Type) {
 		return hnsError("HcnCreateNetwork", windows.HCNInvalidNetworkType, "network %q: type %q", n.Name, n.Type)
+	}
+	if err := checkPolicies("HcnCreateNetwork", "network", n.Policies, v); err != nil {
+		return err
 	}
 	subnets := 0
 	for _, ipam := range n.Ipams {
 		for _, sn := range ipam.Subnets {
 			subnets++
+			if err := checkPolicies("HcnCreateNetwork", "subnet", sn.Policies, v); err != nil {
+				return err
+			}
 			if sn.IPAddressPrefix == "" {
 				continue
 			}
@@ -291,10 +301,59 @@ func checkNewNetwork(n *windows.HostComputeNetwork, v windows.Version) error {
 			}
 		}
 	}
-	if subnets == 0 {
+	// hcsshim's TestCreateDeleteNetworks makes a NAT network without Ipams.
+	if subnets == 0 && (n.Type == windows.NetworkOverlay || n.Type == windows.NetworkL2Bridge) {
 		return hnsError("HcnCreateNetwork", windows.InvalidArg, "network %q: no subnet", n.Name)
 	}
 	return nil
+}
+
+// networkTypes are the network types HNS has, as hcsshim names them (hcn/hcnnetwork.go,
+// NetworkType).
+var networkTypes = []windows.NetworkType{"NAT", "Transparent", windows.NetworkL2Bridge, "L2Tunnel", "ICS", "Private", windows.NetworkOverlay}
+
+// checkID refuses an ID in a create request that is not a GUID. HNS takes a create that
+// names its ID, and the object keeps it: hcsshim re-creates an SDN route and a load
+// balancer with the ID they had (hcn/hcnroute.go, hcnloadbalancer.go, AddEndpoint), and
+// its TestRouteAddRemoveEndpoint deletes the route by that ID afterwards. That networks,
+// endpoints and namespaces keep a given ID too, and the code for a malformed one, are
+// unverified.
+func checkID(call, id string) error {
+	if id == "" {
+		return nil
+	}
+	if !isGUID(id) {
+		return hnsError(call, windows.InvalidArg, "ID %q is not a GUID", id)
+	}
+	return nil
+}
+
+// isGUID reports whether s is a GUID as HNS's JSON writes one, braces allowed.
+func isGUID(s string) bool {
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "{"), "}")
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// idFor is the ID of a new object: the one its request named, else a new one.
+func (h *HNS) idFor(given string) string {
+	if given != "" {
+		return strings.TrimSuffix(strings.TrimPrefix(given, "{"), "}")
+	}
+	return h.newID()
 }
 
 // DeleteNetwork implements windows.Client. The network's endpoints go with it.
@@ -378,11 +437,14 @@ func (h *HNS) checkAdd(m *memNetwork, added []windows.Policy, p windows.Policy) 
 	fail := func(code windows.HResult, format string, args ...any) error {
 		return hnsError("HcnModifyNetwork", code, "network %s: add %s policy: %s", m.n.Name, p.Type, fmt.Sprintf(format, args...))
 	}
+	if err := checkPolicy("HcnModifyNetwork", "network", p, h.opts.Version); err != nil {
+		return err
+	}
+	if !slices.Contains(addableNetworkPolicies, p.Type) {
+		return fail(windows.HCNInvalidPolicyType, "cannot be added to an existing network")
+	}
 	switch p.Type {
 	case windows.PolicyRemoteSubnetRoute:
-		if !h.opts.Version.SupportsRemoteSubnet() {
-			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
-		}
 		if m.n.Type != windows.NetworkOverlay {
 			return fail(windows.HCNInvalidPolicyType, "on a %s network", m.n.Type)
 		}
@@ -403,14 +465,9 @@ func (h *HNS) checkAdd(m *memNetwork, added []windows.Policy, p windows.Policy) 
 			}
 		}
 	case windows.PolicyHostRoute:
-		if !h.opts.Version.SupportsRemoteSubnet() {
-			return fmt.Errorf("HNS %s: %w", h.opts.Version, windows.ErrNotSupported)
-		}
 		if slices.ContainsFunc(added, func(x windows.Policy) bool { return x.Type == windows.PolicyHostRoute }) {
 			return fail(windows.HCNPolicyAlreadyExists, "the network has one")
 		}
-	default:
-		return fail(windows.HCNInvalidPolicyType, "cannot be added to an existing network")
 	}
 	return nil
 }
@@ -463,21 +520,33 @@ func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostCom
 		// hcn refuses it before asking HNS.
 		return nil, fmt.Errorf("endpoint create error, endpoint json windows.HostComputeNamespace is read only and should not be set")
 	}
-	if req.ID != "" {
-		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "ID %s given: HNS assigns IDs", req.ID)
+	if err := checkID("HcnCreateEndpoint", req.ID); err != nil {
+		return nil, err
+	}
+	if req.ID != "" && slices.ContainsFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, req.ID) }) {
+		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "an endpoint of ID %s exists", req.ID)
 	}
 	m, err := h.network(req.HostComputeNetwork)
 	if err != nil {
 		return nil, err
 	}
-	ip := req.IP()
-	if !ip.IsValid() {
-		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "endpoint %q: no IPv4 address", req.Name)
+	if err := checkPolicies("HcnCreateEndpoint", "endpoint", req.Policies, h.opts.Version); err != nil {
+		return nil, err
 	}
 	remote := req.Flags&windows.EndpointRemote != 0
+	ep := deepCopy(req)
+	if len(ep.IPs()) == 0 && !remote {
+		// HNS gives an endpoint without an address one of its network's subnets.
+		if err := h.assignAddresses(m, ep); err != nil {
+			return nil, err
+		}
+	}
+	if len(ep.IPs()) == 0 {
+		return nil, hnsError("HcnCreateEndpoint", windows.InvalidArg, "endpoint %q: no IP address", req.Name)
+	}
 	if sns := m.n.StaticSubnets(); !remote && len(sns) > 0 {
 		// Each address must lie in the network's subnet of its family.
-		for _, a := range req.IPs() {
+		for _, a := range ep.IPs() {
 			in := false
 			for _, sn := range sns {
 				if p, err := netip.ParsePrefix(sn.IPAddressPrefix); err == nil && p.Contains(a) {
@@ -492,16 +561,26 @@ func (h *HNS) CreateEndpoint(req *windows.HostComputeEndpoint) (*windows.HostCom
 	if remote && m.n.Type == windows.NetworkOverlay && !req.ProviderAddress().IsValid() {
 		return nil, hnsError("HcnCreateEndpoint", windows.HCNInvalidPolicy, "endpoint %q: a remote endpoint needs a ProviderAddress policy", req.Name)
 	}
-	for _, ep := range h.endpoints {
-		if ep.HostComputeNetwork == m.n.ID && ep.IP() == ip {
-			return nil, hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: address %s is used by %s", req.Name, ip, ep.Name)
+	for _, other := range h.endpoints {
+		if other.HostComputeNetwork != m.n.ID {
+			continue
+		}
+		for _, a := range ep.IPs() {
+			if slices.Contains(other.IPs(), a) {
+				return nil, hnsError("HcnCreateEndpoint", windows.HCNAddrInvalidOrReserved, "endpoint %q: address %s is used by %s", req.Name, a, other.Name)
+			}
 		}
 	}
+	if err := h.checkPorts("HcnCreateEndpoint", req.Policies, nil); err != nil {
+		return nil, err
+	}
 	h.record("CreateEndpoint", "", req)
-	ep := deepCopy(req)
-	ep.ID = h.newID()
+	ep.ID = h.idFor(req.ID)
 	ep.HostComputeNetwork = m.n.ID
 	if ep.MacAddress == "" {
+		if req.ID != "" {
+			h.seq++ // idFor took no number: the MAC needs one of its own
+		}
 		ep.MacAddress = fmt.Sprintf("00-15-5D-%02X-%02X-%02X", 0x80|(h.seq>>16)&0x3f, (h.seq>>8)&0xff, h.seq&0xff)
 	}
 	h.endpoints = append(h.endpoints, ep)
@@ -574,15 +653,29 @@ func (h *HNS) CreateNamespace(req *windows.HostComputeNamespace) (*windows.HostC
 	if h.stopped {
 		return nil, stoppedError()
 	}
-	if req.Type == "" || req.ID != "" || len(req.Resources) > 0 {
-		return nil, hnsError("HcnCreateNamespace", windows.InvalidArg, "needs a type, and neither an ID nor resources")
+	if err := checkID("HcnCreateNamespace", req.ID); err != nil {
+		return nil, err
 	}
-	if req.SchemaVersion != windows.SchemaV2() {
-		return nil, hnsError("HcnCreateNamespace", windows.HCNInvalidJSON, "schema version %s, want 2.0", req.SchemaVersion)
+	if req.ID != "" && slices.ContainsFunc(h.namespaces, func(ns *windows.HostComputeNamespace) bool { return strings.EqualFold(ns.ID, req.ID) }) {
+		return nil, hnsError("HcnCreateNamespace", windows.InvalidArg, "a namespace of ID %s exists", req.ID)
+	}
+	if len(req.Resources) > 0 {
+		return nil, hnsError("HcnCreateNamespace", windows.InvalidArg, "a new namespace has no resources")
+	}
+	// containerd makes its namespaces as HostComputeNamespace{}: schema 0.0 and no type.
+	if v := req.SchemaVersion; v != (windows.SchemaVersion{}) && v.Major != 2 {
+		return nil, hnsError("HcnCreateNamespace", windows.HCNInvalidJSON, "schema version %s, want 2.x", req.SchemaVersion)
+	}
+	ns := deepCopy(req)
+	switch ns.Type {
+	case "":
+		ns.Type = NamespaceHost
+	case NamespaceHost, windows.NamespaceHostDefault, "Guest", "GuestDefault":
+	default:
+		return nil, hnsError("HcnCreateNamespace", windows.HCNInvalidJSON, "namespace type %q", req.Type)
 	}
 	h.record("CreateNamespace", "", req)
-	ns := deepCopy(req)
-	ns.ID = h.newID()
+	ns.ID = h.idFor(req.ID)
 	h.namespaces = append(h.namespaces, ns)
 	return deepCopy(ns), nil
 }

@@ -81,8 +81,8 @@ func TestRefuses(t *testing.T) {
 		{"endpoints of unknown network", func() error { _, err := h.NetworkEndpoints("nope"); return err }(), windows.ErrNotFound, windows.HCNNetworkNotFound, ""},
 		{"network by unknown name", func() error { _, err := h.NetworkByName("cbr0"); return err }(), windows.ErrNotFound, 0, ""},
 		{"delete unknown endpoint", h.DeleteEndpoint("nope"), windows.ErrNotFound, windows.HCNEndpointNotFound, ""},
-		{"remote subnet route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotSupported, 0, "9.1"},
-		{"host route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, windows.HostRoutePolicy())), windows.ErrNotSupported, 0, ""},
+		{"remote subnet route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, rsr)), windows.ErrNotSupported, windows.HCNInvalidPolicyType, "9.1"},
+		{"host route on 9.1", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestAdd, windows.HostRoutePolicy())), windows.ErrNotSupported, windows.HCNInvalidPolicyType, ""},
 		{"remove a policy it does not have", h.ModifyNetworkSettings(net.ID, windows.PolicyRequest(windows.RequestRemove, rsr)), windows.ErrNotFound, windows.HCNPolicyNotFound, ""},
 		{"namespace in endpoint create", func() error {
 			_, err := h.CreateEndpoint(&windows.HostComputeEndpoint{HostComputeNetwork: net.ID, HostComputeNamespace: "x", IPConfigurations: []windows.IPConfig{{IPAddress: "10.244.1.5"}}})
