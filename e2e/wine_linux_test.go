@@ -91,13 +91,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := filepath.Join(c.Dir(), "weftd.exe")
-	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
-	build.Dir = repo
-	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building weftd.exe: %v\n%s", err, out)
-	}
+	exe := filepath.Join(buildWindowsPrograms(t, repo), "weftd.exe")
 
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
