@@ -254,7 +254,12 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
-	req := subnet.AcquireRequest{Attrs: d.attrs(nil), Prepare: func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+	req := subnet.AcquireRequest{Attrs: d.attrs(nil)}
+	req.Prepare = func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+		// A Prepare that fails may have made its device first (on Windows the HNS network,
+		// whose every re-creation blinks the host's NIC): the acquisition's retry asks for
+		// these subnets again, so that the next Prepare finds that device and keeps it.
+		req.Previous, req.PreviousIPv6 = sn, sn6
 		macs := make([]backend.MAC, len(d.stacks))
 		for i, st := range d.stacks {
 			mac, err := st.plane.Prepare(ctx, st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq))
@@ -266,14 +271,14 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 			macs[i] = mac
 		}
 		return d.attrs(macs), nil
-	}}
+	}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
 	case err == nil:
 		req.Previous, req.PreviousIPv6 = env.LeaseSubnets()
 	case !errors.Is(err, fs.ErrNotExist):
 		d.log.Warn("ignoring unreadable subnet file", "path", d.cfg.SubnetFile, "err", err)
 	}
-	if d.own, err = d.acquire(ctx, req); err != nil {
+	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
 	d.mu.Lock() // /status may be asked already
@@ -326,12 +331,14 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 	})
 }
 
-func (d *daemon) acquire(ctx context.Context, req subnet.AcquireRequest) (subnet.Lease, error) {
+// acquire acquires the lease, retrying; each attempt sends req as it is then (its Prepare
+// changes its Previous subnets).
+func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subnet.Lease, error) {
 	l, err := retry(ctx, d.log, "acquire lease", func() (subnet.Lease, bool, error) {
 		l, err := timed(d, "acquire", func() (subnet.Lease, error) {
 			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 			defer cancel()
-			return d.sm.Acquire(rctx, req)
+			return d.sm.Acquire(rctx, *req)
 		})
 		// A config error (a podCIDR that does not fit the network) will not go away by itself.
 		var ce *subnet.ConfigError

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -420,5 +421,87 @@ func TestDaemonWindowsDualStackOldHNS(t *testing.T) {
 	}
 	if resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("leases written: %v %v", err, resp.Kvs)
+	}
+}
+
+// flakyHost is a host whose forwarding cannot be turned on the first times it is asked, as
+// under Wine before its IP Helper was shimmed: the plane's Prepare fails after HNS made the
+// network.
+type flakyHost struct {
+	*hnstest.Host
+	fails atomic.Int32 // failures left
+	tries atomic.Int32
+}
+
+func (h *flakyHost) SetForwarding(index uint32, v6 bool) error {
+	h.tries.Add(1)
+	if h.fails.Add(-1) >= 0 {
+		return fmt.Errorf("interface %d: GetIpInterfaceEntry: not found", index)
+	}
+	return h.Host.SetForwarding(index, v6)
+}
+
+// TestDaemonWindowsPrepareRetryKeepsSubnet: a Prepare that fails after it made the L2Bridge
+// network is retried for the subnet it was given, not a new one: the retry adopts the network
+// it made, and HNS is asked for one network and no deletion, whose subnet the lease
+// publishes. (Each re-creation blinks the host's NIC.)
+func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"host-gw"}}`
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+		t.Fatal(err)
+	}
+	host := &flakyHost{Host: hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})}
+	host.fails.Store(2)
+	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 10 * time.Millisecond, Host: host.Host})
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.Ifaces = []string{"Ethernet"}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	plane := windows.New(hns, host, windows.Config{PollInterval: 10 * time.Millisecond, WatchInterval: 50 * time.Millisecond}, log)
+	ifs := []netif.Interface{{Name: "Ethernet", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane,
+			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
+			DefaultIf:  func() (string, error) { return "Ethernet", nil }, GOOS: "windows"})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("weftd ended with %v", err)
+		}
+	})
+
+	var env subnet.Env
+	eventually(t, "subnet.env", func() bool {
+		var err error
+		env, err = subnet.ReadEnv(cfg.SubnetFile)
+		return err == nil
+	})
+	if n := host.tries.Load(); n < 3 {
+		t.Fatalf("forwarding asked %d times, want the two failures and more: Prepare was not retried", n)
+	}
+	ops := map[string]int{}
+	for _, r := range hns.Requests() {
+		ops[r.Op]++
+	}
+	if ops["CreateNetwork"] != 1 || ops["DeleteNetwork"] != 0 {
+		t.Errorf("HNS was asked %d network creations and %d deletions over the retries, want 1 and 0 (requests %v)", ops["CreateNetwork"], ops["DeleteNetwork"], ops)
+	}
+	sn, _ := env.LeaseSubnets()
+	n, err := hns.NetworkByName("cbr0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := n.StaticSubnet(); s == nil || s.IPAddressPrefix != sn.String() {
+		t.Errorf("network cbr0 serves %+v, the lease is %s", s, sn)
+	}
+	resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != etcd.DefaultPrefix+"/subnets/"+subnet.Key(sn, netip.Prefix{}) {
+		t.Errorf("leases %v %v, want the one of %s", resp, err, sn)
 	}
 }

@@ -19,13 +19,10 @@ type Client interface {
 	// CreateEndpoint creates ep on the network ep.HostComputeNetwork names.
 	CreateEndpoint(ep *HostComputeEndpoint) (*HostComputeEndpoint, error)
 	DeleteEndpoint(id string) error
-	// HostDefaultNamespace returns the host's default namespace, ErrNotFound if HNS has none
-	// yet (CreateNamespace makes it).
-	HostDefaultNamespace() (*HostComputeNamespace, error)
-	CreateNamespace(ns *HostComputeNamespace) (*HostComputeNamespace, error)
-	// AttachEndpoint attaches an endpoint to a namespace (see AttachRequest); an endpoint
+	// HostAttach attaches an endpoint to the host's own compartment, which gives the host a
+	// vNIC holding the endpoint's addresses: HNS v1's attach (HostAttachRequest). An endpoint
 	// attached already is an error matching ErrExists.
-	AttachEndpoint(namespaceID, endpointID string) error
+	HostAttach(endpointID string) error
 }
 
 // Errors that HNS's answers map to, for errors.Is.

@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"unsafe"
 
 	"github.com/Microsoft/hcsshim/hcn"
+	xwin "golang.org/x/sys/windows"
 )
 
 // HCN is the Client of a real HNS: hcsshim's hcn package, which calls computenetwork.dll
 // (and vmcompute.dll for the version). Objects cross between weft's model and hcn's types
 // as JSON, which both write the same way (see hcn_windows_test.go).
-type HCN struct{}
+type HCN struct {
+	hnsCall *xwin.LazyProc // HNS v1, which hcn has no call of
+}
 
 var _ Client = HCN{}
 
@@ -20,7 +24,9 @@ var _ Client = HCN{}
 // weftd started before it), and hcn caches the answer of its feature probe for the life of
 // the process. Version asks afresh each time, and the plane's Prepare, which the lease
 // acquisition retries, starts with it.
-func NewHCN() HCN { return HCN{} }
+func NewHCN() HCN {
+	return HCN{hnsCall: xwin.NewLazySystemDLL("vmcompute.dll").NewProc("HNSCall")}
+}
 
 // convert moves a value between weft's model and hcn's types through their common JSON.
 func convert[T any](v any) (*T, error) {
@@ -150,34 +156,52 @@ func (HCN) DeleteEndpoint(id string) error {
 	return hnsErr((&hcn.HostComputeEndpoint{Id: id}).Delete(), "deleting HNS endpoint %s", id)
 }
 
-// HostDefaultNamespace implements Client.
-func (HCN) HostDefaultNamespace() (*HostComputeNamespace, error) {
-	all, err := hcn.ListNamespaces()
+// HostAttach implements Client with HNS v1's call, vmcompute.dll's HNSCall, sending what
+// hcsshim's HNSEndpoint.HostAttach(1) sends. It is called here, not through hcsshim, whose
+// v1 errors hide the HRESULT from errors.As (internal/hcserror's HcsError has no Unwrap):
+// an endpoint attached already must be told by its code.
+func (c HCN) HostAttach(endpointID string) error {
+	body, err := json.Marshal(HostAttachRequest())
 	if err != nil {
-		return nil, hnsErr(err, "listing HNS namespaces")
+		return fmt.Errorf("encoding a host attach request: %w", err)
 	}
-	for i := range all {
-		if all[i].Type == hcn.NamespaceTypeHostDefault {
-			return convert[HostComputeNamespace](&all[i])
+	return c.v1Call("POST", "/endpoints/"+endpointID+"/attach", string(body), "attaching HNS endpoint "+endpointID+" to the host")
+}
+
+// v1Call makes one call of HNS v1: HNSCall(method, path, request, &response) returns an
+// HRESULT, and on success a response {"Success":…,"Error":…,"Output":…} (hcsshim
+// internal/hns/hnsfuncs.go) in a CoTaskMemAlloc'ed string the caller frees.
+func (c HCN) v1Call(method, path, request, op string) error {
+	if err := c.hnsCall.Find(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	args := make([]uintptr, 0, 4)
+	for _, s := range []string{method, path, request} {
+		p, err := syscall.UTF16PtrFromString(s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
 		}
+		args = append(args, uintptr(unsafe.Pointer(p)))
 	}
-	return nil, fmt.Errorf("HNS host default namespace: %w", ErrNotFound)
-}
-
-// CreateNamespace implements Client.
-func (HCN) CreateNamespace(ns *HostComputeNamespace) (*HostComputeNamespace, error) {
-	hns, err := convert[hcn.HostComputeNamespace](ns)
-	if err != nil {
-		return nil, err
+	var out *uint16
+	r, _, _ := c.hnsCall.Call(append(args, uintptr(unsafe.Pointer(&out)))...)
+	response := ""
+	if out != nil {
+		response = xwin.UTF16PtrToString(out)
+		xwin.CoTaskMemFree(unsafe.Pointer(out))
 	}
-	made, err := hns.Create()
-	if err != nil {
-		return nil, hnsErr(err, "creating HNS namespace %s", ns.Type)
+	if int32(r) < 0 {
+		return &Error{Op: op, Code: HResult(uint32(r)), Record: response}
 	}
-	return convert[HostComputeNamespace](made)
-}
-
-// AttachEndpoint implements Client, with hcsshim's own request ({"EndpointId": …}).
-func (HCN) AttachEndpoint(namespaceID, endpointID string) error {
-	return hnsErr(hcn.AddNamespaceEndpoint(namespaceID, endpointID), "attaching HNS endpoint %s to namespace %s", endpointID, namespaceID)
+	var answer struct {
+		Success bool
+		Error   string
+	}
+	if err := json.Unmarshal([]byte(response), &answer); err != nil {
+		return fmt.Errorf("%s: HNS answered %q: %w", op, response, err)
+	}
+	if !answer.Success {
+		return fmt.Errorf("%s: HNS: %s", op, answer.Error)
+	}
+	return nil
 }

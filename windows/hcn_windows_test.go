@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/Microsoft/hcsshim"
 	"github.com/Microsoft/hcsshim/hcn"
 
 	"github.com/weftnet/weft/backend"
@@ -219,19 +220,11 @@ func TestGoldenRequestsReadByHCN(t *testing.T) {
 			roundTripRaw[hcn.HostComputeNetwork](t, f, r.Body)
 		case "CreateEndpoint":
 			roundTripRaw[hcn.HostComputeEndpoint](t, f, r.Body)
-		case "CreateNamespace":
-			roundTripRaw[hcn.HostComputeNamespace](t, f, r.Body)
 		case "ModifyNetworkSettings":
 			m := roundTripRaw[hcn.ModifyNetworkSettingRequest](t, f, r.Body)
 			roundTripRaw[hcn.PolicyNetworkRequest](t, f+" settings", m.Settings)
-		case "ModifyNamespaceSettings":
-			m := roundTripRaw[hcn.ModifyNamespaceSettingRequest](t, f, r.Body)
-			// hcn's AddNamespaceEndpoint sends {"EndpointId": …}, which is not the shape of
-			// a namespace's resource (hcn.NamespaceResourceEndpoint, {"ID": …}).
-			var settings map[string]string
-			if err := json.Unmarshal(m.Settings, &settings); err != nil || len(settings) != 1 || settings["EndpointId"] == "" {
-				t.Errorf("%s: settings %s, want {\"EndpointId\": …} as hcn.AddNamespaceEndpoint sends", f, m.Settings)
-			}
+		case "HostAttach": // HNS v1, which hcn has no call of: hcsshim's HNSEndpoint.HostAttach
+			roundTripRaw[hcsshim.EndpointAttachDetachRequest](t, f, r.Body)
 		case "DeleteNetwork", "DeleteEndpoint":
 			if r.ID == "" || len(r.Body) != 0 {
 				t.Errorf("%s: a delete names an ID and sends nothing", f)

@@ -39,9 +39,9 @@ func simulatedHNS(t *testing.T, o hnstest.Options) (*hnstest.HNS, *hnssim.Server
 
 // TestHCNThroughSimulatedHNS: every call of the hcn adapter goes through hcsshim's hcn
 // package, its generated syscalls and the simulated DLLs to the simulated HNS, which reads
-// it by HNS's schema. The e2e test runs weftd.exe's vxlan path this way; this one also runs
-// what it cannot (host-gw needs IP Helper calls Wine 8 lacks): endpoints, the host
-// namespace and the attachment, and the errors weft tells apart by HRESULT.
+// it by HNS's schema. The e2e tests run weftd.exe this way; this one also runs what they do
+// not: remote endpoints, a second host attachment, and the errors weft tells apart by
+// HRESULT.
 func TestHCNThroughSimulatedHNS(t *testing.T) {
 	mgmt := netip.MustParseAddr("192.0.2.10")
 	hns, srv := simulatedHNS(t, hnstest.Options{ManagementIP: mgmt})
@@ -129,7 +129,7 @@ func TestHCNThroughSimulatedHNS(t *testing.T) {
 	is("an endpoint deleted already", c.DeleteEndpoint(ep.ID), windows.ErrNotFound)
 
 	// host-gw's part of HNS: an L2Bridge network, its host endpoint attached to the host's
-	// namespace (hcsshim's AddNamespaceEndpoint: {"EndpointId": …}), once.
+	// compartment through HNS v1 (HostAttach(1)), once.
 	bridge := &windows.HostComputeNetwork{
 		Name: "cbr0", Type: windows.NetworkL2Bridge, Flags: windows.EnableNonPersistent,
 		Policies: []windows.Policy{windows.NetAdapterNamePolicy("Ethernet")},
@@ -151,30 +151,21 @@ func TestHCNThroughSimulatedHNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.HostDefaultNamespace()
-	is("no host namespace yet", err, windows.ErrNotFound)
-	if _, err := c.CreateNamespace(&windows.HostComputeNamespace{Type: windows.NamespaceHostDefault, SchemaVersion: windows.SchemaV2()}); err != nil {
-		t.Fatal(err)
-	}
-	ns, err := c.HostDefaultNamespace()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AttachEndpoint(ns.ID, hostEP.ID); err != nil {
+	if err := c.HostAttach(hostEP.ID); err != nil {
 		t.Fatalf("attaching the host endpoint: %v", err)
 	}
-	is("a second attachment", c.AttachEndpoint(ns.ID, hostEP.ID), windows.ErrExists)
-	if ns, err = c.HostDefaultNamespace(); err != nil || len(ns.Resources) != 1 || !strings.Contains(string(ns.Resources[0].Data), hostEP.ID) {
+	is("a second attachment", c.HostAttach(hostEP.ID), windows.ErrExists)
+	if ns, err := hns.HostDefaultNamespace(); err != nil || len(ns.Resources) != 1 || !strings.Contains(string(ns.Resources[0].Data), hostEP.ID) {
 		t.Errorf("host namespace after the attachment: %+v %v", ns, err)
 	}
 	attach := ""
 	for _, call := range srv.Calls() {
-		if call.Name == "HcnModifyNamespace" && call.HResult == 0 {
-			attach = call.Body
+		if call.Name == "HNSCall" && call.HResult == 0 && strings.Contains(call.ID, "/attach") {
+			attach = call.ID + " " + call.Body
 		}
 	}
-	if !strings.Contains(attach, `"EndpointId":"`+hostEP.ID+`"`) {
-		t.Errorf("the attachment hcn sent: %s, want the endpoint as EndpointId", attach)
+	if want := "/endpoints/" + hostEP.ID + "/attach " + `{"SystemType":"Host","CompartmentId":1}`; !strings.EqualFold(attach, want) {
+		t.Errorf("the attachment sent: %q, want %q, as hcsshim's HostAttach(1)", attach, want)
 	}
 
 	// Deletion, and a stopped HNS.

@@ -96,7 +96,9 @@ func status(r uintptr, what string) error {
 // Interfaces implements Host.
 func (h *IPHelper) Interfaces() ([]Interface, error) {
 	var table *xwin.MibUnicastIpAddressTable
-	if err := xwin.GetUnicastIpAddressTable(xwin.AF_UNSPEC, &table); err != nil {
+	if err := xwin.GetUnicastIpAddressTable(xwin.AF_UNSPEC, &table); errors.Is(err, xwin.ERROR_NOT_FOUND) {
+		return nil, nil // no address at all: Microsoft documents no table, ERROR_NOT_FOUND
+	} else if err != nil {
 		return nil, fmt.Errorf("GetUnicastIpAddressTable: %w", err)
 	}
 	defer xwin.FreeMibTable(unsafe.Pointer(table))
@@ -146,7 +148,9 @@ func (h *IPHelper) SetForwarding(index uint32, v6 bool) error {
 // Routes implements Host.
 func (h *IPHelper) Routes() ([]HostRoute, error) {
 	var table *xwin.MibIpForwardTable2
-	if err := xwin.GetIpForwardTable2(xwin.AF_UNSPEC, &table); err != nil {
+	if err := xwin.GetIpForwardTable2(xwin.AF_UNSPEC, &table); errors.Is(err, xwin.ERROR_NOT_FOUND) {
+		return nil, nil // no route at all (as for the addresses)
+	} else if err != nil {
 		return nil, fmt.Errorf("GetIpForwardTable2: %w", err)
 	}
 	defer xwin.FreeMibTable(unsafe.Pointer(table))

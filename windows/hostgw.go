@@ -159,22 +159,22 @@ func (p *Plane) ensureHostEndpoint(n *HostComputeNetwork, sns []netip.Prefix) (*
 	return ep, true, nil
 }
 
-// attachToHost attaches the endpoint to the host's default namespace (making that if HNS has
-// none yet), which gives the host a vNIC on the pod network.
+// attachToHost attaches the host endpoint to the host's own compartment, which gives the
+// host a vNIC on the pod network. It takes HNS v1's HostAttach(1), the form known to work on
+// real HNS: flanneld's host-gw (pkg/backend/hostgw/hostgw_windows.go), Calico for Windows,
+// Microsoft's SDN scripts (Attach-HnsHostEndpoint -CompartmentID 1 in start-kubelet.ps1, in
+// hns.psm1 and hns.v2.psm1 alike) and Microsoft's windows-container-networking tests, which
+// attach a v2-made gateway endpoint so, dual-stack too. No public client attaches a host
+// endpoint through a HostDefault namespace of its own making in what it ships. An endpoint
+// HNS reports in a namespace, or says is attached already (flanneld attached it: a
+// migration), is left as it is.
 func (p *Plane) attachToHost(ep *HostComputeEndpoint) (bool, error) {
 	if ep.HostComputeNamespace != "" {
 		return false, nil
 	}
-	ns, err := p.hns.HostDefaultNamespace()
-	if errors.Is(err, ErrNotFound) {
-		ns, err = p.hns.CreateNamespace(&HostComputeNamespace{Type: NamespaceHostDefault, SchemaVersion: SchemaV2()})
-	}
-	if err != nil {
-		return false, fmt.Errorf("host default namespace: %w", err)
-	}
-	err = p.hns.AttachEndpoint(ns.ID, ep.ID)
+	err := p.hns.HostAttach(ep.ID)
 	if errors.Is(err, ErrExists) {
-		return false, nil // attached, though HNS did not say so in the endpoint
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("attaching host endpoint %s to the host: %w", ep.Name, err)

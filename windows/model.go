@@ -414,6 +414,24 @@ func AttachRequest(rt RequestType, endpointID string) *ModifyNamespaceSettingReq
 	return &ModifyNamespaceSettingRequest{ResourceType: "Endpoint", RequestType: rt, Settings: b}
 }
 
+// EndpointAttachRequest is HNS v1's request attaching an endpoint (POST
+// /endpoints/<id>/attach), as hcsshim writes it (internal/hns/hnsendpoint.go,
+// EndpointAttachDetachRequest): SystemType "Host" and a compartment put the endpoint in
+// that network compartment of the host.
+type EndpointAttachRequest struct {
+	SystemType    string `json:"SystemType"`
+	CompartmentID uint16 `json:"CompartmentId,omitempty"`
+}
+
+// HostCompartment is the host's own network compartment (NET_IF_COMPARTMENT_ID_PRIMARY).
+const HostCompartment = 1
+
+// HostAttachRequest attaches an endpoint to the host's own compartment, as flanneld's
+// host-gw does (hcsshim's HNSEndpoint.HostAttach(1)).
+func HostAttachRequest() EndpointAttachRequest {
+	return EndpointAttachRequest{SystemType: "Host", CompartmentID: HostCompartment}
+}
+
 // hnsMAC writes a MAC as HNS does: upper-case hex with dashes.
 func hnsMAC(m backend.MAC) string {
 	return strings.ToUpper(strings.ReplaceAll(m.String(), ":", "-"))

@@ -429,8 +429,8 @@ func TestRequestGolden(t *testing.T) {
 				return "create-endpoint-remote"
 			}
 			return "create-endpoint-host"
-		case "ModifyNamespaceSettings":
-			return "namespace-attach-endpoint"
+		case "HostAttach":
+			return "host-attach"
 		}
 		return strings.ToLower(r.Op)
 	}
@@ -465,7 +465,7 @@ func TestRequestGolden(t *testing.T) {
 		"create-network-overlay", "create-network-l2bridge", "deletenetwork",
 		"network-add-remotesubnetroute", "network-remove-remotesubnetroute", "network-add-hostroute",
 		"create-endpoint-remote", "create-endpoint-host", "deleteendpoint",
-		"createnamespace", "namespace-attach-endpoint",
+		"host-attach",
 	} {
 		r, ok := kinds[k]
 		if !ok {

@@ -5,6 +5,6 @@
 here=$(cd "$(dirname "$0")" && pwd)
 : "${WINEPREFIX:=$(cd "$here/../.." && pwd)/.cache/wine}"
 # Our computenetwork.dll and vmcompute.dll (setup.sh builds them into the prefix), not any
-# builtin a later Wine may bring.
-export WINEPREFIX WINEDEBUG=-all WINEDLLOVERRIDES="computenetwork,vmcompute=n"
+# builtin a later Wine may bring, and our iphlpapi.dll, not Wine's builtin.
+export WINEPREFIX WINEDEBUG=-all WINEDLLOVERRIDES="computenetwork,vmcompute,iphlpapi=n"
 exec /usr/lib/wine/wine64 "$@"

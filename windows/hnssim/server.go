@@ -262,6 +262,9 @@ func (s *Server) Call(r request) answer {
 		}
 		return answer{}
 	}
+	if a, ok := s.ipHelper(r); ok {
+		return a
+	}
 	return notImpl(r.call)
 }
 

@@ -1,6 +1,7 @@
 // Package hnssim is a simulated HNS service for weftd.exe under Wine: it answers the calls
 // of the thin computenetwork.dll and vmcompute.dll of tools/wine/hns, which hcsshim's hcn
-// package loads as it would Windows' own, with the rules of the in-memory HNS (hnstest).
+// package loads as it would Windows' own, with the rules of the in-memory HNS (hnstest),
+// and those of tools/wine/iphlpapi's iphlpapi.dll on the HNS's simulated host.
 //
 // It decodes every request by HNS's own JSON schema (the structs of schema.go, written from
 // hcsshim's hcn types), strictly: an unknown field or a wrong shape is refused with
@@ -156,6 +157,46 @@
 //     must be the network whose handle the call is given.
 //   - Not simulated: endpoint updates (POST /endpoints/<id>), policy lists
 //     (/policylists/), v1 namespaces (/namespaces/).
+//
+// # The host's IP stack (IP Helper)
+//
+// The simulated iphlpapi.dll of tools/wine/iphlpapi hands over the IP Helper calls weftd's
+// host code makes (windows/host_windows.go), as the rows' bytes in their x86-64 layout
+// (mib.go, held to golang.org/x/sys/windows's types by mib_windows_test.go); the service
+// plays them on the HNS's simulated host (hnstest.Options.Host), the one whose addresses the
+// HNS moves to a vSwitch vNIC or an endpoint's, so that weftd sees what HNS did to the host
+// as it would on Windows, and a test sees what weftd did there. Each answers, in the
+// answer's HRESULT field, the Win32 status Microsoft documents for the function
+// (learn.microsoft.com, netioapi.h), and rows in hex. Without a host: ERROR_NOT_SUPPORTED.
+//   - GetUnicastIpAddressTable and GetIpForwardTable2 list the host's addresses and
+//     routes of the family (AF_UNSPEC, AF_INET, AF_INET6; another: ERROR_INVALID_PARAMETER),
+//     ERROR_NOT_FOUND when there is none. Addresses are manual, preferred, of infinite
+//     lifetimes; LUIDs are an Ethernet interface's with the index as NetLuidIndex (the
+//     simulation's).
+//   - GetIpInterfaceEntry and SetIpInterfaceEntry find the interface by LUID, else by index
+//     (neither, or a family not AF_INET/AF_INET6: ERROR_INVALID_PARAMETER; unknown:
+//     ERROR_FILE_NOT_FOUND). Every interface has both families (unverified for vNICs). The
+//     host models forwarding alone: a row sets it, and a row changing any other member
+//     Windows does not ignore on a set is refused with ERROR_NOT_SUPPORTED. An IPv4 row with
+//     a SitePrefixLength is refused with ERROR_INVALID_PARAMETER (Microsoft: "For IPv4, the
+//     SitePrefixLength member must be set to 0"; the code from a Stack Overflow question
+//     and the clients that clear it, wireguard-windows among them), and GetIpInterfaceEntry
+//     reports one, 64 for both families (that IPv4 rows carry one is what those clients
+//     guard against; the value is unverified).
+//   - InitializeIpForwardEntry: infinite lifetimes, Loopback, AutoconfigureAddress,
+//     Publish and Immortal true, SitePrefixLength, Metric and Protocol an illegal value
+//     (Microsoft's remarks; which values, 0xFF and 0xFFFFFFFF here, is unverified), zero
+//     elsewhere. CreateIpForwardEntry2 takes those illegal values as not given (metric 0,
+//     MIB_IPPROTO_NETMGMT), as routes made without setting them (wireguard-windows') show
+//     Windows does.
+//   - CreateIpForwardEntry2 and DeleteIpForwardEntry2 need a destination prefix and a next
+//     hop of one family, a LUID or an index, a preferred lifetime within the valid one and a
+//     site prefix no longer than the destination's (ERROR_INVALID_PARAMETER; mixed families
+//     so refused is unverified); an unknown interface is ERROR_NOT_FOUND, a route the host
+//     has (destination, next hop, interface) ERROR_OBJECT_ALREADY_EXISTS, one it lacks
+//     ERROR_NOT_FOUND on a delete. The destination is kept masked (unverified).
+//   - Every other export of the DLL is Wine's own iphlpapi (the Linux namespace's view):
+//     Go's net package names interfaces from GetAdaptersAddresses there.
 //
 // The DLLs and the service speak a small framing over TCP on loopback, one call per
 // connection: a request is a little-endian uint32 length and as many bytes of fields

@@ -24,9 +24,24 @@
 //     hcn/hcnnamespace.go, AddNamespaceEndpoint); a namespace lists its endpoints as
 //     {"ID": …} (NamespaceResourceEndpoint). Other settings: HCN_E_INVALID_JSON (the code is
 //     unverified).
-//   - A second attachment of an endpoint fails with "This requested operation is invalid as
-//     endpoint is already part of a network namespace." (flannel's host-gw matches this
-//     text; flannel issue 1391). The code, HCN_E_ENDPOINT_ALREADY_ATTACHED, is unverified.
+//   - A second attachment of an endpoint to a namespace fails with
+//     HCN_E_ENDPOINT_NAMESPACE_ALREADY_EXISTS, "This requested operation is invalid as
+//     endpoint is already part of a network namespace.": the code's text in Microsoft's HCN
+//     error code table (learn.microsoft.com, virtualization/api/hcn/Reference/hcnhresult),
+//     and the text terway's v2 host attachment matches (AliyunContainerService/terway
+//     pkg/windows/apis/network_bridge.go, AddBridgeHCNNetwork). That HNS answers this code
+//     here is unverified. (flannel v0.28.10's host-gw attaches through v1's HostAttach and
+//     matches another code's text, HCN_E_ENDPOINT_ALREADY_ATTACHED's "This endpoint is
+//     already attached to the switch." (pkg/backend/hostgw/hostgw_windows.go; flannel issue
+//     1391, PR 1392), which Calico's log shows as 0x803b0014 (projectcalico/calico issue
+//     4280).)
+//   - HNS v1's host attachment (HostAttach: hcsshim internal/hns/hnsendpoint.go,
+//     HNSEndpoint.HostAttach, {"SystemType":"Host","CompartmentId":1}, as flanneld's
+//     host-gw and Microsoft's SDN scripts send it) puts the endpoint in the host's
+//     HostDefault namespace, made if HNS has none, and the host gets its vNIC (that v1's
+//     compartment 1 and that namespace are one place is unverified, as in hnssim). An
+//     endpoint attached already answers HCN_E_ENDPOINT_ALREADY_ATTACHED with its text, which
+//     flanneld matches.
 //   - RemoteSubnetRoute and HostRoute policies need HNS 9.2 (hcsshim hcn/hcnglobals.go,
 //     RemoteSubnetVersion, HostRouteVersion).
 //   - An Overlay network gets a DR MAC (a DrMacAddress network policy) and reports its

@@ -728,18 +728,11 @@ func (h *HNS) modifyNamespace(namespaceID string, req *windows.ModifyNamespaceSe
 	switch req.RequestType {
 	case windows.RequestAdd:
 		if ep.HostComputeNamespace != "" {
-			// flannel matches this text; the code is unverified.
-			return hnsError(call, windows.HCNEndpointAlreadyAttached, "This requested operation is invalid as endpoint is already part of a network namespace.")
+			// The table's text of the code; that a second attachment answers it is unverified.
+			return hnsError(call, windows.HCNEndpointNamespaceAlreadyExist, "This requested operation is invalid as endpoint is already part of a network namespace.")
 		}
 		h.record("ModifyNamespaceSettings", namespaceID, req)
-		data, _ := json.Marshal(windows.NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
-		ns.Resources = append(ns.Resources, windows.NamespaceResource{Type: "Endpoint", Data: data})
-		ep.HostComputeNamespace = ns.ID
-		if ns.Type == windows.NamespaceHostDefault && h.opts.Host != nil {
-			if ps := endpointPrefixes(ep); len(ps) > 0 {
-				h.opts.Host.addVNIC(vnicName(ep.Name), ps...)
-			}
-		}
+		h.attach(ns, ep)
 	case windows.RequestRemove:
 		if !strings.EqualFold(ep.HostComputeNamespace, ns.ID) {
 			return hnsError(call, windows.HCNEndpointNotFound, "namespace %s: endpoint %s is not attached", namespaceID, ep.ID)
@@ -749,6 +742,53 @@ func (h *HNS) modifyNamespace(namespaceID string, req *windows.ModifyNamespaceSe
 	default:
 		return hnsError(call, windows.HCNRequestUnsupported, "namespace %s: request type %q", namespaceID, req.RequestType)
 	}
+	return nil
+}
+
+// attach puts an endpoint in a namespace; in the host's, the host gets a vNIC with its
+// addresses.
+func (h *HNS) attach(ns *windows.HostComputeNamespace, ep *windows.HostComputeEndpoint) {
+	data, _ := json.Marshal(windows.NamespaceResourceEndpoint{ID: ep.ID}) // a string always marshals
+	ns.Resources = append(ns.Resources, windows.NamespaceResource{Type: "Endpoint", Data: data})
+	ep.HostComputeNamespace = ns.ID
+	if ns.Type == windows.NamespaceHostDefault && h.opts.Host != nil {
+		if ps := endpointPrefixes(ep); len(ps) > 0 {
+			h.opts.Host.addVNIC(vnicName(ep.Name), ps...)
+		}
+	}
+}
+
+// HostAttach implements windows.Client: HNS v1's attachment of an endpoint to the host's
+// primary compartment (POST /endpoints/<id>/attach with windows.HostAttachRequest, as
+// hcsshim's HNSEndpoint.HostAttach(1) sends it), played as an attachment to the host's
+// HostDefault namespace, made if HNS has none (that v1's host compartment and v2's
+// HostDefault namespace are one is unverified). An endpoint attached already answers
+// HCN_E_ENDPOINT_ALREADY_ATTACHED, "This endpoint is already attached to the switch."
+// (flannel's host-gw matches the text, flannel issue 1391; Calico's log shows the code,
+// projectcalico/calico issue 4280).
+func (h *HNS) HostAttach(endpointID string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("HostAttach")
+	if h.stopped {
+		return stoppedError()
+	}
+	const call = "HNSCall"
+	i := slices.IndexFunc(h.endpoints, func(ep *windows.HostComputeEndpoint) bool { return strings.EqualFold(ep.ID, endpointID) })
+	if i < 0 {
+		return hnsError(call, windows.HCNEndpointNotFound, "endpoint %s not found", endpointID)
+	}
+	ep := h.endpoints[i]
+	if ep.HostComputeNamespace != "" {
+		return hnsError(call, windows.HCNEndpointAlreadyAttached, "This endpoint is already attached to the switch.")
+	}
+	j := slices.IndexFunc(h.namespaces, func(ns *windows.HostComputeNamespace) bool { return ns.Type == windows.NamespaceHostDefault })
+	if j < 0 {
+		h.namespaces = append(h.namespaces, &windows.HostComputeNamespace{ID: h.newID(), Type: windows.NamespaceHostDefault, SchemaVersion: windows.SchemaV2()})
+		j = len(h.namespaces) - 1
+	}
+	h.record("HostAttach", ep.ID, windows.HostAttachRequest())
+	h.attach(h.namespaces[j], ep)
 	return nil
 }
 

@@ -141,8 +141,11 @@ func TestRefuses(t *testing.T) {
 	if err := h.AttachEndpoint(ns.ID, made.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.AttachEndpoint(ns.ID, made.ID); !errors.Is(err, windows.ErrExists) {
+	if err := h.AttachEndpoint(ns.ID, made.ID); !errors.Is(err, windows.ErrExists) ||
+		!strings.Contains(err.Error(), "already part of a network namespace") {
 		t.Errorf("second attach: %v", err)
+	} else if code, _ := windows.CodeOf(err); code != windows.HCNEndpointNamespaceAlreadyExist {
+		t.Errorf("second attach answered %s, want HCN_E_ENDPOINT_NAMESPACE_ALREADY_EXISTS", code)
 	}
 	// Removing a policy as HNS reported it works even if HNS wrote it differently.
 	got, _ := h.NetworkByName("flannel.4096")

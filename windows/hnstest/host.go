@@ -71,14 +71,27 @@ func (h *Host) SetForwarding(index uint32, v6 bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.count("SetForwarding")
+	return h.forward(index, v6, true)
+}
+
+// Forward turns forwarding of a family (IPv6 if v6) on or off on an interface, as
+// SetIpInterfaceEntry does (counted as SetForwarding).
+func (h *Host) Forward(index uint32, v6, on bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count("SetForwarding")
+	return h.forward(index, v6, on)
+}
+
+func (h *Host) forward(index uint32, v6, on bool) error {
 	i := h.iface(index)
 	if i == nil {
 		return fmt.Errorf("interface %d: %w", index, windows.ErrNotFound)
 	}
 	if v6 {
-		i.Forwarding6 = true
+		i.Forwarding6 = on
 	} else {
-		i.Forwarding = true
+		i.Forwarding = on
 	}
 	return nil
 }
@@ -122,6 +135,10 @@ func (h *Host) DeleteRoute(r windows.HostRoute) error {
 	h.routes = slices.Delete(h.routes, i, i+1)
 	return nil
 }
+
+// Host is the host h plays on (Options.Host), nil if none: the simulated HNS service
+// (hnssim) answers IP Helper calls from it.
+func (h *HNS) Host() *Host { return h.opts.Host }
 
 // hasAdapter reports whether a physical adapter of that name exists.
 func (h *Host) hasAdapter(name string) bool {
