@@ -93,14 +93,20 @@ func (w *winNode) driveC(winPath string) string {
 
 // startWindowsNode adds a node running weftd.exe under Wine (see TestWindowsNodeUnderWine
 // for how), with the CNI plugins of programs installed in its C:\opt\cni\bin, and waits
-// until it is ready.
-func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name string) *winNode {
+// until it is ready. For host-gw its HNS has a simulated host, which weftd.exe's IP Helper
+// calls reach through tools/wine's iphlpapi.dll (see TestWindowsHostGWUnderWine).
+func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name string, hostGW bool) *winNode {
 	t.Helper()
 	n, err := c.AddNode(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &winNode{Node: n, hns: hnstest.New(hnstest.Options{ManagementIP: n.IP, Blip: 300 * time.Millisecond})}
+	o := hnstest.Options{ManagementIP: n.IP, Blip: 300 * time.Millisecond}
+	overrides := "computenetwork,vmcompute=n"
+	if hostGW {
+		o.Host, overrides = windowsHost(t, n), "computenetwork,vmcompute,iphlpapi=n"
+	}
+	w := &winNode{Node: n, hns: hnstest.New(o)}
 	l, err := n.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name str
 		cmd.Env = append(os.Environ(), "WINEPREFIX="+w.prefix)
 		_ = cmd.Run()
 	})
-	w.env = []string{"WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=computenetwork,vmcompute=n",
+	w.env = []string{"WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=" + overrides,
 		"WEFT_HNS_ADDR=" + l.Addr().String()}
 
 	bin := w.driveC(`C:\opt\cni\bin`)
@@ -139,6 +145,30 @@ func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name str
 		t.Fatal(err)
 	}
 	return w
+}
+
+// windowsHost is the Windows node's host before HNS touches it, as Wine shows the
+// namespace's interfaces (Go's net package names them through Wine's own iphlpapi): the
+// loopback and eth0, each with its route, and the default route via the underlay.
+func windowsHost(t *testing.T, n *cluster.Node) *hnstest.Host {
+	t.Helper()
+	var eth0 uint32
+	if _, err := fmt.Sscanf(nodeExec(t, n, "cat", "/sys/class/net/eth0/ifindex"), "%d", &eth0); err != nil {
+		t.Fatal(err)
+	}
+	pfx := netip.MustParsePrefix
+	host := hnstest.NewHost(
+		windows.Interface{Index: 1, Name: "lo", Prefixes: []netip.Prefix{pfx("127.0.0.1/8")}},
+		windows.Interface{Index: eth0, Name: "eth0", Prefixes: []netip.Prefix{netip.PrefixFrom(n.IP, 24)}})
+	for _, r := range []windows.HostRoute{
+		{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256},
+		{Dst: pfx("0.0.0.0/0"), NextHop: netip.MustParseAddr(cluster.UnderlayGateway), IfIndex: eth0, Metric: 256},
+	} {
+		if err := host.AddRoute(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return host
 }
 
 // installConflist puts the CNI configuration list where the runtime reads it.
@@ -308,23 +338,30 @@ func conflistPolicies(t *testing.T, conf []byte) map[string]json.RawMessage {
 
 // TestWindowsPodUnderWine: a Windows pod, end to end, with the real programs. In the netns
 // cluster, beside a Linux weftd node, a node runs weftd.exe under Wine against the
-// simulated HNS (as in TestWindowsNodeUnderWine), with the shipped Windows CNI
-// configuration installed unchanged; wincni.exe, built from containerd's pkg/netns and
-// go-cni, makes the pod's HNS namespace and calls the CNI as containerd's CRI plugin does;
-// weft.exe hands the pod to the real win-overlay.exe (vxlan), which runs the real
-// host-local.exe, all under Wine. Checked after ADD, in the simulated HNS and in the
-// result: the endpoint named as the plugins name it, on the node's network, attached to
-// the namespace containerd made; its address, in the node's subnet and not kube-proxy's
-// source VIP (sourceVip.json, which the delegate's range leaves out); its default route
-// via the network's gateway, as sent and as HNS answered it (the result's gateway); the
-// configuration's OutBoundNAT exceptions and SDNRoute, and the ProviderAddress win-overlay
-// adds (the node's address); the pod's DNS config. CHECK passes; after DEL the endpoint,
-// its address's reservation and weft's stored delegate configuration are gone, the
-// namespace stays empty until containerd removes it with HcnDeleteNamespace. No call was
-// refused as one HNS does not take.
+// simulated HNS (as in TestWindowsNodeUnderWine and TestWindowsHostGWUnderWine), with the
+// shipped Windows CNI configuration installed (unchanged for vxlan; for host-gw named cbr0
+// with win-bridge, as the Helm chart makes it); wincni.exe, built from containerd's
+// pkg/netns and go-cni, makes the pod's HNS namespace and calls the CNI as containerd's CRI
+// plugin does; weft.exe hands the pod to the real win-overlay.exe (vxlan) or
+// win-bridge.exe (host-gw), which run the real host-local.exe, all under Wine. Checked
+// after ADD, in the simulated HNS and in the result: the endpoint named as the plugins
+// name it, on the node's network, attached to the namespace containerd made; its address,
+// in the node's subnet and neither kube-proxy's source VIP (sourceVip.json, which the
+// delegate's range leaves out) nor the host endpoint's; its default route via the
+// network's gateway (host-gw: the host endpoint), as sent and as HNS answered it (the
+// result's gateway); the configuration's OutBoundNAT exceptions and SDNRoute, and on
+// overlay the ProviderAddress win-overlay adds (the node's address) and the MAC it derives;
+// the pod's DNS config. CHECK passes; after DEL the endpoint, its address's reservation and
+// weft's stored delegate configuration are gone, and the namespace stays, empty, until
+// containerd removes it with HcnDeleteNamespace. No call was refused as one HNS does not
+// take. (A dual-stack node's pods would get IPv4 only: win-bridge and win-overlay v1.9.0
+// give an endpoint the first address of the IPAM result alone.)
 func TestWindowsPodUnderWine(t *testing.T) {
 	t.Run("vxlan", func(t *testing.T) {
 		testWindowsPod(t, windowsConf, podCase{network: "flannel.4096", delegate: "win-overlay", overlay: true})
+	})
+	t.Run("host-gw", func(t *testing.T) {
+		testWindowsPod(t, hostGWConf, podCase{network: "cbr0", delegate: "win-bridge"})
 	})
 }
 
@@ -358,7 +395,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	if err := linux.WaitReady(readyTimeout); err != nil {
 		t.Fatal(err)
 	}
-	w := startWindowsNode(t, c, repo, programs, "w2")
+	w := startWindowsNode(t, c, repo, programs, "w2", !pc.overlay)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("HNS:\n%s", w.hns.Render())
@@ -421,6 +458,12 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	if hnsFile.SourceVIP.IsValid() && ip == hnsFile.SourceVIP {
 		t.Errorf("the pod got kube-proxy's source VIP %s", ip)
 	}
+	// host-gw: .2 is the host endpoint's, weftd's cbr0_ep, which win-bridge makes the pods'
+	// gateway.
+	hostEP := sn.Addr().Next().Next()
+	if !pc.overlay && ip == hostEP {
+		t.Errorf("the pod got the host endpoint's address %s", ip)
+	}
 	endpoint := func() *windows.HostComputeEndpoint {
 		t.Helper()
 		all, err := w.hns.Endpoints()
@@ -467,7 +510,12 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	// create request and read back from HNS's answer into the result.
 	gw := sn.Addr().Next()
 	if !pc.overlay {
-		gw = gw.Next()
+		gw = hostEP
+		if eps, err := w.hns.NetworkEndpoints(network.ID); err != nil || !slices.ContainsFunc(eps, func(ep windows.HostComputeEndpoint) bool {
+			return ep.IP() == hostEP
+		}) {
+			t.Errorf("no host endpoint at the pods' gateway %s: %+v (%v)", hostEP, eps, err)
+		}
 	}
 	var created []struct {
 		Name   string
