@@ -172,6 +172,15 @@ type Plane interface {
 	Close() error
 }
 
+// SubnetKeeper is a Plane whose device outlives weftd and serves one subnet, so that a lease
+// on another replaces it (an HNS network, whose every re-creation blinks the host's NIC).
+// Held returns the subnets of the device it finds for st's network, invalid ones if it finds
+// none: the lease acquisition asks for them when the node has no subnet.env, as after a
+// weftd stopped between making the device and publishing the lease.
+type SubnetKeeper interface {
+	Held(st *State) (sn, sn6 netip.Prefix)
+}
+
 // TxChecksumOffloader is a Plane that can switch transmit checksum offload on its overlay
 // device. Some kernel, NIC and hypervisor combinations corrupt the checksums the device leaves
 // to offload, so TCP and UDP through the tunnel die while ICMP passes; turning the offload off

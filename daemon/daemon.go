@@ -278,6 +278,9 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		d.log.Warn("ignoring unreadable subnet file", "path", d.cfg.SubnetFile, "err", err)
 	}
+	if !req.Previous.IsValid() && !req.PreviousIPv6.IsValid() {
+		req.Previous, req.PreviousIPv6 = d.held()
+	}
 	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
@@ -293,6 +296,28 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	}
 	d.leaseChanged()
 	return d.writeEnv()
+}
+
+// held is the subnets the stacks' devices serve already (backend.SubnetKeeper), for a node
+// without subnet.env.
+func (d *daemon) held() (sn, sn6 netip.Prefix) {
+	for _, st := range d.stacks {
+		k, ok := st.plane.(backend.SubnetKeeper)
+		if !ok {
+			continue
+		}
+		a, b := k.Held(st.b.StateFor(subnet.Lease{}, d.cfg.IPMasq))
+		if a.IsValid() && d.net.EnableIPv4 {
+			sn = a
+		}
+		if b.IsValid() && d.net.EnableIPv6 {
+			sn6 = b
+		}
+	}
+	if sn.IsValid() || sn6.IsValid() {
+		d.log.Info("no subnet file: asking for the subnets the data plane's device serves", "subnet", sn, "ipv6_subnet", sn6)
+	}
+	return sn, sn6
 }
 
 // attrs are the lease attributes the node publishes: each stack's half, from its backend and

@@ -505,3 +505,63 @@ func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
 		t.Errorf("leases %v %v, want the one of %s", resp, err, sn)
 	}
 }
+
+// TestDaemonWindowsKeepsNetworkSubnet: a node without subnet.env whose HNS has the network
+// already (a weftd stopped between making it and publishing the lease) asks for the
+// network's subnet: it adopts the network, HNS is asked to make or delete none.
+func TestDaemonWindowsKeepsNetworkSubnet(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"host-gw"}}`
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
+		t.Fatal(err)
+	}
+	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
+	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Host: host})
+	made, err := hns.CreateNetwork(&windows.HostComputeNetwork{Name: "cbr0", Type: windows.NetworkL2Bridge, Flags: windows.EnableNonPersistent,
+		Policies: []windows.Policy{windows.NetAdapterNamePolicy("Ethernet")},
+		Ipams: []windows.Ipam{{Type: "Static", Subnets: []windows.Subnet{{IPAddressPrefix: "10.244.150.0/24",
+			Routes: []windows.Route{{NextHop: "10.244.150.1", DestinationPrefix: "0.0.0.0/0"}}}}}},
+		SchemaVersion: windows.SchemaV2()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hns.ResetRequests()
+	cfg := DefaultConfig()
+	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
+	cfg.HealthzPort = 0
+	cfg.Ifaces = []string{"vEthernet (Ethernet)"}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	plane := windows.New(hns, host, windows.Config{PollInterval: 10 * time.Millisecond, WatchInterval: 50 * time.Millisecond}, log)
+	ifs := []netif.Interface{{Name: "vEthernet (Ethernet)", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane,
+			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
+			DefaultIf:  func() (string, error) { return "vEthernet (Ethernet)", nil }, GOOS: "windows"})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("weftd ended with %v", err)
+		}
+	})
+	var env subnet.Env
+	eventually(t, "subnet.env", func() bool {
+		var err error
+		env, err = subnet.ReadEnv(cfg.SubnetFile)
+		return err == nil
+	})
+	if sn, _ := env.LeaseSubnets(); sn != netip.MustParsePrefix("10.244.150.0/24") {
+		t.Errorf("lease %s, want the network's 10.244.150.0/24", sn)
+	}
+	for _, r := range hns.Requests() {
+		if r.Op == "CreateNetwork" || r.Op == "DeleteNetwork" {
+			t.Errorf("HNS was asked %s %s", r.Op, r.ID)
+		}
+	}
+	if n, err := hns.NetworkByName("cbr0"); err != nil || n.ID != made.ID {
+		t.Errorf("network cbr0 %+v %v, want %s kept", n, err, made.ID)
+	}
+}

@@ -60,9 +60,9 @@ func winePrefix(t *testing.T, repo string) string {
 	return dst
 }
 
-// buildWeftdExe is weftd.exe (GOOS=windows), built once per test run with the other Windows
-// programs (buildWindowsPrograms).
-func buildWeftdExe(t *testing.T, repo string) string {
+// buildWindowsWeftd is weftd.exe (GOOS=windows), built once per test run with the other
+// Windows programs (buildWindowsPrograms).
+func buildWindowsWeftd(t *testing.T, repo string) string {
 	t.Helper()
 	return filepath.Join(buildWindowsPrograms(t, repo), "weftd.exe")
 }
@@ -151,7 +151,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWeftdExe(t, repo)
+	exe := buildWindowsWeftd(t, repo)
 
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
@@ -376,7 +376,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWeftdExe(t, repo)
+	exe := buildWindowsWeftd(t, repo)
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
 		n, err := c.AddNode(name)

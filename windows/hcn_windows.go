@@ -175,16 +175,16 @@ func (c HCN) v1Call(method, path, request, op string) error {
 	if err := c.hnsCall.Find(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	args := make([]uintptr, 0, 4)
-	for _, s := range []string{method, path, request} {
-		p, err := syscall.UTF16PtrFromString(s)
-		if err != nil {
+	var ws [3]*uint16
+	for i, s := range []string{method, path, request} {
+		var err error
+		if ws[i], err = syscall.UTF16PtrFromString(s); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		args = append(args, uintptr(unsafe.Pointer(p)))
 	}
 	var out *uint16
-	r, _, _ := c.hnsCall.Call(append(args, uintptr(unsafe.Pointer(&out)))...)
+	// The pointers are converted in the call's arguments, which keeps them alive through it.
+	r, _, _ := c.hnsCall.Call(uintptr(unsafe.Pointer(ws[0])), uintptr(unsafe.Pointer(ws[1])), uintptr(unsafe.Pointer(ws[2])), uintptr(unsafe.Pointer(&out)))
 	response := ""
 	if out != nil {
 		response = xwin.UTF16PtrToString(out)

@@ -338,8 +338,7 @@ func (e *HostComputeEndpoint) ProviderAddress() netip.Addr {
 // NamespaceType is the kind of a namespace (a network compartment).
 type NamespaceType string
 
-// NamespaceHostDefault is the host's default compartment: a host-gw bridge endpoint is
-// attached there, so the host gets a vNIC on the pod network.
+// NamespaceHostDefault is the namespace of the host's default compartment.
 const NamespaceHostDefault NamespaceType = "HostDefault"
 
 // NamespaceResource is something attached to a namespace.

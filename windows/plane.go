@@ -203,6 +203,25 @@ func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, er
 	return p.ensureOverlay(ctx, st)
 }
 
+// Held implements backend.SubnetKeeper: the static subnets, IPv4's and IPv6's, of the HNS
+// network st names, if HNS has it.
+func (p *Plane) Held(st *backend.State) (sn, sn6 netip.Prefix) {
+	n, err := p.hns.NetworkByName(networkName(st))
+	if err != nil {
+		return sn, sn6
+	}
+	for _, s := range n.StaticSubnets() {
+		switch pfx, err := netip.ParsePrefix(s.IPAddressPrefix); {
+		case err != nil:
+		case pfx.Addr().Is4():
+			sn = pfx
+		default:
+			sn6 = pfx
+		}
+	}
+	return sn, sn6
+}
+
 // checkSubnet: a node subnet HNS can serve, with room for the gateway, the host endpoint
 // and a pod: an IPv4 /30 or larger, an IPv6 /126 or larger (an L2Bridge network's second
 // subnet).
@@ -824,5 +843,7 @@ func (v ipv6Plane) Apply(ctx context.Context, st *backend.State, u backend.Updat
 }
 
 func (v ipv6Plane) Watch(ctx context.Context, drift func()) error { return v.p.Watch(ctx, drift) }
+
+func (v ipv6Plane) Held(st *backend.State) (netip.Prefix, netip.Prefix) { return v.p.Held(st) }
 
 func (v ipv6Plane) Close() error { return nil }

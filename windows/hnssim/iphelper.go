@@ -37,7 +37,8 @@ const (
 
 // Values InitializeIpForwardEntry gives SitePrefixLength, Metric and Protocol: Microsoft
 // documents them as "illegal values", not which; CreateIpForwardEntry2 takes them as not
-// given, as wireguard-windows' routes, made without setting them, show Windows does.
+// given, as Windows does for wireguard-windows' routes, made without setting SitePrefixLength
+// or Protocol (tunnel/winipcfg/luid.go, AddRoute).
 const (
 	unsetSitePrefix = 0xFF
 	unsetMetric     = infinite
@@ -158,9 +159,9 @@ func forwardTable(h *hnstest.Host, arg string) (uint32, []byte) {
 
 // interfaceRow is what GetIpInterfaceEntry answers for an interface and family. The host
 // models forwarding alone; the rest is the simulation's: connected, automatic metric, a site
-// prefix length of 64 (GetIpInterfaceEntry reports one for IPv4 too, which
-// SetIpInterfaceEntry then refuses: clients clear it, wireguard-windows and others; the value
-// is unverified), zero elsewhere.
+// prefix length of 64 (Windows reports one over 32 for IPv4, which SetIpInterfaceEntry then
+// refuses, as wireguard-windows' patch for it shows, tunnel/winipcfg/types.go; the value is
+// unverified), zero elsewhere.
 func interfaceRow(i windows.Interface, family uint16) ipInterfaceRow {
 	row := ipInterfaceRow{Family: family, InterfaceLuid: luidOf(i.Index), InterfaceIndex: i.Index,
 		UseAutomaticMetric: 1, SitePrefixLength: 64, Connected: 1}
@@ -197,23 +198,27 @@ func getInterface(h *hnstest.Host, arg string) (uint32, []byte) {
 }
 
 // setInterface is SetIpInterfaceEntry. For IPv4 the row's SitePrefixLength must be 0
-// (Microsoft's remarks; ERROR_INVALID_PARAMETER, as a Stack Overflow question, "SetIpInterfaceEntry
-// returns ERROR_INVALID_PARAMETER", and the code clearing it in wireguard-windows show). The
-// members Microsoft says Windows ignores on a set are ignored; of the rest, the host models
-// forwarding alone: a row changing anything else is refused with ERROR_NOT_SUPPORTED, so that
-// a client asking for what the simulation cannot play learns it.
+// (Microsoft's remarks), for IPv6 at most 128: else ERROR_INVALID_PARAMETER, the Stack
+// Overflow question 54857292 wireguard-windows' patch cites (tunnel/winipcfg/types.go; the
+// IPv6 bound is read from that patch). The members Microsoft says Windows ignores on a set
+// are ignored; of the rest, the host models forwarding alone: a row changing anything else is
+// refused with ERROR_NOT_SUPPORTED, so that a client asking for what the simulation cannot
+// play learns it.
 func setInterface(h *hnstest.Host, arg string) (uint32, []byte) {
 	row, i, st := interfaceArg(h, arg)
 	if st != errorSuccess {
 		return st, nil
 	}
-	if row.Family == afInet && row.SitePrefixLength != 0 {
+	if row.Family == afInet && row.SitePrefixLength != 0 || row.SitePrefixLength > 128 {
 		return errorInvalidParam, nil
 	}
 	have := interfaceRow(i, row.Family)
 	got := row
+	if row.Family == afInet {
+		got.SitePrefixLength = have.SitePrefixLength // the 0 a set must carry for what Get reports
+	}
 	for _, r := range []*ipInterfaceRow{&have, &got} {
-		r.InterfaceLuid, r.SitePrefixLength, r.ForwardingEnabled = have.InterfaceLuid, 0, 0
+		r.InterfaceLuid, r.ForwardingEnabled = have.InterfaceLuid, 0
 		r.MaxReassemblySize, r.MinRouterAdvertisementInterval, r.MaxRouterAdvertisementInterval = 0, 0, 0
 		r.Connected, r.SupportsWakeUpPatterns, r.SupportsNeighborDiscovery, r.SupportsRouterDiscovery = 0, 0, 0, 0
 		r.ReachableTime, r.TransmitOffload, r.ReceiveOffload = 0, 0, 0

@@ -112,6 +112,22 @@ func TestIPHelperInterface(t *testing.T) {
 		t.Errorf("IPv4 with a site prefix length: status %d, want ERROR_INVALID_PARAMETER", st)
 	}
 	row.SitePrefixLength = 0
+	_, b6 := ipCall(t, s, "GetIpInterfaceEntry", ipInterfaceRow{Family: afInet6, InterfaceIndex: 4})
+	row6, err := decodeRow[ipInterfaceRow](b6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := ipCall(t, s, "SetIpInterfaceEntry", row6); st != 0 {
+		t.Errorf("an IPv6 row as Get reports it: status %d", st)
+	}
+	row6.SitePrefixLength = 129
+	if st, _ := ipCall(t, s, "SetIpInterfaceEntry", row6); st != errorInvalidParam {
+		t.Errorf("IPv6 with a site prefix length of 129: status %d, want ERROR_INVALID_PARAMETER", st)
+	}
+	row6.SitePrefixLength = 48
+	if st, _ := ipCall(t, s, "SetIpInterfaceEntry", row6); st != errorNotSupported {
+		t.Errorf("IPv6 with another site prefix length: status %d, want ERROR_NOT_SUPPORTED (not modelled)", st)
+	}
 	metric := row
 	metric.Metric = 5
 	if st, _ := ipCall(t, s, "SetIpInterfaceEntry", metric); st != errorNotSupported {

@@ -178,17 +178,18 @@
 //     ERROR_FILE_NOT_FOUND). Every interface has both families (unverified for vNICs). The
 //     host models forwarding alone: a row sets it, and a row changing any other member
 //     Windows does not ignore on a set is refused with ERROR_NOT_SUPPORTED. An IPv4 row with
-//     a SitePrefixLength is refused with ERROR_INVALID_PARAMETER (Microsoft: "For IPv4, the
-//     SitePrefixLength member must be set to 0"; the code from a Stack Overflow question
-//     and the clients that clear it, wireguard-windows among them), and GetIpInterfaceEntry
-//     reports one, 64 for both families (that IPv4 rows carry one is what those clients
-//     guard against; the value is unverified).
+//     a SitePrefixLength (Microsoft: "For IPv4, the SitePrefixLength member must be set to
+//     0"), an IPv6 one with more than 128, is refused with ERROR_INVALID_PARAMETER, and
+//     GetIpInterfaceEntry reports 64 for both families: wireguard-windows patches what Get
+//     reports, over 32 for IPv4, before a set (tunnel/winipcfg/types.go, citing the Stack
+//     Overflow question 54857292, "SetIpInterfaceEntry returns ERROR_INVALID_PARAMETER");
+//     the value 64 is unverified.
 //   - InitializeIpForwardEntry: infinite lifetimes, Loopback, AutoconfigureAddress,
 //     Publish and Immortal true, SitePrefixLength, Metric and Protocol an illegal value
 //     (Microsoft's remarks; which values, 0xFF and 0xFFFFFFFF here, is unverified), zero
 //     elsewhere. CreateIpForwardEntry2 takes those illegal values as not given (metric 0,
-//     MIB_IPPROTO_NETMGMT), as routes made without setting them (wireguard-windows') show
-//     Windows does.
+//     MIB_IPPROTO_NETMGMT), as Windows takes wireguard-windows' routes, made without setting
+//     SitePrefixLength or Protocol (tunnel/winipcfg/luid.go, AddRoute).
 //   - CreateIpForwardEntry2 and DeleteIpForwardEntry2 need a destination prefix and a next
 //     hop of one family, a LUID or an index, a preferred lifetime within the valid one and a
 //     site prefix no longer than the destination's (ERROR_INVALID_PARAMETER; mixed families
