@@ -190,7 +190,26 @@ type podRunner struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    chan string
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
+}
+
+// lockedBuffer is wincni.exe's standard error, written by exec's copier while a failing step
+// reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // podAnswer is one step's answer (see tools/wincni).
@@ -222,7 +241,7 @@ func (w *winNode) runPod(t *testing.T, programs, id string) *podRunner {
 		"--dns-searches=default.svc.cluster.local,svc.cluster.local")
 	cmd := exec.Command("ip", args...)
 	cmd.Dir = filepath.Join(w.prefix, "drive_c")
-	p := &podRunner{t: t, cmd: cmd, out: make(chan string), stderr: &bytes.Buffer{}}
+	p := &podRunner{t: t, cmd: cmd, out: make(chan string), stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.in, err = cmd.StdinPipe(); err != nil {
