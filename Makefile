@@ -71,12 +71,13 @@ wine:
 	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/...; \
 	fi
 
-## lint: formatting and vet on both operating systems
+## lint: formatting and vet on both operating systems (tools/wincni, a Windows program, on Windows)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	GOOS=windows $(GO) vet $(PKGS)
+	cd tools/wincni && GOOS=windows $(GO) vet ./...
 
 ## bench: the Go benchmarks, with allocations; then, as root, the black-box benchmark of weftd
 ## beside flanneld (e2e/bench; a table of cold starts, RSS, event latency, bulk join, Kubernetes

@@ -66,6 +66,11 @@ func (p *Plugin) Add(ctx context.Context, args Args) (types.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.OS == Windows {
+		if err := checkAPIVersion(d, args.Netns); err != nil {
+			return nil, err
+		}
+	}
 	p.logf("weft: ADD %s: delegate %s: %s\n", id, d.Type, d.Config)
 	// Kept before the delegate runs: if it fails half-way, the runtime's DEL must find what
 	// to undo.

@@ -351,3 +351,45 @@ func TestStoreID(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowsAPIVersion: a pod in containerd's namespace (CNI_NETNS a GUID) is refused at
+// once, naming apiVersion, when win-overlay or win-bridge would take their HNS v1 path; with
+// "apiVersion": 2, dockershim's "none", or another delegate, it goes to the delegate.
+func TestWindowsAPIVersion(t *testing.T) {
+	const guid = "8d3b6c2e-6a5c-4e0e-9d1c-2f1f6a3b9e10"
+	for _, tc := range []struct {
+		netns, delegate string
+		refused         bool
+	}{
+		{guid, `{"type":"win-overlay"}`, true},
+		{guid, `{"type":"win-bridge","apiVersion":1}`, true},
+		{strings.ToUpper(guid), `{"type":"win-overlay","apiVersion":"2"}`, true},
+		{guid, `{"type":"win-overlay","apiVersion":2}`, false},
+		{guid, `{"type":"win-bridge","apiVersion":2}`, false},
+		{"none", `{"type":"win-overlay"}`, false},
+		{"container:sandbox1", `{"type":"win-overlay"}`, false},
+		{guid, `{"type":"sdnoverlay"}`, false},
+		{guid + "0", `{"type":"win-overlay"}`, false},
+	} {
+		n := newNode(t)
+		rec := &recorder{}
+		p := &Plugin{OS: Windows, Delegator: rec}
+		a := n.args("c1", `,"delegate":`+tc.delegate)
+		a.Netns = tc.netns
+		_, err := p.Add(context.Background(), a)
+		what := fmt.Sprintf("ADD in %s with %s", tc.netns, tc.delegate)
+		if !tc.refused {
+			if err != nil || len(rec.calls) != 1 {
+				t.Errorf("%s: %v, delegate calls %+v; want one ADD", what, err, rec.calls)
+			}
+			continue
+		}
+		wantCode(t, what, err, types.ErrInvalidNetworkConfig, "delegate.apiVersion", `"apiVersion": 2`, tc.netns)
+		if len(rec.calls) != 0 {
+			t.Errorf("%s: delegate calls %+v; want none", what, rec.calls)
+		}
+		if _, err := os.Stat(filepath.Join(n.dataDir, "c1")); !os.IsNotExist(err) {
+			t.Errorf("%s: stored config: %v; want none", what, err)
+		}
+	}
+}

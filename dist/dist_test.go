@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/version"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -727,12 +728,16 @@ func checkLinuxCNI(t *testing.T, data map[string]string) {
 
 // checkWindowsCNI: the ConfigMap's cni-conf-windows.json alone names the HNS network of
 // net-conf.json's backend and the delegate that goes with it (weftd does not write
-// hns.json), and keeps the cluster network and the service network from outbound NAT.
+// hns.json), keeps the cluster network and the service network from outbound NAT, and is
+// in the form containerd needs: "apiVersion": 2, whose policies are HNS v2 endpoint
+// policies (Type and Settings only: a v1 policy's ExceptionList or ROUTE would be dropped
+// or refused), and a cniVersion the runtime may CHECK with (0.4.0 or later).
 func checkWindowsCNI(t *testing.T, data map[string]string) {
 	t.Helper()
 	net := parseNetConf(t, data)
 	node := testSubnet(t, net)
-	conf := weftEntry(t, []byte(data["cni-conf-windows.json"]))
+	list := []byte(data["cni-conf-windows.json"])
+	conf := weftEntry(t, list)
 	d, err := cni.BuildDelegate(cni.Windows, conf, subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, false), cni.HNSNetwork{})
 	if err != nil {
 		t.Fatal(err)
@@ -748,14 +753,11 @@ func checkWindowsCNI(t *testing.T, data map[string]string) {
 		hnsName = fmt.Sprintf("flannel.%d", net.Backend.VNIFor("windows"))
 	}
 	var got struct {
-		Name     string
-		Policies []struct {
+		Name       string
+		APIVersion int `json:"apiVersion"`
+		Policies   []struct {
 			Name  string
-			Value struct {
-				Type              string
-				ExceptionList     []string
-				DestinationPrefix string
-			}
+			Value json.RawMessage
 		}
 	}
 	if err := json.Unmarshal(d.Config, &got); err != nil {
@@ -764,21 +766,60 @@ func checkWindowsCNI(t *testing.T, data map[string]string) {
 	if d.Type != delegate || got.Name != hnsName {
 		t.Errorf("delegate %s named %q, want %s named %q (%s finds the HNS network by it)", d.Type, got.Name, delegate, hnsName, delegate)
 	}
+	if got.APIVersion != 2 {
+		t.Errorf("delegate apiVersion %d, want 2: containerd's CNI_NETNS is a namespace GUID, which %s's v1 path cannot take", got.APIVersion, delegate)
+	}
+	l, err := libcni.NetworkConfFromBytes(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := version.GreaterThanOrEqualTo(l.CNIVersion, "0.4.0"); err != nil || !ok {
+		t.Errorf("cniVersion %q: the runtime cannot CHECK pods before 0.4.0 (%v)", l.CNIVersion, err)
+	}
 	var nat, route []string
-	for _, p := range got.Policies {
-		switch p.Value.Type {
+	for i, p := range got.Policies {
+		if p.Name != "EndpointPolicy" {
+			t.Errorf("policy %d is a %q, want an EndpointPolicy", i, p.Name)
+		}
+		var v struct {
+			Type     string
+			Settings json.RawMessage
+		}
+		dec := json.NewDecoder(bytes.NewReader(p.Value))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			t.Errorf("policy %d %s is not in HNS v2's form (Type and Settings): %v", i, p.Value, err)
+			continue
+		}
+		switch v.Type {
 		case "OutBoundNAT":
-			nat = p.Value.ExceptionList
-		case "ROUTE":
-			route = append(route, p.Value.DestinationPrefix)
+			var s struct{ Exceptions []string }
+			if err := json.Unmarshal(v.Settings, &s); err != nil {
+				t.Errorf("OutBoundNAT settings %s: %v", v.Settings, err)
+			}
+			nat = append(nat, s.Exceptions...)
+		case "SDNRoute":
+			var s struct {
+				DestinationPrefix string
+				NeedEncap         bool
+			}
+			if err := json.Unmarshal(v.Settings, &s); err != nil || !s.NeedEncap {
+				t.Errorf("SDNRoute settings %s (%v): want a destination with NeedEncap", v.Settings, err)
+			}
+			route = append(route, s.DestinationPrefix)
+		default:
+			t.Errorf("policy %d of type %q: want OutBoundNAT or SDNRoute", i, v.Type)
 		}
 	}
 	if !slices.Contains(nat, net.Network.String()) {
 		t.Errorf("OutBoundNAT exceptions %v lack the cluster network %s", nat, net.Network)
 	}
+	if len(route) == 0 {
+		t.Error("no SDNRoute: service traffic would not go through the vSwitch")
+	}
 	for _, r := range route {
 		if !slices.Contains(nat, r) {
-			t.Errorf("service network %s has a ROUTE policy but is not an OutBoundNAT exception %v", r, nat)
+			t.Errorf("service network %s has an SDNRoute policy but is not an OutBoundNAT exception %v", r, nat)
 		}
 	}
 }

@@ -4,8 +4,8 @@
 //   - systemd/weftd.service, systemd/weftd.env: weftd under systemd (Type=notify);
 //   - net-conf.json: a sample network config, VXLAN with VNI 4096 on port 4789, which
 //     clusters with Windows nodes need;
-//   - cni/: the CNI configurations for Linux and Windows nodes (flannel's, with the type
-//     weft);
+//   - cni/: the CNI configurations for Linux nodes (flannel's, with the type weft) and for
+//     Windows nodes under containerd (HNS v2: "apiVersion": 2 and its policies);
 //   - kubernetes/weft.yaml: everything for `kubectl apply -f`, with a verbatim copy of
 //     kubernetes/rbac.yaml;
 //   - helm/weft: the same as a Helm chart, with flannel's chart's settings as values;

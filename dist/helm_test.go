@@ -282,8 +282,8 @@ func chartCases() []chartCase {
 		edit: func(t *testing.T, want objectSet) {
 			object(t, want.cfgData(t), "net-conf.json")["Network"] = "10.50.0.0/16"
 			policies := at(t, want.windowsCNI(t), "delegate", "policies").([]any)
-			object(t, policies[0], "Value")["ExceptionList"] = []any{"10.50.0.0/16", "10.60.0.0/16"}
-			object(t, policies[1], "Value")["DestinationPrefix"] = "10.60.0.0/16"
+			object(t, policies[0], "value", "Settings")["Exceptions"] = []any{"10.50.0.0/16", "10.60.0.0/16"}
+			object(t, policies[1], "value", "Settings")["DestinationPrefix"] = "10.60.0.0/16"
 		},
 	}, {
 		name: "flannel's net-conf.json and a CNI configuration of one's own",
@@ -296,8 +296,8 @@ podCidr: 10.99.0.0/16`,
 			data["net-conf.json"] = parseJSON(t, `{"Network": "10.1.0.0/16", "SubnetLen": 25, "Backend": {"Type": "vxlan", "VNI": 4097, "Port": 4789, "Name": "vxlan0"}}`)
 			data["cni-conf.json"] = parseJSON(t, `{"name": "cbr0", "cniVersion": "1.0.0", "plugins": [{"type": "weft", "delegate": {"hairpinMode": false}}]}`)
 			object(t, data, "cni-conf-windows.json")["name"] = "vxlan0"
-			policy := object(t, at(t, want.windowsCNI(t), "delegate", "policies", 0), "Value")
-			policy["ExceptionList"] = []any{"10.1.0.0/16", "10.96.0.0/12"}
+			policy := object(t, want.windowsCNI(t), "delegate", "policies", 0, "value", "Settings")
+			policy["Exceptions"] = []any{"10.1.0.0/16", "10.96.0.0/12"}
 		},
 	}, {
 		name:   "image",

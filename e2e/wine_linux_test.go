@@ -60,17 +60,11 @@ func winePrefix(t *testing.T, repo string) string {
 	return dst
 }
 
-// buildWindowsWeftd builds weftd.exe (GOOS=windows) into the cluster's directory.
-func buildWindowsWeftd(t *testing.T, c *cluster.Cluster, repo string) string {
+// buildWindowsWeftd is weftd.exe (GOOS=windows), built once per test run with the other
+// Windows programs (buildWindowsPrograms).
+func buildWindowsWeftd(t *testing.T, repo string) string {
 	t.Helper()
-	exe := filepath.Join(c.Dir(), "weftd.exe")
-	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
-	build.Dir = repo
-	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building weftd.exe: %v\n%s", err, out)
-	}
-	return exe
+	return filepath.Join(buildWindowsPrograms(t, repo), "weftd.exe")
 }
 
 // wineWeftd is weftd.exe on a Windows node under Wine: the simulated HNS service of an HNS
@@ -157,7 +151,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWindowsWeftd(t, c, repo)
+	exe := buildWindowsWeftd(t, repo)
 
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
@@ -382,7 +376,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	exe := buildWindowsWeftd(t, c, repo)
+	exe := buildWindowsWeftd(t, repo)
 	addNode := func(name string) *cluster.Node {
 		t.Helper()
 		n, err := c.AddNode(name)
