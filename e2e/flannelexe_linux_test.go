@@ -106,19 +106,6 @@ func needFlanneldExe(t *testing.T, repo string) string {
 	return bin
 }
 
-// buildWeftdExe builds weftd for Windows into dir.
-func buildWeftdExe(t *testing.T, repo, dir string) string {
-	t.Helper()
-	exe := filepath.Join(dir, "weftd.exe")
-	build := exec.Command("go", "build", "-o", exe, "./cmd/weftd")
-	build.Dir = repo
-	build.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building weftd.exe: %v\n%s", err, out)
-	}
-	return exe
-}
-
 // renderCalls is a log of HNS calls, one a line.
 func renderCalls(calls []hnssim.Call) string {
 	var b strings.Builder
@@ -423,7 +410,7 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 			dumpCluster(t, c)
 		}
 	})
-	weftdExe := buildWeftdExe(t, repo, c.Dir())
+	weftdExe := buildWindowsWeftd(t, repo)
 
 	var peers []*cluster.Node
 	for _, name := range []string{"n1", "n2"} {
