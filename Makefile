@@ -47,7 +47,7 @@ deps:
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	GOOS=windows tools/flannel/install-flanneld.sh .cache/flannel-windows
-	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh && tools/flannel/install-deps.sh; fi
+	@if [ "$$(id -u)" -eq 0 ]; then tools/install-e2e-deps.sh && tools/install-prometheus.sh && tools/flannel/install-deps.sh && tools/wine/setup.sh; fi
 
 unit:
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver \
