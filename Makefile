@@ -43,7 +43,7 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
-	tools/kube/install-apiserver.sh $(KUBE_BIN)
+	tools/kube/install-kube.sh $(KUBE_BIN)
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	GOOS=windows tools/flannel/install-flanneld.sh .cache/flannel-windows
@@ -91,7 +91,7 @@ bench:
 	$(GO) build -o $(BIN)/weft-bench ./e2e/bench; \
 	tools/flannel/install-flanneld.sh .cache/flannel/bin; \
 	tools/flannel/install-deps.sh; \
-	tools/kube/install-apiserver.sh $(KUBE_BIN); \
+	tools/kube/install-kube.sh $(KUBE_BIN); \
 	WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(BIN)/weft-bench --weftd=$(BIN)/weftd \
 	  --flanneld=.cache/flannel/bin/flanneld --out=.cache/bench $(BENCHFLAGS)
 
