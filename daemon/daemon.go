@@ -761,7 +761,7 @@ func (d *daemon) converge(ctx context.Context) error {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
 	}
-	if !d.ready {
+	if !d.ready && d.cfg.SetNodeNetworkUnavailable {
 		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {
