@@ -30,8 +30,11 @@ type Config struct {
 
 	Ifaces      []string // names or addresses, tried in order
 	IfaceRegexs []string
-	PublicIP    string
-	PublicIPv6  string
+	// IfaceCanReach is an address: without a match in Ifaces or IfaceRegexs, the interface is
+	// the one the route to it leaves by.
+	IfaceCanReach string
+	PublicIP      string
+	PublicIPv6    string
 
 	SubnetFile     string
 	RenewMargin    time.Duration
@@ -95,6 +98,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdPassword, "etcd-password", c.EtcdPassword, "etcd password")
 	fs.Var(appendFlag{&c.Ifaces}, "iface", "interface (name or address) for inter-node traffic; repeat or comma-separate to try several in order")
 	fs.Var(appendFlag{&c.IfaceRegexs}, "iface-regex", "regular expression matching the interface name or address to use; repeatable")
+	fs.StringVar(&c.IfaceCanReach, "iface-can-reach", c.IfaceCanReach, "IP address (either family): when no --iface or --iface-regex matches, use the interface of the route to it (ip route get <address>)")
 	fs.StringVar(&c.PublicIP, "public-ip", c.PublicIP, "IP other nodes reach this one on (default: the interface's address)")
 	fs.StringVar(&c.PublicIPv6, "public-ipv6", c.PublicIPv6, "IPv6 address other nodes reach this one on, when the network config enables IPv6 (default: the interface's global IPv6 address)")
 	fs.StringVar(&c.SubnetFile, "subnet-file", c.SubnetFile, "where to write subnet.env for the CNI plugin")
@@ -121,6 +125,11 @@ func (c *Config) Validate() error {
 	for _, re := range c.IfaceRegexs {
 		if _, err := regexp.Compile(re); err != nil {
 			return fmt.Errorf("--iface-regex=%q: %w", re, err)
+		}
+	}
+	if c.IfaceCanReach != "" {
+		if _, err := netip.ParseAddr(c.IfaceCanReach); err != nil {
+			return fmt.Errorf("--iface-can-reach=%q: not an IP address", c.IfaceCanReach)
 		}
 	}
 	if c.PublicIP != "" {

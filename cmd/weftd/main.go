@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string) error {
 	if plane6 != nil {
 		defer plane6.Close()
 	}
-	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface)
+	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface, routeLookup())
 }
 
 // newFlagSet is weftd's command line but --version: the daemon's flags, the data plane's of

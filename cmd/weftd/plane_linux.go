@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"log/slog"
+	"net/netip"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/linux"
@@ -29,3 +30,6 @@ func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backen
 }
 
 func defaultRouteInterface() (string, error) { return linux.DefaultRouteInterface() }
+
+// routeLookup is the kernel's route lookup, for --iface-can-reach.
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return linux.RouteTo }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net/netip"
 	"runtime"
 
 	"github.com/weftnet/weft/backend"
@@ -22,3 +23,5 @@ func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, backend.Plan
 }
 
 func defaultRouteInterface() (string, error) { return "", errNoPlane }
+
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }

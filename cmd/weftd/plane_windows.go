@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/weftnet/weft/backend"
@@ -44,3 +45,7 @@ func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plan
 }
 
 func defaultRouteInterface() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() }
+
+// routeLookup is nil: weftd on Windows refuses --iface-can-reach, as flanneld does
+// ("ifcanreach is not supported on windows").
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }
