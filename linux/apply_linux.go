@@ -66,6 +66,7 @@ func (p *Plane) masquerade(st *backend.State) (bool, error) {
 	if v6 {
 		r = masq.Rules{IPv6Network: st.Network(), IPv6Subnet: st.Own}
 	}
+	r.NotFullyRandom = p.notFullyRandom
 	changed, err := p.masq.EnsureFamily(r, v6)
 	if err != nil {
 		return false, fmt.Errorf("masquerade: %w", err)

@@ -36,6 +36,8 @@ type Plane struct {
 	mu    sync.Mutex
 	model model
 	masq  *masq.Manager // made on the first Apply that masquerades
+	// notFullyRandom masquerades without fully-random (--ip-masq-fully-random-disable).
+	notFullyRandom bool
 }
 
 // New opens a Plane on the current thread's network namespace. A daemon in the host
@@ -341,4 +343,13 @@ func (p *Plane) apply(pl plan, s snapshot, index map[string]int) (Changes, error
 		c.AddrsRemoved += gone
 	}
 	return c, errors.Join(errs...)
+}
+
+// SetMasqueradeFullyRandom says whether the masquerade picks source ports fully at random
+// (the default, as flanneld's); false is flanneld's --ip-masq-fully-random-disable. It takes
+// effect at the next full Apply.
+func (p *Plane) SetMasqueradeFullyRandom(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notFullyRandom = !on
 }

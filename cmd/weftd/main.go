@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
 	logIgnored(fs, log)
 
-	plane, plane6, err := pf.newPlane(cfg.SubnetFile, log)
+	plane, plane6, err := pf.newPlane(cfg, log)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
 )
 
@@ -16,7 +17,7 @@ func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
 // newPlane opens the netlink data planes of the namespace weftd runs in: one per family,
 // each with its own sockets and model (an IPv4-only network never uses the second).
-func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
 	p4, err := linux.New(log)
 	if err != nil {
 		return nil, nil, err
@@ -26,6 +27,8 @@ func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backen
 		p4.Close()
 		return nil, nil, err
 	}
+	p4.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
+	p6.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
 	return p4, p6, nil
 }
 

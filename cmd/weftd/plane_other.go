@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 )
 
 var errNoPlane = errors.New("weftd has no data plane for " + runtime.GOOS)
@@ -18,7 +19,7 @@ type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
-func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, backend.Plane, error) {
+func (f *planeFlags) newPlane(daemon.Config, *slog.Logger) (backend.Plane, backend.Plane, error) {
 	return nil, nil, errNoPlane
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/windows"
 )
 
@@ -28,8 +29,8 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 // the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
 // kube-proxy's start-up reads it. The IPv6 family's plane shares HNS and the host with the
 // IPv4 one (one L2Bridge network carries both; Overlay carries no IPv6).
-func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
-	dir := filepath.Dir(subnetFile)
+func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+	dir := filepath.Dir(cfg.SubnetFile)
 	vips := []string{filepath.Join(dir, "sourceVip.json")}
 	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vips[0] {
 		vips = append(vips, f.sourceVIPFile)

@@ -509,3 +509,34 @@ func TestRemove(t *testing.T) {
 	}
 	assertProgrammed(t, conn, rulesDual(), false)
 }
+
+// TestEnsureNotFullyRandom: --ip-masq-fully-random-disable's rules masquerade without
+// fully-random, and switching either way rewrites the chain (a rule of the other kind is
+// drift, not a match).
+func TestEnsureNotFullyRandom(t *testing.T) {
+	needRoot(t)
+	m, conn, ns := newTestManager(t)
+	plain := rulesDual()
+	plain.NotFullyRandom = true
+	if !ensure(t, m, plain) {
+		t.Fatal("first Ensure reported no change")
+	}
+	assertProgrammed(t, conn, plain, false)
+	assertProgrammed(t, conn, plain, true)
+	if ensure(t, m, plain) {
+		t.Error("a second Ensure of the same rules changed something")
+	}
+	if out, ok := nftList(t, ns, "ip"); ok {
+		if strings.Contains(out, "fully-random") || !strings.Contains(out, `masquerade comment "`+commentToOutside+`"`) {
+			t.Errorf("nft list table ip %s, want masquerade without fully-random:\n%s", TableName, out)
+		}
+	}
+	if !ensure(t, m, rulesDual()) {
+		t.Fatal("switching to fully-random changed nothing")
+	}
+	assertProgrammed(t, conn, rulesDual(), false)
+	if !ensure(t, m, plain) {
+		t.Fatal("switching back changed nothing")
+	}
+	assertProgrammed(t, conn, plain, true)
+}

@@ -88,6 +88,8 @@ func (f family) encode(s ruleSpec) ([]expr.Any, []byte) {
 		// same port to the same destination at the same moment race for one
 		// translated tuple in conntrack and one of the first packets is lost.
 		out = append(out, &expr.Masq{FullyRandom: true})
+	case actMasqueradePlain:
+		out = append(out, &expr.Masq{})
 	}
 	return out, appendComment(nil, s.comment)
 }
@@ -137,10 +139,13 @@ func (f family) decode(exprs []expr.Any, udata []byte) (ruleSpec, error) {
 			}
 			s.action = actReturn
 		case *expr.Masq:
-			if !e.FullyRandom || e.Random || e.Persistent || e.ToPorts {
-				return ruleSpec{}, fmt.Errorf("masquerade with flags %+v, want only fully-random", *e)
+			if e.Random || e.Persistent || e.ToPorts {
+				return ruleSpec{}, fmt.Errorf("masquerade with flags %+v, want none but fully-random", *e)
 			}
-			s.action = actMasquerade
+			s.action = actMasqueradePlain
+			if e.FullyRandom {
+				s.action = actMasquerade
+			}
 		default:
 			return ruleSpec{}, fmt.Errorf("unexpected expression %T", e)
 		}

@@ -52,7 +52,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // rule.
 func TestEncodeExpressions(t *testing.T) {
 	f := familyOf(false)
-	rules := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"))
+	rules := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade)
 
 	mark := binary.NativeEndian.AppendUint32(nil, 0x4000)
 	got, udata := f.encode(rules[0])
@@ -84,7 +84,7 @@ func TestEncodeExpressions(t *testing.T) {
 	}
 
 	f6 := familyOf(true)
-	got, _ = f6.encode(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64"))[3])
+	got, _ = f6.encode(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64"), actMasquerade)[3])
 	if p, ok := got[0].(*expr.Payload); !ok || p.Offset != 8 || p.Len != 16 {
 		t.Errorf("ipv6 saddr load is %#v, want offset 8 length 16", got[0])
 	}
@@ -95,7 +95,7 @@ func TestEncodeExpressions(t *testing.T) {
 
 func TestDecodeRejectsForeignRules(t *testing.T) {
 	f := familyOf(false)
-	base, udata := f.encode(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"))[2])
+	base, udata := f.encode(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade)[2])
 	clone := func() []expr.Any {
 		out := make([]expr.Any, len(base))
 		for i, e := range base {
@@ -115,10 +115,16 @@ func TestDecodeRejectsForeignRules(t *testing.T) {
 			e[len(e)-1] = &expr.Verdict{Kind: expr.VerdictAccept}
 			return e
 		}, "want return"},
-		{"masquerade without fully-random", func(e []expr.Any) []expr.Any {
-			e[len(e)-1] = &expr.Masq{}
+		// A masquerade without fully-random decodes (--ip-masq-fully-random-disable's), and
+		// differs from a wanted fully-random one; other flags are no rule of weft's.
+		{"masquerade random", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Masq{Random: true}
 			return e
-		}, "fully-random"},
+		}, "want none but fully-random"},
+		{"masquerade persistent", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Masq{FullyRandom: true, Persistent: true}
+			return e
+		}, "want none but fully-random"},
 		{"counter added", func(e []expr.Any) []expr.Any {
 			return append(e[:len(e)-1:len(e)-1], &expr.Counter{}, e[len(e)-1])
 		}, "unexpected expression *expr.Counter"},

@@ -12,6 +12,9 @@ import (
 type Rules struct {
 	Network, Subnet         netip.Prefix // IPv4 cluster network and this node's subnet in it
 	IPv6Network, IPv6Subnet netip.Prefix // IPv6 cluster network and this node's subnet in it
+	// NotFullyRandom masquerades keeping source ports where it can, without fully-random
+	// (flanneld's --ip-masq-fully-random-disable): for kernels or middleboxes that want it.
+	NotFullyRandom bool
 }
 
 // KubeProxyMark is the bit kube-proxy sets on packets it wants masqueraded;
@@ -59,8 +62,9 @@ type addrMatch struct {
 type action uint8
 
 const (
-	actReturn     action = iota + 1
-	actMasquerade        // always fully-random
+	actReturn          action = iota + 1
+	actMasquerade             // fully-random
+	actMasqueradePlain        // without fully-random (Rules.NotFullyRandom)
 )
 
 // ruleSpec is one rule of the chain, independent of how nftables encodes it,
@@ -105,6 +109,8 @@ func (s ruleSpec) String() string {
 		b.WriteString("return")
 	case actMasquerade:
 		b.WriteString("masquerade fully-random")
+	case actMasqueradePlain:
+		b.WriteString("masquerade")
 	default:
 		fmt.Fprintf(&b, "<action %d>", s.action)
 	}
@@ -115,8 +121,9 @@ func (s ruleSpec) String() string {
 }
 
 // familyRules returns the chain's rules, in order, for one family with cluster
-// network n and node subnet s (both already validated and masked).
-func familyRules(n, s netip.Prefix) []ruleSpec {
+// network n and node subnet s (both already validated and masked), masquerading with
+// masq (actMasquerade or actMasqueradePlain).
+func familyRules(n, s netip.Prefix, masq action) []ruleSpec {
 	mcast := multicast(n.Addr().Is6())
 	return []ruleSpec{
 		{markMask: KubeProxyMark, action: actReturn, comment: commentKubeProxy},
@@ -127,7 +134,7 @@ func familyRules(n, s netip.Prefix) []ruleSpec {
 		},
 		{
 			addrs:   []addrMatch{{field: srcAddr, prefix: n}, {field: dstAddr, not: true, prefix: mcast}},
-			action:  actMasquerade,
+			action:  masq,
 			comment: commentToOutside,
 		},
 		// Without this return the next rule would also hide the client's
@@ -139,7 +146,7 @@ func familyRules(n, s netip.Prefix) []ruleSpec {
 		},
 		{
 			addrs:   []addrMatch{{field: srcAddr, not: true, prefix: n}, {field: dstAddr, prefix: n}},
-			action:  actMasquerade,
+			action:  masq,
 			comment: commentToOtherPods,
 		},
 	}
@@ -162,19 +169,23 @@ type plan struct {
 // address with the prefix length (FLANNEL_SUBNET=10.244.1.1/24).
 func buildPlan(r Rules) (plan, error) {
 	var p plan
+	masq := actMasquerade
+	if r.NotFullyRandom {
+		masq = actMasqueradePlain
+	}
 	n4, s4, err := checkFamily("Network", "Subnet", r.Network, r.Subnet, false)
 	if err != nil {
 		return plan{}, err
 	}
 	if n4.IsValid() {
-		p.v4 = familyPlan{network: n4, subnet: s4, rules: familyRules(n4, s4)}
+		p.v4 = familyPlan{network: n4, subnet: s4, rules: familyRules(n4, s4, masq)}
 	}
 	n6, s6, err := checkFamily("IPv6Network", "IPv6Subnet", r.IPv6Network, r.IPv6Subnet, true)
 	if err != nil {
 		return plan{}, err
 	}
 	if n6.IsValid() {
-		p.v6 = familyPlan{network: n6, subnet: s6, rules: familyRules(n6, s6)}
+		p.v6 = familyPlan{network: n6, subnet: s6, rules: familyRules(n6, s6, masq)}
 	}
 	return p, nil
 }
