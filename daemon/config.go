@@ -41,9 +41,12 @@ type Config struct {
 	IPMasq      bool
 	// IPMasqNotFullyRandom masquerades without fully-random (--ip-masq-fully-random-disable).
 	IPMasqNotFullyRandom bool
-	HealthzIP            string
-	HealthzPort          int
-	ResyncInterval       time.Duration
+	// ForwardRules accepts the pod network's forwarded traffic in weft's nftables table
+	// (--iptables-forward-rules; Linux).
+	ForwardRules   bool
+	HealthzIP      string
+	HealthzPort    int
+	ResyncInterval time.Duration
 	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
 	DatastoreTimeout time.Duration
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
@@ -86,6 +89,7 @@ func DefaultConfig() Config {
 		ProbePeers:       4,
 
 		TxChecksumOffload: OffloadAuto,
+		ForwardRules:      true,
 	}
 }
 
@@ -107,6 +111,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Var(minutesFlag{&c.RenewMargin}, "subnet-lease-renew-margin", "renew the lease this many minutes before it expires")
 	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
 	fs.BoolVar(&c.IPMasqNotFullyRandom, "ip-masq-fully-random-disable", c.IPMasqNotFullyRandom, "masquerade without fully-random (source ports kept where they can be)")
+	fs.BoolVar(&c.ForwardRules, "iptables-forward-rules", c.ForwardRules, "accept forwarded traffic from and to the pod network in weft's nftables table (false: leave forwarding to the host's rules)")
 	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")

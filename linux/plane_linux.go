@@ -35,9 +35,12 @@ type Plane struct {
 	// replaced the device would write to a stale ifindex.
 	mu    sync.Mutex
 	model model
-	masq  *masq.Manager // made on the first Apply that masquerades
+	masq  *masq.Manager // made on the first Apply that needs weft's nftables table
 	// notFullyRandom masquerades without fully-random (--ip-masq-fully-random-disable).
 	notFullyRandom bool
+	// forwardAccept: weft's forward chain accepts the pod network's forwarded traffic
+	// (--iptables-forward-rules).
+	forwardAccept bool
 }
 
 // New opens a Plane on the current thread's network namespace. A daemon in the host
@@ -352,4 +355,14 @@ func (p *Plane) SetMasqueradeFullyRandom(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.notFullyRandom = !on
+}
+
+// SetForwardRules says whether weft's nftables table accepts what the host forwards from or
+// to the pod network of the plane's family (flanneld's --iptables-forward-rules); false
+// removes that chain, leaving forwarding to the host's rules. It takes effect at the next
+// full Apply.
+func (p *Plane) SetForwardRules(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forwardAccept = on
 }

@@ -34,7 +34,7 @@ func TestFlanneldFlags(t *testing.T) {
 	fs := newFlagSet(&cfg, &pf, &lf)
 	fs.Bool("version", false, "")
 	// Flags of flanneld that weftd is still to take, each with its issue: none once issue 21 is done.
-	notYet := map[string]bool{"ip-blackhole-route": true, "iptables-forward-rules": true}
+	notYet := map[string]bool{"ip-blackhole-route": true}
 	seen := 0
 	for _, m := range flanneldFlag.FindAllStringSubmatch(string(out), -1) {
 		name, flanneldBool := m[1], m[2] == ""

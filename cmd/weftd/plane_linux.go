@@ -29,6 +29,8 @@ func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plan
 	}
 	p4.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
 	p6.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
+	p4.SetForwardRules(cfg.ForwardRules)
+	p6.SetForwardRules(cfg.ForwardRules)
 	return p4, p6, nil
 }
 

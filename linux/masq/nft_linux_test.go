@@ -111,10 +111,10 @@ func TestDecodeRejectsForeignRules(t *testing.T) {
 		want   string
 	}{
 		{"no verdict", func(e []expr.Any) []expr.Any { return e[:len(e)-1] }, "no verdict"},
-		{"accept instead of return", func(e []expr.Any) []expr.Any {
-			e[len(e)-1] = &expr.Verdict{Kind: expr.VerdictAccept}
+		{"drop instead of return", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Verdict{Kind: expr.VerdictDrop}
 			return e
-		}, "want return"},
+		}, "want return or accept"},
 		// A masquerade without fully-random decodes (--ip-masq-fully-random-disable's), and
 		// differs from a wanted fully-random one; other flags are no rule of weft's.
 		{"masquerade random", func(e []expr.Any) []expr.Any {
@@ -209,6 +209,25 @@ func TestReadComment(t *testing.T) {
 	} {
 		if got := readComment(c.udata); got != c.want {
 			t.Errorf("readComment(%q) = %q, want %q", c.udata, got, c.want)
+		}
+	}
+}
+
+func TestForwardRulesRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		v6 bool
+		n  string
+	}{{false, "10.244.0.0/16"}, {true, "fd00:10:244::/56"}} {
+		f := familyOf(c.v6)
+		for _, r := range forwardRules(pfx(c.n)) {
+			exprs, udata := f.encode(r)
+			if v, ok := exprs[len(exprs)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictAccept {
+				t.Errorf("%s: ends with %#v, want accept", r, exprs[len(exprs)-1])
+			}
+			got, err := f.decode(exprs, udata)
+			if err != nil || !got.equal(r) {
+				t.Errorf("%s: round trip gave %s, %v", r, got, err)
+			}
 		}
 	}
 }

@@ -30,6 +30,8 @@ const (
 	commentToOutside   = "weft masq: pods to outside the cluster network"
 	commentToOwnPods   = "weft masq: outside to this node's pods, keep the client address"
 	commentToOtherPods = "weft masq: outside to other nodes' pods, so replies return via this node"
+	commentFromPods    = "weft forward: from the pod network (--iptables-forward-rules)"
+	commentToPods      = "weft forward: to the pod network (--iptables-forward-rules)"
 )
 
 // multicast returns the family's multicast range. Multicast is never
@@ -65,6 +67,7 @@ const (
 	actReturn          action = iota + 1
 	actMasquerade             // fully-random
 	actMasqueradePlain        // without fully-random (Rules.NotFullyRandom)
+	actAccept                 // the forward chain's
 )
 
 // ruleSpec is one rule of the chain, independent of how nftables encodes it,
@@ -111,6 +114,8 @@ func (s ruleSpec) String() string {
 		b.WriteString("masquerade fully-random")
 	case actMasqueradePlain:
 		b.WriteString("masquerade")
+	case actAccept:
+		b.WriteString("accept")
 	default:
 		fmt.Fprintf(&b, "<action %d>", s.action)
 	}
@@ -149,6 +154,15 @@ func familyRules(n, s netip.Prefix, masq action) []ruleSpec {
 			action:  masq,
 			comment: commentToOtherPods,
 		},
+	}
+}
+
+// forwardRules returns the forward chain's rules for cluster network n (validated and
+// masked): flanneld's, which accept what comes from the pod network and what goes to it.
+func forwardRules(n netip.Prefix) []ruleSpec {
+	return []ruleSpec{
+		{addrs: []addrMatch{{field: srcAddr, prefix: n}}, action: actAccept, comment: commentFromPods},
+		{addrs: []addrMatch{{field: dstAddr, prefix: n}}, action: actAccept, comment: commentToPods},
 	}
 }
 
@@ -199,34 +213,48 @@ func checkFamily(netName, subName string, n, s netip.Prefix, v6 bool) (netip.Pre
 		}
 		return netip.Prefix{}, netip.Prefix{}, nil
 	}
-	want := "IPv4"
-	if v6 {
-		want = "IPv6"
-	}
-	isFamily := func(p netip.Prefix) bool {
-		a := p.Addr()
-		if v6 {
-			return a.Is6() && !a.Is4In6()
-		}
-		return a.Is4()
-	}
-	if !isFamily(n) {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", netName, n, want)
-	}
-	if n.Bits() == 0 {
-		// With everything inside the cluster network nothing would ever be
-		// masqueraded; that is a configuration mistake, not a wish.
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s covers every address", netName, n)
+	n, err := checkNetwork(netName, n, v6)
+	if err != nil {
+		return netip.Prefix{}, netip.Prefix{}, err
 	}
 	if !s.IsValid() {
 		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is set but %s is not", netName, n, subName)
 	}
-	if !isFamily(s) {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", subName, s, want)
+	if !isFamily(s, v6) {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", subName, s, familyName(v6))
 	}
-	n, s = n.Masked(), s.Masked()
+	s = s.Masked()
 	if s.Bits() < n.Bits() || !n.Contains(s.Addr()) {
 		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not inside %s %s", subName, s, netName, n)
 	}
 	return n, s, nil
+}
+
+// checkNetwork validates a cluster network of the family v6 says and masks it.
+func checkNetwork(name string, n netip.Prefix, v6 bool) (netip.Prefix, error) {
+	if !isFamily(n, v6) {
+		return netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", name, n, familyName(v6))
+	}
+	if n.Bits() == 0 {
+		// With everything inside the cluster network nothing would ever be
+		// masqueraded, and everything forwarded accepted; that is a configuration
+		// mistake, not a wish.
+		return netip.Prefix{}, fmt.Errorf("masq: %s %s covers every address", name, n)
+	}
+	return n.Masked(), nil
+}
+
+func isFamily(p netip.Prefix, v6 bool) bool {
+	a := p.Addr()
+	if v6 {
+		return a.Is6() && !a.Is4In6()
+	}
+	return a.Is4()
+}
+
+func familyName(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }

@@ -170,3 +170,10 @@ func TestRulesNotFullyRandom(t *testing.T) {
 		t.Errorf("%d masquerade rules, want 2", n)
 	}
 }
+
+func TestForwardRules(t *testing.T) {
+	assertLines(t, ruleStrings(forwardRules(pfx("10.244.0.0/16"))), []string{
+		`ip saddr 10.244.0.0/16 accept comment "` + commentFromPods + `"`,
+		`ip daddr 10.244.0.0/16 accept comment "` + commentToPods + `"`,
+	})
+}
