@@ -43,7 +43,9 @@ type Config struct {
 	IPMasqNotFullyRandom bool
 	// ForwardRules accepts the pod network's forwarded traffic in weft's nftables table
 	// (--iptables-forward-rules; Linux).
-	ForwardRules   bool
+	ForwardRules bool
+	// BlackholeRoute routes the node's own subnet to a blackhole (--ip-blackhole-route; Linux).
+	BlackholeRoute bool
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
@@ -112,6 +114,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
 	fs.BoolVar(&c.IPMasqNotFullyRandom, "ip-masq-fully-random-disable", c.IPMasqNotFullyRandom, "masquerade without fully-random (source ports kept where they can be)")
 	fs.BoolVar(&c.ForwardRules, "iptables-forward-rules", c.ForwardRules, "accept forwarded traffic from and to the pod network in weft's nftables table (false: leave forwarding to the host's rules)")
+	fs.BoolVar(&c.BlackholeRoute, "ip-blackhole-route", c.BlackholeRoute, "route the node's own subnet to a blackhole, kept like the routes to peers (for Canal: pods not on a bridge)")
 	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")

@@ -87,3 +87,23 @@ func TestForwardRulesFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestBlackholeRouteFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"--ip-blackhole-route"}, nil, true},
+		{nil, map[string]string{"FLANNELD_IP_BLACKHOLE_ROUTE": "true"}, true},
+	} {
+		cfg, err := parse(t, tc.args, tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.BlackholeRoute != tc.want {
+			t.Errorf("%v %v: BlackholeRoute %t, want %t", tc.args, tc.env, cfg.BlackholeRoute, tc.want)
+		}
+	}
+}

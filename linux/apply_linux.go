@@ -36,8 +36,8 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 		return nil, err
 	}
 	if u.Full || !p.model.fits(st) {
-		p.model.reset(st, p.nexthops)
-		w, own := WantOf(st, p.nexthops)
+		p.model.reset(st, p.nexthops, p.blackhole)
+		w, own := p.want(st)
 		c, err := p.reconcile(w, own)
 		ch := c.counts()
 		if err == nil && st.Masquerade {

@@ -33,8 +33,8 @@ func TestFlanneldFlags(t *testing.T) {
 	var lf logFlags
 	fs := newFlagSet(&cfg, &pf, &lf)
 	fs.Bool("version", false, "")
-	// Flags of flanneld that weftd is still to take, each with its issue: none once issue 21 is done.
-	notYet := map[string]bool{"ip-blackhole-route": true}
+	// Flags of flanneld that weftd is still to take, each with its issue: none since issue 21.
+	notYet := map[string]bool{}
 	seen := 0
 	for _, m := range flanneldFlag.FindAllStringSubmatch(string(out), -1) {
 		name, flanneldBool := m[1], m[2] == ""

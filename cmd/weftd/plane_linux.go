@@ -31,6 +31,8 @@ func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plan
 	p6.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
 	p4.SetForwardRules(cfg.ForwardRules)
 	p6.SetForwardRules(cfg.ForwardRules)
+	p4.SetBlackholeRoute(cfg.BlackholeRoute)
+	p6.SetBlackholeRoute(cfg.BlackholeRoute)
 	return p4, p6, nil
 }
 
