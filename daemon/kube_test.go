@@ -44,7 +44,7 @@ func TestKubeConfigFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := KubeConfig{KubeSubnetMgr: true, KubeconfigFile: "/k", KubeAPIURL: "https://api:6443",
-		KubeAnnotationPrefix: "example.com/weft", NetConfigPath: "/etc/weft/net-conf.json"}
+		KubeAnnotationPrefix: "example.com/weft", NetConfigPath: "/etc/weft/net-conf.json", SetNodeNetworkUnavailable: true}
 	if k != want {
 		t.Errorf("flags gave %+v, want %+v", k, want)
 	}
