@@ -18,7 +18,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build image test unit e2e cross wine lint bench fuzz demo deps clean
+.PHONY: all build image test unit e2e cross wine lint bench fuzz demo deps conformance clean
 
 all: build
 
@@ -43,7 +43,7 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
-	tools/kube/install-apiserver.sh $(KUBE_BIN)
+	tools/kube/install-kube.sh $(KUBE_BIN)
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	GOOS=windows tools/flannel/install-flanneld.sh .cache/flannel-windows
@@ -56,6 +56,15 @@ unit:
 ## e2e: only the end-to-end tests (root): weftd nodes in network namespaces, real pods and packets
 e2e: deps
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(GO) test -count=1 -timeout 10m -v ./e2e/...
+
+## conformance: a Kubernetes cluster from real parts on this machine (root; issue 19): the
+## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
+## mount namespaces (e2e/kubecluster). Builds the Kubernetes programs and containerd once (cached
+## with a stamp, many minutes cold). Not in `make test` yet.
+conformance:
+	tools/kube/install-kube.sh $(KUBE_BIN) kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl
+	tools/containerd/install-containerd.sh .cache/containerd/bin
+	WEFT_KUBE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v ./e2e/kubecluster/
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)
 cross:
@@ -91,7 +100,7 @@ bench:
 	$(GO) build -o $(BIN)/weft-bench ./e2e/bench; \
 	tools/flannel/install-flanneld.sh .cache/flannel/bin; \
 	tools/flannel/install-deps.sh; \
-	tools/kube/install-apiserver.sh $(KUBE_BIN); \
+	tools/kube/install-kube.sh $(KUBE_BIN); \
 	WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver $(BIN)/weft-bench --weftd=$(BIN)/weftd \
 	  --flanneld=.cache/flannel/bin/flanneld --out=.cache/bench $(BENCHFLAGS)
 

@@ -45,7 +45,7 @@ type kubeCluster struct {
 func needKubeAPIServer(t *testing.T) {
 	t.Helper()
 	if _, err := kubetest.Binary(); err != nil {
-		t.Skipf("kube-apiserver missing, so Kubernetes mode cannot be tested: %v (tools/kube/install-apiserver.sh builds it)", err)
+		t.Skipf("kube-apiserver missing, so Kubernetes mode cannot be tested: %v (tools/kube/install-kube.sh builds it)", err)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package kubetest runs a real kube-apiserver for tests: the binary that
-// tools/kube/install-apiserver.sh builds, against an embedded etcd
+// tools/kube/install-kube.sh builds, against an embedded etcd
 // (internal/etcdtest), on 127.0.0.1 with a random port. Authorization is RBAC;
 // a static token file holds an administrator (group system:masters) and an
 // identity with no permission at all; service-account tokens can be had from
@@ -100,7 +100,7 @@ func Binary() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no kube-apiserver: set $%s or run `make deps` (tools/kube/install-apiserver.sh .cache/kube/bin)", EnvBinary)
+			return "", fmt.Errorf("no kube-apiserver: set $%s or run `make deps` (tools/kube/install-kube.sh .cache/kube/bin)", EnvBinary)
 		}
 		dir = parent
 	}

@@ -1,0 +1,29 @@
+// Package kubecluster builds a Kubernetes cluster from real parts inside one Linux machine,
+// for the tests that judge weft as its users run it (issue 19): the underlay, etcd and node
+// network namespaces of e2e/cluster; kube-apiserver (internal/kubetest), kube-controller-manager
+// and kube-scheduler inside the underlay namespace, serving https://192.0.2.1:6443; and worker
+// nodes, each a network namespace of e2e/cluster with a mount namespace of its own, in which its
+// containerd and kubelet run.
+//
+// A node's mount namespace is pinned to a file in its directory (unshare --mount=FILE) and
+// entered with nsenter for every program the node runs. In it, the directories a node owns are
+// bind mounts of the node's directory: /etc/cni/net.d, /opt/cni/bin, /var/lib/cni,
+// /var/lib/kubelet, /var/log/pods, /var/log/containers, /run/containerd and /run/flannel. The
+// host keeps an empty directory at each of these paths (a bind mount needs one to mount over);
+// nothing of a node is written there. containerd keeps its root in the node's directory, its
+// state and socket in the node's /run/containerd and its pods' network namespaces under its
+// state (netns_mounts_under_state_dir), so that nodes share nothing but the kernel.
+//
+// The host mounts cgroup v1 (hybrid), which the kubelet refuses from 1.35 unless told
+// (failCgroupV1: false); it runs with the cgroupfs driver, without QoS cgroups and without
+// node allocatable enforcement, and with swap allowed: the checks MACHINE.md records.
+//
+// The programs come from tools/kube/install-kube.sh (the Kubernetes ones, at the
+// kube-apiserver's version) and tools/containerd/install-containerd.sh (containerd 2, which a
+// 1.36 kubelet needs, its runc shim and Debian's runc). Everything a cluster starts is killed
+// when it closes: the control plane's processes, and every process of a node's network or mount
+// namespace with all their descendants (containerd's shims re-parent themselves, and the
+// containers are the shims' children), before e2e/cluster removes the namespaces.
+//
+// The package is Linux-only; on other systems it holds only this documentation.
+package kubecluster

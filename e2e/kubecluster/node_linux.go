@@ -1,0 +1,278 @@
+package kubecluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weftnet/weft/e2e/cluster"
+)
+
+const (
+	// PauseImage is the sandbox image each node's containerd is told to use, pinned so that
+	// its garbage collector keeps it; no registry serves it: it is to be imported.
+	PauseImage = "registry.k8s.io/pause:3.10.1"
+	// kubeletHealthz is where a kubelet serves /healthz, on its node's loopback.
+	kubeletHealthz = "http://127.0.0.1:10248/healthz"
+	// nodeStartTimeout bounds how long containerd and the kubelet get to answer.
+	nodeStartTimeout = 60 * time.Second
+)
+
+// Node is a worker node: a network namespace of the underlay (see cluster.Node) with a mount
+// namespace of its own, running containerd and a kubelet.
+type Node struct {
+	*cluster.Node
+
+	c *Cluster
+	// MountNS is the file the node's mount namespace is pinned to.
+	MountNS string
+
+	containerd *process
+	kubelet    *process
+}
+
+// nodeMounts are the host paths a node has its own of, each a bind mount of a directory of
+// the node's directory named after it.
+func nodeMounts() []string {
+	return []string{
+		"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/cni", "/var/lib/kubelet",
+		"/var/log/pods", "/var/log/containers", "/run/containerd", "/run/flannel",
+	}
+}
+
+// hostDir is the directory of the node's directory that is mounted on path.
+func (n *Node) hostDir(path string) string {
+	return filepath.Join(n.Dir, "fs", strings.ReplaceAll(strings.Trim(path, "/"), "/", "-"))
+}
+
+// addNode makes the node: the network namespace, the mount namespace, containerd, then the
+// kubelet; it waits for both to answer, not for the node to register.
+func (c *Cluster) addNode(name string) (*Node, error) {
+	cn, err := c.net.AddNode(name)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Node: cn, c: c, MountNS: filepath.Join(cn.Dir, "mntns")}
+	c.nodes = append(c.nodes, n)
+	if err := n.makeMountNS(); err != nil {
+		return nil, err
+	}
+	if err := n.startContainerd(); err != nil {
+		return nil, err
+	}
+	if err := n.startKubelet(); err != nil {
+		return nil, err
+	}
+	c.log.Logf("kubecluster: node %s: %s, containerd log %s, kubelet log %s", name, n.IP,
+		n.containerd.logPath, n.kubelet.logPath)
+	return n, nil
+}
+
+// makeMountNS creates the node's mount namespace, pinned to n.MountNS, with its bind mounts.
+// Its propagation is private: nothing mounted in it (containerd's overlays, the kubelet's
+// volumes) reaches the host, and it all goes with the namespace.
+func (n *Node) makeMountNS() error {
+	if err := os.WriteFile(n.MountNS, nil, 0o644); err != nil {
+		return fmt.Errorf("node %s: creating the mount namespace's pin: %w", n.Name, err)
+	}
+	var script strings.Builder
+	script.WriteString("set -e\n")
+	for _, p := range nodeMounts() {
+		src := n.hostDir(p)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		// The mount point is made on the host (an empty directory) if missing: the host
+		// and the node share the file system under the mount.
+		fmt.Fprintf(&script, "mkdir -p %s\nmount --bind %s %s\n", p, src, p)
+	}
+	argv := []string{"nsenter", "--net=" + netnsPath(n.NS), "--",
+		"unshare", "--mount=" + n.MountNS, "--propagation", "private", "sh", "-c", script.String()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return fmt.Errorf("node %s: making its mount namespace: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// netnsPath is the file that names a network namespace made by ip netns.
+func netnsPath(ns string) string { return "/var/run/netns/" + ns }
+
+// inNode is the command prefix that runs a program in the node's network and mount
+// namespaces; nsenter execs it in place.
+func (n *Node) inNode(argv ...string) []string {
+	return append([]string{"nsenter", "--net=" + netnsPath(n.NS), "--mount=" + n.MountNS, "--"}, argv...)
+}
+
+// containerdConfig is the node's containerd configuration, in containerd 2.4's version 4 (in
+// which the sockets are the server plugins' addresses; `containerd config default` shows it).
+func (n *Node) containerdConfig() string {
+	root := filepath.Join(n.Dir, "containerd")
+	return fmt.Sprintf(`version = 4
+root = %q
+state = "/run/containerd"
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = "/run/containerd/containerd.sock"
+
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "/run/containerd/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = %q
+
+# Its socket would be the host's /var/run/nri, shared by every node; nothing here uses NRI.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # The pods' network namespaces under the node's state, not in the host's /var/run/netns.
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['/opt/cni/bin']
+    conf_dir = '/etc/cni/net.d'
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = '127.0.0.1'
+`, root, filepath.Join(root, "opt"), PauseImage)
+}
+
+// startContainerd starts the node's containerd and waits for its socket.
+func (n *Node) startContainerd() error {
+	conf := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(conf, []byte(n.containerdConfig()), 0o644); err != nil {
+		return fmt.Errorf("node %s: writing containerd's configuration: %w", n.Name, err)
+	}
+	// The shim is looked for on PATH, runc too (Debian's, in /usr/sbin).
+	env := append(os.Environ(), "PATH="+n.c.opts.ContainerdBin+":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	p, err := start("containerd of node "+n.Name, filepath.Join(n.Dir, "containerd.log"), env,
+		n.inNode(filepath.Join(n.c.opts.ContainerdBin, "containerd"), "--config", conf))
+	if err != nil {
+		return err
+	}
+	n.containerd = p
+	sock := filepath.Join(n.hostDir("/run/containerd"), "containerd.sock")
+	deadline := time.Now().Add(nodeStartTimeout)
+	for {
+		conn, err := net.Dial("unix", sock)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if p.exited() || time.Now().After(deadline) {
+			return fmt.Errorf("node %s: containerd not serving %s (%v; exited: %v); log %s:\n%s",
+				n.Name, sock, err, p.exited(), p.logPath, p.tail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kubeletConfig is the node's KubeletConfiguration. JSON is YAML, which the kubelet reads.
+func (n *Node) kubeletConfig() string {
+	return fmt.Sprintf(`{
+  "apiVersion": "kubelet.config.k8s.io/v1beta1",
+  "kind": "KubeletConfiguration",
+  "failCgroupV1": false,
+  "cgroupDriver": "cgroupfs",
+  "cgroupsPerQOS": false,
+  "enforceNodeAllocatable": [],
+  "failSwapOn": false,
+  "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+  "address": %q,
+  "healthzBindAddress": "127.0.0.1",
+  "healthzPort": 10248,
+  "readOnlyPort": 0,
+  "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
+  "authorization": {"mode": "AlwaysAllow"},
+  "clusterDomain": "cluster.local",
+  "clusterDNS": [%q],
+  "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"},
+  "imageGCHighThresholdPercent": 100,
+  "imageGCLowThresholdPercent": 99
+}
+`, n.IP, n.c.opts.DNSServiceIP)
+}
+
+// startKubelet starts the node's kubelet and waits for its /healthz.
+func (n *Node) startKubelet() error {
+	conf := filepath.Join(n.Dir, "kubelet.json")
+	if err := os.WriteFile(conf, []byte(n.kubeletConfig()), 0o644); err != nil {
+		return fmt.Errorf("node %s: writing the kubelet's configuration: %w", n.Name, err)
+	}
+	p, err := start("kubelet of node "+n.Name, filepath.Join(n.Dir, "kubelet.log"), nil,
+		n.inNode(filepath.Join(n.c.opts.KubeBin, "kubelet"),
+			"--config="+conf,
+			"--kubeconfig="+n.c.adminKubeconfig,
+			"--hostname-override="+n.Name,
+			"--node-ip="+n.IP.String(),
+			"--v=2"))
+	if err != nil {
+		return err
+	}
+	n.kubelet = p
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var conn net.Conn
+			err := n.Do(func() error {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, addr)
+				conn = c
+				return err
+			})
+			return conn, err
+		},
+		DisableKeepAlives: true,
+	}}
+	deadline := time.Now().Add(nodeStartTimeout)
+	for {
+		resp, err := client.Get(kubeletHealthz)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if p.exited() || time.Now().After(deadline) {
+			return fmt.Errorf("node %s: kubelet /healthz not ok (%v; exited: %v); log %s:\n%s",
+				n.Name, err, p.exited(), p.logPath, p.tail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// stop stops the kubelet, then kills everything of the node's namespaces (containerd, its
+// shims, the containers) and lets go of the mount namespace.
+func (n *Node) stop() error {
+	if n.kubelet != nil {
+		n.kubelet.stop()
+	}
+	if n.containerd != nil {
+		n.containerd.stop()
+	}
+	var errs []error
+	if err := killNamespaces(netnsPath(n.NS), n.MountNS); err != nil {
+		errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+	}
+	// MNT_DETACH: the pin goes even if something still looks at it; the namespace and its
+	// mounts go with the last process and reference.
+	if err := syscall.Unmount(n.MountNS, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) &&
+		!errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("node %s: unmounting the mount namespace's pin %s: %w", n.Name, n.MountNS, err))
+	}
+	return errors.Join(errs...)
+}

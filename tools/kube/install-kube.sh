@@ -1,0 +1,56 @@
+#!/bin/sh
+# install-kube.sh DIR [PROGRAM...]: build Kubernetes programs into DIR, at the
+# version of k8s.io/kubernetes pinned in this module's go.mod. PROGRAM is a
+# command of k8s.io/kubernetes/cmd listed as a tool in go.mod (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl);
+# without one, kube-apiserver, which the Kubernetes-mode tests (internal/kubetest)
+# run. e2e/kubecluster's cluster needs them all.
+#
+# A cold kube-apiserver takes 6 to 8 minutes and about 2 GB of memory on 2
+# cores; each other program adds a few minutes, so each is built once: a stamp
+# file per program in DIR records a hash of go.mod, go.sum and this script, a
+# current program costs a few file reads, and bumping the pinned version (or
+# changing this script) rebuilds. The builds run under nice, and GOFLAGS=-p=1
+# from the caller keeps them to one package at a time on a busy machine.
+set -eu
+
+if [ $# -lt 1 ]; then
+	echo "usage: $0 DIR [PROGRAM...]" >&2
+	exit 2
+fi
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../install-lib.sh"
+tool_dir "$1"
+shift
+[ $# -gt 0 ] || set -- kube-apiserver
+
+# Without the version stamped in, each program reports v0.0.0-master (on
+# /version, in the kubelet's node status, in kubectl version); Kubernetes' own
+# build sets these from git, which a module download has not.
+version=$(cd "$here" && go list -mod=readonly -m -f '{{.Version}}' k8s.io/kubernetes)
+minor=$(echo "$version" | cut -d. -f2)
+pkg=k8s.io/component-base/version
+ldflags="-s -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+
+for prog in "$@"; do
+	if ! grep -q "^[[:space:]]*k8s.io/kubernetes/cmd/$prog\$" "$here/go.mod"; then
+		echo "install-kube: $prog is not a tool of $here/go.mod" >&2
+		exit 2
+	fi
+	if tool_current ".weft-$prog-stamp" "$here/go.mod" "$here/go.sum" "$here/install-kube.sh" &&
+		[ -x "$dir/$prog" ]; then
+		continue
+	fi
+	echo "install-kube: building $prog $version into $dir (minutes, once)"
+	start=$(date +%s)
+	# -mod=readonly keeps a stale go.sum from being rewritten behind our back.
+	# The binary goes to a temporary name first so that an interrupted build
+	# never leaves a truncated program next to a stale stamp.
+	rm -f "$stamp"
+	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -ldflags="$ldflags" \
+		-o "$dir/$prog.tmp" "k8s.io/kubernetes/cmd/$prog")
+	mv -f "$dir/$prog.tmp" "$dir/$prog"
+	echo "$want" >"$stamp"
+	echo "install-kube: $prog built in $(($(date +%s) - start)) s"
+done
