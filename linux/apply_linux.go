@@ -60,6 +60,9 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 
 // nft is weft's nftables table's manager, made on first use.
 func (p *Plane) nft() (*masq.Manager, error) {
+	if p.masq == nil && !p.ns.IsOpen() { // the process's own namespace: no setns (thisNetns)
+		p.masq = masq.New(p.log, nil)
+	}
 	if p.masq == nil {
 		m, err := masq.NewInNetNS(p.log, int(p.ns))
 		if err != nil {

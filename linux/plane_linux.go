@@ -49,9 +49,9 @@ type Plane struct {
 // namespace needs nothing special; a caller that switched namespaces must have locked its OS
 // thread.
 func New(log *slog.Logger) (*Plane, error) {
-	ns, err := netns.Get()
+	ns, err := thisNetns()
 	if err != nil {
-		return nil, fmt.Errorf("opening the current network namespace: %w", err)
+		return nil, err
 	}
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
@@ -87,7 +87,45 @@ func (p *Plane) Close() error {
 	p.h.Close()
 	p.nl.close()
 	p.ethtool.Close()
+	if !p.ns.IsOpen() {
+		return nil
+	}
 	return p.ns.Close()
+}
+
+// thisNetns is the handle the Plane's sockets are opened through: netns.None() when the
+// current thread shares its network namespace with the process's other threads, as weftd's
+// does, so that no socket is opened by entering a namespace (setns needs CAP_SYS_ADMIN, which
+// the DaemonSet does not grant); the current thread's namespace otherwise (a caller that
+// switched a locked thread into a namespace of its own), so that watches and nftables, which
+// open their sockets from other threads, find it.
+func thisNetns() (netns.NsHandle, error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return netns.None(), fmt.Errorf("opening the current network namespace: %w", err)
+	}
+	// Another goroutine runs on another thread when this one is locked to its own; when it is
+	// not, both threads are in the process's namespace anyway.
+	type handle struct {
+		ns  netns.NsHandle
+		err error
+	}
+	c := make(chan handle, 1)
+	go func() {
+		h, err := netns.Get()
+		c <- handle{h, err}
+	}()
+	other := <-c
+	if other.err != nil {
+		ns.Close()
+		return netns.None(), fmt.Errorf("opening the network namespace of the process's threads: %w", other.err)
+	}
+	defer other.ns.Close()
+	if ns.Equal(other.ns) {
+		ns.Close()
+		return netns.None(), nil
+	}
+	return ns, nil
 }
 
 const dumpAttempts = 5
