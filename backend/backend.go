@@ -226,7 +226,7 @@ const (
 )
 
 // Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",
-// "fdb", "address", "masquerade", "hns_policy", "hns_endpoint".
+// "fdb", "address", "masquerade", "forward", "hns_policy", "hns_endpoint".
 type Changes map[string]int
 
 // Add adds o's counts to c; c may be nil.

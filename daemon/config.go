@@ -30,12 +30,22 @@ type Config struct {
 
 	Ifaces      []string // names or addresses, tried in order
 	IfaceRegexs []string
-	PublicIP    string
-	PublicIPv6  string
+	// IfaceCanReach is an address: without a match in Ifaces or IfaceRegexs, the interface is
+	// the one the route to it leaves by.
+	IfaceCanReach string
+	PublicIP      string
+	PublicIPv6    string
 
-	SubnetFile     string
-	RenewMargin    time.Duration
-	IPMasq         bool
+	SubnetFile  string
+	RenewMargin time.Duration
+	IPMasq      bool
+	// IPMasqNotFullyRandom masquerades without fully-random (--ip-masq-fully-random-disable).
+	IPMasqNotFullyRandom bool
+	// ForwardRules accepts the pod network's forwarded traffic in weft's nftables table
+	// (--iptables-forward-rules; Linux).
+	ForwardRules bool
+	// BlackholeRoute routes the node's own subnet to a blackhole (--ip-blackhole-route; Linux).
+	BlackholeRoute bool
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
@@ -81,6 +91,7 @@ func DefaultConfig() Config {
 		ProbePeers:       4,
 
 		TxChecksumOffload: OffloadAuto,
+		ForwardRules:      true,
 	}
 }
 
@@ -95,11 +106,15 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdPassword, "etcd-password", c.EtcdPassword, "etcd password")
 	fs.Var(appendFlag{&c.Ifaces}, "iface", "interface (name or address) for inter-node traffic; repeat or comma-separate to try several in order")
 	fs.Var(appendFlag{&c.IfaceRegexs}, "iface-regex", "regular expression matching the interface name or address to use; repeatable")
+	fs.StringVar(&c.IfaceCanReach, "iface-can-reach", c.IfaceCanReach, "IP address (either family): when no --iface or --iface-regex matches, use the interface of the route to it (ip route get <address>)")
 	fs.StringVar(&c.PublicIP, "public-ip", c.PublicIP, "IP other nodes reach this one on (default: the interface's address)")
 	fs.StringVar(&c.PublicIPv6, "public-ipv6", c.PublicIPv6, "IPv6 address other nodes reach this one on, when the network config enables IPv6 (default: the interface's global IPv6 address)")
 	fs.StringVar(&c.SubnetFile, "subnet-file", c.SubnetFile, "where to write subnet.env for the CNI plugin")
 	fs.Var(minutesFlag{&c.RenewMargin}, "subnet-lease-renew-margin", "renew the lease this many minutes before it expires")
 	fs.BoolVar(&c.IPMasq, "ip-masq", c.IPMasq, "masquerade traffic from pods to outside the cluster network")
+	fs.BoolVar(&c.IPMasqNotFullyRandom, "ip-masq-fully-random-disable", c.IPMasqNotFullyRandom, "masquerade without fully-random (source ports kept where they can be)")
+	fs.BoolVar(&c.ForwardRules, "iptables-forward-rules", c.ForwardRules, "accept forwarded traffic from and to the pod network in weft's nftables table (false: leave forwarding to the host's rules)")
+	fs.BoolVar(&c.BlackholeRoute, "ip-blackhole-route", c.BlackholeRoute, "route the node's own subnet to a blackhole, kept like the routes to peers (for Canal: pods not on a bridge)")
 	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
@@ -121,6 +136,11 @@ func (c *Config) Validate() error {
 	for _, re := range c.IfaceRegexs {
 		if _, err := regexp.Compile(re); err != nil {
 			return fmt.Errorf("--iface-regex=%q: %w", re, err)
+		}
+	}
+	if c.IfaceCanReach != "" {
+		if _, err := netip.ParseAddr(c.IfaceCanReach); err != nil {
+			return fmt.Errorf("--iface-can-reach=%q: not an IP address", c.IfaceCanReach)
 		}
 	}
 	if c.PublicIP != "" {

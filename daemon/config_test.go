@@ -65,3 +65,45 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardRulesFlag: flanneld's default (true), false from the command line or from a
+// flanneld unit's environment.
+func TestForwardRulesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, true},
+		{[]string{"--iptables-forward-rules=false"}, nil, false},
+		{nil, map[string]string{"FLANNELD_IPTABLES_FORWARD_RULES": "false"}, false},
+	} {
+		cfg, err := parse(t, tc.args, tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ForwardRules != tc.want {
+			t.Errorf("%v %v: ForwardRules %t, want %t", tc.args, tc.env, cfg.ForwardRules, tc.want)
+		}
+	}
+}
+
+func TestBlackholeRouteFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"--ip-blackhole-route"}, nil, true},
+		{nil, map[string]string{"FLANNELD_IP_BLACKHOLE_ROUTE": "true"}, true},
+	} {
+		cfg, err := parse(t, tc.args, tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.BlackholeRoute != tc.want {
+			t.Errorf("%v %v: BlackholeRoute %t, want %t", tc.args, tc.env, cfg.BlackholeRoute, tc.want)
+		}
+	}
+}

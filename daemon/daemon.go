@@ -31,6 +31,9 @@ type Deps struct {
 	PlaneV6    backend.Plane
 	Interfaces func() ([]netif.Interface, error)
 	DefaultIf  func() (string, error)
+	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
+	// nil: --iface-can-reach is refused.
+	RouteTo func(netip.Addr) (string, netip.Addr, error)
 	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
 	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
 	GOOS string
@@ -47,9 +50,10 @@ type Deps struct {
 }
 
 // Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
-// the default route. It returns an error only when it cannot go on: a bad config, no usable
+// the default route, routeTo the one of the route to an address (nil where the OS has none). It returns an error only when it cannot go on: a bad config, no usable
 // interface, a data plane that cannot be set up.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backend.Plane, defaultIf func() (string, error)) error {
+func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backend.Plane, defaultIf func() (string, error),
+	routeTo func(netip.Addr) (string, netip.Addr, error)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -58,7 +62,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 	defer wg.Wait()
 	defer cancel()
 	m := newMetrics()
-	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, metrics: m}
+	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, RouteTo: routeTo, metrics: m}
 	if cfg.KubeSubnetMgr {
 		rec := newEventRecorder(log, m)
 		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m, rec)
@@ -223,7 +227,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	choice := netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, PublicIP: d.cfg.PublicIP,
+	choice := netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, CanReach: d.cfg.IfaceCanReach, RouteTo: deps.RouteTo, PublicIP: d.cfg.PublicIP,
 		PublicIPv6: d.cfg.PublicIPv6, IPv4: d.net.EnableIPv4, IPv6: d.net.EnableIPv6}
 	if d.ext, err = netif.Pick(choice, ifs, deps.DefaultIf); err != nil {
 		return err
@@ -761,7 +765,7 @@ func (d *daemon) converge(ctx context.Context) error {
 			d.log.Warn("telling systemd weftd is ready", "err", err)
 		}
 	}
-	if !d.ready {
+	if !d.ready && d.cfg.SetNodeNetworkUnavailable {
 		d.ready = setReady(ctx, d.sm, d.log)
 	}
 	if changes.Total() > 0 {

@@ -21,6 +21,10 @@ type KubeConfig struct {
 	KubeAPIURL           string
 	KubeAnnotationPrefix string
 	NetConfigPath        string
+	// SetNodeNetworkUnavailable: the Node's NetworkUnavailable condition is set False once the
+	// data plane converged (flanneld's --set-node-network-unavailable, true by default); false
+	// leaves the condition to whoever else manages it.
+	SetNodeNetworkUnavailable bool
 	// NodeName is the name of this node's Node object, from the environment (NODE_NAME, as
 	// flanneld takes it; a DaemonSet sets it from spec.nodeName).
 	NodeName string
@@ -28,7 +32,8 @@ type KubeConfig struct {
 
 // DefaultKubeConfig is flanneld's defaults.
 func DefaultKubeConfig() KubeConfig {
-	return KubeConfig{KubeAnnotationPrefix: kube.DefaultAnnotationPrefix, NetConfigPath: kube.DefaultNetConfPath}
+	return KubeConfig{KubeAnnotationPrefix: kube.DefaultAnnotationPrefix, NetConfigPath: kube.DefaultNetConfPath,
+		SetNodeNetworkUnavailable: true}
 }
 
 // AddFlags registers the Kubernetes-mode flags on fs, writing into k.
@@ -37,6 +42,7 @@ func (k *KubeConfig) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.KubeconfigFile, "kubeconfig-file", k.KubeconfigFile, "kubeconfig to reach the API server with (default: the pod's service account)")
 	fs.StringVar(&k.KubeAPIURL, "kube-api-url", k.KubeAPIURL, "API server URL, over the kubeconfig's")
 	fs.StringVar(&k.KubeAnnotationPrefix, "kube-annotation-prefix", k.KubeAnnotationPrefix, "prefix of the node annotations that hold the leases")
+	fs.BoolVar(&k.SetNodeNetworkUnavailable, "set-node-network-unavailable", k.SetNodeNetworkUnavailable, "set the Node's NetworkUnavailable condition False once the data plane converged; false leaves it alone")
 	fs.StringVar(&k.NetConfigPath, "net-config-path", k.NetConfigPath, "network config file (net-conf.json) in Kubernetes mode")
 }
 

@@ -44,7 +44,7 @@ func TestKubeConfigFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := KubeConfig{KubeSubnetMgr: true, KubeconfigFile: "/k", KubeAPIURL: "https://api:6443",
-		KubeAnnotationPrefix: "example.com/weft", NetConfigPath: "/etc/weft/net-conf.json"}
+		KubeAnnotationPrefix: "example.com/weft", NetConfigPath: "/etc/weft/net-conf.json", SetNodeNetworkUnavailable: true}
 	if k != want {
 		t.Errorf("flags gave %+v, want %+v", k, want)
 	}
@@ -164,6 +164,11 @@ func (k kubeCluster) weftIdentity(t *testing.T) *rest.Config {
 // daemon's config. The manager's hooks are Run's; an *events.Recorder in deps posts through
 // it.
 func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
+	return k.runWith(t, conf, deps, nil)
+}
+
+// runWith is run with the daemon's config changed by tweak first, when not nil.
+func (k kubeCluster) runWith(t *testing.T, conf string, deps Deps, tweak func(*Config)) Config {
 	dir := t.TempDir()
 	netConf := filepath.Join(dir, "net-conf.json")
 	if err := os.WriteFile(netConf, []byte(conf), 0o600); err != nil {
@@ -187,6 +192,9 @@ func (k kubeCluster) run(t *testing.T, conf string, deps Deps) Config {
 	cfg.HealthzPort = 0
 	cfg.ResyncInterval = time.Second
 	cfg.Ifaces = []string{"eth0"}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	deps.Manager = km
 	if deps.Interfaces == nil {
 		deps.Interfaces = func() ([]netif.Interface, error) { return testIfaces, nil }
@@ -241,6 +249,31 @@ func TestDaemonKubeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the route to the deleted peer gone", hasRoutes())
+}
+
+// TestDaemonKubeModeLeavesNetworkUnavailable: with --set-node-network-unavailable=false the
+// Node's conditions are left as they are, through convergences, as flanneld leaves them.
+func TestDaemonKubeModeLeavesNetworkUnavailable(t *testing.T) {
+	k := startKube(t)
+	p := kube.DefaultAnnotationPrefix + "/"
+	k.node(t, "self", []string{"10.244.1.0/24"}, nil)
+	k.node(t, "peer", []string{"10.244.2.0/24"}, map[string]string{p + "kube-subnet-manager": "true", p + "backend-type": "host-gw",
+		p + "backend-data": "null", p + "public-ip": "192.0.2.20"})
+	plane := &fakePlane{}
+	k.runWith(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, Deps{Plane: plane},
+		func(c *Config) { c.SetNodeNetworkUnavailable = false })
+	applies := func() int { plane.mu.Lock(); defer plane.mu.Unlock(); return len(plane.states) }
+	eventually(t, "the route to the peer", func() bool { st, _ := plane.last(); return slices.Equal(routes(st), []string{"10.244.2.0/24"}) })
+	// The resync (1s) converges again: past a convergence after the first, setReady would have run.
+	first := applies()
+	eventually(t, "a second convergence", func() bool { return applies() > first })
+	n, err := k.admin.CoreV1().Nodes().Get(context.Background(), "self", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Status.Conditions) != 0 {
+		t.Errorf("conditions %+v, want none: --set-node-network-unavailable=false", n.Status.Conditions)
+	}
 }
 
 // TestDaemonKubeModeDualStack: on the real API server, a node with podCIDRs of both families:

@@ -441,33 +441,31 @@ func (h *flakyHost) SetForwarding(index uint32, v6 bool) error {
 	return h.Host.SetForwarding(index, v6)
 }
 
-// TestDaemonWindowsPrepareRetryKeepsSubnet: a Prepare that fails after it made the L2Bridge
-// network is retried for the subnet it was given, not a new one: the retry adopts the network
-// it made, and HNS is asked for one network and no deletion, whose subnet the lease
-// publishes. (Each re-creation blinks the host's NIC.)
-func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
+// runWindowsHostGW runs weftd on a Windows node of hns and host, whose interface ifName
+// holds 192.0.2.10/24, against an etcd of its own with a host-gw config (subnets from
+// 10.244.100.0), until the test ends; it returns the etcd client and subnet.env once weftd
+// wrote it.
+func runWindowsHostGW(t *testing.T, hns *hnstest.HNS, host windows.Host, ifName string) (*clientv3.Client, subnet.Env) {
+	t.Helper()
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
 	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"host-gw"}}`
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
 		t.Fatal(err)
 	}
-	host := &flakyHost{Host: hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})}
-	host.fails.Store(2)
-	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 10 * time.Millisecond, Host: host.Host})
 	cfg := DefaultConfig()
 	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
 	cfg.HealthzPort = 0
-	cfg.Ifaces = []string{"Ethernet"}
+	cfg.Ifaces = []string{ifName}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	plane := windows.New(hns, host, windows.Config{PollInterval: 10 * time.Millisecond, WatchInterval: 50 * time.Millisecond}, log)
-	ifs := []netif.Interface{{Name: "Ethernet", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
+	ifs := []netif.Interface{{Name: ifName, MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane,
 			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
-			DefaultIf:  func() (string, error) { return "Ethernet", nil }, GOOS: "windows"})
+			DefaultIf:  func() (string, error) { return ifName, nil }, GOOS: "windows"})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -475,13 +473,24 @@ func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
 			t.Errorf("weftd ended with %v", err)
 		}
 	})
-
 	var env subnet.Env
 	eventually(t, "subnet.env", func() bool {
 		var err error
 		env, err = subnet.ReadEnv(cfg.SubnetFile)
 		return err == nil
 	})
+	return cli, env
+}
+
+// TestDaemonWindowsPrepareRetryKeepsSubnet: a Prepare that fails after it made the L2Bridge
+// network is retried for the subnet it was given, not a new one: the retry adopts the network
+// it made, and HNS is asked for one network and no deletion, whose subnet the lease
+// publishes. (Each re-creation blinks the host's NIC.)
+func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
+	host := &flakyHost{Host: hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})}
+	host.fails.Store(2)
+	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Blip: 10 * time.Millisecond, Host: host.Host})
+	cli, env := runWindowsHostGW(t, hns, host, "Ethernet")
 	if n := host.tries.Load(); n < 3 {
 		t.Fatalf("forwarding asked %d times, want the two failures and more: Prepare was not retried", n)
 	}
@@ -510,12 +519,6 @@ func TestDaemonWindowsPrepareRetryKeepsSubnet(t *testing.T) {
 // already (a weftd stopped between making it and publishing the lease) asks for the
 // network's subnet: it adopts the network, HNS is asked to make or delete none.
 func TestDaemonWindowsKeepsNetworkSubnet(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.Options{})
-	cli := srv.Client(t)
-	conf := `{"Network":"10.244.0.0/16","SubnetMin":"10.244.100.0","Backend":{"Type":"host-gw"}}`
-	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", conf); err != nil {
-		t.Fatal(err)
-	}
 	host := hnstest.NewHost(windows.Interface{Index: 4, Name: "Ethernet", Prefixes: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}})
 	hns := hnstest.New(hnstest.Options{ManagementIP: netip.MustParseAddr("192.0.2.10"), Host: host})
 	made, err := hns.CreateNetwork(&windows.HostComputeNetwork{Name: "cbr0", Type: windows.NetworkL2Bridge, Flags: windows.EnableNonPersistent,
@@ -527,32 +530,7 @@ func TestDaemonWindowsKeepsNetworkSubnet(t *testing.T) {
 		t.Fatal(err)
 	}
 	hns.ResetRequests()
-	cfg := DefaultConfig()
-	cfg.SubnetFile = filepath.Join(t.TempDir(), "subnet.env")
-	cfg.HealthzPort = 0
-	cfg.Ifaces = []string{"vEthernet (Ethernet)"}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	plane := windows.New(hns, host, windows.Config{PollInterval: 10 * time.Millisecond, WatchInterval: 50 * time.Millisecond}, log)
-	ifs := []netif.Interface{{Name: "vEthernet (Ethernet)", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane,
-			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
-			DefaultIf:  func() (string, error) { return "vEthernet (Ethernet)", nil }, GOOS: "windows"})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("weftd ended with %v", err)
-		}
-	})
-	var env subnet.Env
-	eventually(t, "subnet.env", func() bool {
-		var err error
-		env, err = subnet.ReadEnv(cfg.SubnetFile)
-		return err == nil
-	})
+	_, env := runWindowsHostGW(t, hns, host, "vEthernet (Ethernet)")
 	if sn, _ := env.LeaseSubnets(); sn != netip.MustParsePrefix("10.244.150.0/24") {
 		t.Errorf("lease %s, want the network's 10.244.150.0/24", sn)
 	}

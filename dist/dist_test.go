@@ -427,8 +427,8 @@ func checkLinux(t *testing.T, spec corev1.PodSpec, weftd corev1.Container) {
 		t.Errorf("weftd mounts the host's /run/flannel (subnet.env) at %q, want /run/flannel", got)
 	}
 	sc := weftd.SecurityContext
-	if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "NET_ADMIN") {
-		t.Error("weftd lacks CAP_NET_ADMIN")
+	if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "NET_ADMIN") || !slices.Contains(sc.Capabilities.Add, "NET_RAW") {
+		t.Error("weftd lacks CAP_NET_ADMIN (netlink, nftables) or CAP_NET_RAW (the probes' ICMP sockets)")
 	}
 	if len(spec.InitContainers) != 1 {
 		t.Fatalf("%d init containers, want 1 that installs the CNI plugin", len(spec.InitContainers))

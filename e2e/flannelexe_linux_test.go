@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -17,81 +15,10 @@ import (
 	"testing"
 	"time"
 
-	weftbackend "github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnssim"
-	"github.com/weftnet/weft/windows/hnstest"
 )
-
-// wineNode is the Windows node of a test: a cluster node whose daemon, weftd.exe or the real
-// flanneld.exe, runs under Wine against a simulated HNS served on its loopback.
-type wineNode struct {
-	*cluster.Node
-	t      *testing.T
-	prefix string // the node's Wine prefix
-	hns    *hnstest.HNS
-	srv    *hnssim.Server
-	addr   string // where srv listens, for the DLLs (WEFT_HNS_ADDR)
-}
-
-// newWineNode adds node name to c with a Wine prefix of its own; freshHNS gives it an HNS.
-func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode {
-	t.Helper()
-	n, err := c.AddNode(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wineNode{Node: n, t: t, prefix: winePrefix(t, repo)}
-	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
-		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
-		cmd.Env = append(os.Environ(), "WINEPREFIX="+w.prefix)
-		_ = cmd.Run()
-	})
-	return w
-}
-
-// freshHNS gives the node a new, empty HNS (as a reboot of a node without persistent
-// networks would), with the same IDs and DR MACs as the last: they come from a sequence.
-func (w *wineNode) freshHNS() {
-	w.t.Helper()
-	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond})
-	l, err := w.Listen("127.0.0.1:0")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	srv := hnssim.New(w.hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go func() { _ = srv.Serve(l) }()
-	w.srv = srv
-	w.t.Cleanup(func() { l.Close() })
-	w.addr = l.Addr().String()
-}
-
-// wine is the command line that runs exe under Wine in the node with args.
-func (w *wineNode) wine(exe string, args ...string) []string {
-	return append([]string{"env", "WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=computenetwork,vmcompute=n",
-		"WEFT_HNS_ADDR=" + w.addr, wine64, exe}, args...)
-}
-
-// start runs argv as the node's daemon and waits until it is ready.
-func (w *wineNode) start(argv []string) {
-	w.t.Helper()
-	if err := w.StartDaemon(argv...); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := w.WaitReady(readyTimeout); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-// stop kills the node's daemon, so that the next one finds HNS as this one left it, with
-// nothing undone on the way out.
-func (w *wineNode) stop() {
-	w.t.Helper()
-	if _, err := w.Stop(syscall.SIGKILL); err != nil && w.Running() {
-		w.t.Fatal(err)
-	}
-}
 
 // needFlanneldExe returns flanneld.exe, built once (cached across runs by its stamp), or
 // skips the test when it cannot be built.
@@ -126,132 +53,12 @@ func callKey(c hnssim.Call) string {
 	return fmt.Sprintf("%s id=%s object=%s body=%s hr=%v", name, c.ID, c.Object, c.Body, c.HResult)
 }
 
-// rsrs renders the RemoteSubnetRoute policies of the node's network flannel.4096, sorted.
-func (w *wineNode) rsrs() string {
-	net, err := w.hns.NetworkByName("flannel.4096")
-	if err != nil {
-		return "no network: " + err.Error()
-	}
-	var out []string
-	for _, p := range net.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
-		var s windows.RemoteSubnetRouteSettings
-		if err := p.Decode(&s); err != nil {
-			w.t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%s via %s (%s, VSID %d)", s.DestinationPrefix, s.ProviderAddress, s.DistributedRouterMacAddress, s.IsolationID))
-	}
-	slices.Sort(out)
-	return strings.Join(out, "; ")
-}
-
-// wantRSRs is the RemoteSubnetRoute of every node of ns as its lease says.
-func wantRSRs(t *testing.T, c *cluster.Cluster, ns []*cluster.Node) string {
-	t.Helper()
-	var out []string
-	for _, n := range ns {
-		sn, err := n.Subnet()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, fmt.Sprintf("%s via %s (%s, VSID 4096)", sn, n.IP, leaseMAC(t, c, sn)))
-	}
-	slices.Sort(out)
-	return strings.Join(out, "; ")
-}
-
-// waitRSRs waits until the node's network holds exactly the RemoteSubnetRoutes of peers.
-func (w *wineNode) waitRSRs(c *cluster.Cluster, what string, peers []*cluster.Node) {
-	w.t.Helper()
-	want := wantRSRs(w.t, c, peers)
-	deadline := time.Now().Add(60 * time.Second)
-	for got := w.rsrs(); got != want; got = w.rsrs() {
-		if !w.Running() {
-			w.t.Fatalf("%s: the daemon exited: %v\n%s", what, w.ExitState(), w.LogTail(30))
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: routes %q, want %q\nHNS:\n%s\ncalls:\n%s", what, got, want, w.hns.Render(), renderCalls(w.srv.Calls()))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// winState is what a Windows node must keep across a change of daemon.
-type winState struct {
-	networkID string
-	drMAC     string
-	subnet    netip.Prefix
-	vtepMAC   string // the lease's
-}
-
-// state reads the node's network from HNS and its lease from etcd, and checks that the lease
-// is the node's: its public IP, vxlan with VNI 4096, the DR MAC as VtepMAC.
-func (w *wineNode) state(c *cluster.Cluster) winState {
-	w.t.Helper()
-	n, err := w.hns.NetworkByName("flannel.4096")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	drMAC, err := n.DRMAC()
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	sn, err := w.Subnet()
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	if sub := n.StaticSubnet(); sub == nil || sub.IPAddressPrefix != sn.String() {
-		w.t.Errorf("network subnet %+v, subnet.env %s", sub, sn)
-	}
-	value, _ := leaseValue(w.t, c, sn)
-	var l struct {
-		PublicIP    string
-		BackendType string
-		BackendData json.RawMessage
-	}
-	if err := json.Unmarshal(value, &l); err != nil {
-		w.t.Fatalf("the Windows node's lease %s: %v", value, err)
-	}
-	data, err := weftbackend.DecodeVXLANData(l.BackendData)
-	if err != nil {
-		w.t.Fatalf("the Windows node's backend data %s: %v", l.BackendData, err)
-	}
-	if l.PublicIP != w.IP.String() || l.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
-		w.t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", value, w.IP, drMAC)
-	}
-	return winState{networkID: n.ID, drMAC: drMAC.String(), subnet: sn, vtepMAC: data.VtepMAC.String()}
-}
-
-// waitToward waits until every node of ns reaches the Windows node's subnet through its
-// VXLAN device (VNI 4096, port 4789): a route, a neighbour and an FDB entry with the DR MAC.
-func waitToward(t *testing.T, ns []*cluster.Node, win *wineNode, st winState) {
-	t.Helper()
-	mac := strings.ToLower(st.drMAC)
-	for _, n := range ns {
-		deadline := time.Now().Add(convergeTimeout)
-		for {
-			route, _ := n.RouteTo(st.subnet)
-			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", st.subnet.Addr().String(), "dev", windowsDevice))
-			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
-			dev := nodeExec(t, n, "ip", "-d", "link", "show", windowsDevice)
-			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) &&
-				strings.Contains(dev, "vxlan id 4096 ") && strings.Contains(dev, "dstport 4789 ") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s (VNI 4096, port 4789: %q) with %s",
-					n.Name, route, neigh, fdb, windowsDevice, dev, mac)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-// scene runs the daemon (its command line from argv, once the node has a new HNS) on the Windows node from an empty HNS to convergence with the
-// Linux nodes peers, then through a peer (leaver, one of peers, running weftd) leaving and
+// scene runs the daemon (its command line from argv, once the node has a new HNS) on the
+// Windows node from an empty HNS to convergence with the Linux nodes peers, then through a peer (leaver, one of peers, running weftd) leaving and
 // coming back with its subnet and VTEP MAC, and returns every HNS call it made. The daemon keeps running.
 func scene(t *testing.T, c *cluster.Cluster, w *wineNode, argv func() []string, peers []*cluster.Node, leaver *cluster.Node, weftd string) []hnssim.Call {
 	t.Helper()
-	w.freshHNS()
+	w.serveHNS(nil)
 	w.start(argv())
 	w.waitRSRs(c, "converging", peers)
 	st := w.state(c)
@@ -392,63 +199,16 @@ func vxlanIntended(networkID string) []intended {
 //     (HcnCreateNetwork, the HostRoute policy, every RemoteSubnetRoute added and removed);
 //     the reads are of the same kinds; what differs is listed in vxlanIntended, with why.
 func TestFlanneldExeUnderWine(t *testing.T) {
-	bins := needBinaries(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
+	bins, repo := needWine(t)
 	flanneldExe := needFlanneldExe(t, repo)
-	c, err := cluster.New(t, cluster.Options{NetConf: windowsConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpCluster(t, c)
-		}
-	})
+	c := newWineCluster(t, bins, windowsConf)
 	weftdExe := buildWindowsWeftd(t, repo)
-
-	var peers []*cluster.Node
-	for _, name := range []string{"n1", "n2"} {
-		n, err := c.AddNode(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.StartDaemon(append([]string{bins.weftd}, n.WeftdArgs()...)...); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, n)
-	}
-	if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
-		n, err := c.AddNode("n3")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.StartDaemon(append([]string{flanneld}, n.FlanneldArgs()...)...); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, n)
-	} else {
-		t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
-	}
-	for _, n := range peers {
-		if err := n.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
+	peers := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1", "n2"}, "n3")
 	leaver := peers[1] // weftd: it comes back with its subnet and VTEP MAC
 
 	win := newWineNode(t, c, repo, "w4")
-	common := []string{"--etcd-endpoints=" + cluster.EtcdURL, "--iface=" + win.IP.String(), "--subnet-file=" + winPath(win.SubnetFile)}
-	// flanneld.exe serves /readyz where WaitReady looks, as weftd.exe does by default.
-	flanneldArgs := append(slices.Clone(common), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))
-	weftdArgs := append(slices.Clone(common), "--source-vip-file=")
-	flanneldRun := func() []string { return win.wine(flanneldExe, flanneldArgs...) }
-	weftdRun := func() []string { return win.wine(weftdExe, weftdArgs...) }
+	flanneldRun := func() []string { return win.flanneldArgv(flanneldExe, true) }
+	weftdRun := func() []string { return win.weftdArgv(weftdExe) }
 
 	start := time.Now()
 	fromFlanneld := scene(t, c, win, flanneldRun, peers, leaver, bins.weftd)
@@ -576,9 +336,6 @@ func TestCompareCalls(t *testing.T) {
 	}
 }
 
-// hostGWNetConf is flannel's host-gw config, on every node.
-const hostGWNetConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
-
 // buildCmdletStub builds e2e/cmdletstub, the stand-in for PowerShell, as dir/powershell.exe.
 func buildCmdletStub(t *testing.T, repo, dir string) {
 	t.Helper()
@@ -663,55 +420,24 @@ func v1Requests(t *testing.T, calls []hnssim.Call) []string {
 // by its text alone, which Wine cannot give it (see below), so under Wine the restart stops
 // there.
 func TestFlanneldExeHostGWUnderWine(t *testing.T) {
-	bins := needBinaries(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
+	bins, repo := needWine(t)
 	flanneldExe := needFlanneldExe(t, repo)
-	c, err := cluster.New(t, cluster.Options{NetConf: hostGWNetConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpCluster(t, c)
-		}
-	})
+	c := newWineCluster(t, bins, hostGWConf)
 	stub := filepath.Join(c.Dir(), "cmdletstub")
 	if err := os.Mkdir(stub, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	buildCmdletStub(t, repo, stub)
 
-	var peers []*cluster.Node
-	for _, name := range []string{"n1", "n2"} {
-		n, err := c.AddNode(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.StartDaemon(append([]string{bins.weftd}, n.WeftdArgs()...)...); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, n)
-	}
-	for _, n := range peers {
-		if err := n.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
+	peers := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1", "n2"}, "")
 	win := newWineNode(t, c, repo, "w3")
-	win.freshHNS()
+	win.serveHNS(nil)
 	cmdletLog := filepath.Join(win.Dir, "cmdlets.log")
 	// run runs flanneld.exe until it stops, which it must with the error stop, and returns
 	// the end of its run's log.
-	run := func(stop string, iface ...string) string {
+	run := func(stop string, iface bool) string {
 		t.Helper()
-		argv := win.wine(flanneldExe, append(iface, "--etcd-endpoints="+cluster.EtcdURL,
-			"--subnet-file="+winPath(win.SubnetFile), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+		argv := win.flanneldArgv(flanneldExe, iface)
 		argv = slices.Insert(argv, 1, "WINEPATH="+winPath(stub), "WEFT_CMDLET_LOG="+winPath(cmdletLog))
 		win.srv.ResetCalls()
 		if err := win.StartDaemon(argv...); err != nil {
@@ -727,7 +453,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 		return logTail
 	}
 	// Without --iface, flanneld's first step is a cmdlet: the default route's interface.
-	run("Failed to find any valid interface to use")
+	run("Failed to find any valid interface to use", false)
 	ran := cmdlets(t, cmdletLog)
 	if len(ran) != 1 || len(ran[0]) != 5 || !strings.Contains(ran[0][4], `ConvertTo-Json (Get-NetRoute | Where { $_.DestinationPrefix -eq '0.0.0.0/0' } | Select-Object -Property ifIndex)`) {
 		t.Errorf("without --iface flanneld.exe ran %q, want the default route's interface from Get-NetRoute", ran)
@@ -737,7 +463,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	}
 
 	start := time.Now()
-	if logTail := run("failed to enable forwarding on eth0", "--iface="+win.IP.String()); !strings.Contains(logTail, "cmdletstub: not run") {
+	if logTail := run("failed to enable forwarding on eth0", true); !strings.Contains(logTail, "cmdletstub: not run") {
 		t.Errorf("flanneld.exe's first run did not stop at the stand-in's refusal:\n%s", logTail)
 	}
 	t.Logf("flanneld.exe host-gw ran to its first cmdlet in %v", time.Since(start).Round(time.Millisecond))
@@ -759,15 +485,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	if !sn.IsValid() {
 		t.Fatalf("no lease of the Windows node's address %s in %v", win.IP, leases)
 	}
-	for _, n := range peers {
-		deadline := time.Now().Add(convergeTimeout)
-		for route, _ := n.RouteTo(sn); !strings.Contains(route, "via "+win.IP.String()+" dev eth0"); route, _ = n.RouteTo(sn) {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s: route to the Windows node's %s: %q, want via %s", n.Name, sn, route, win.IP)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitRouteVia(t, peers, sn, win.IP)
 
 	// What it asked of HNS, and what that left there.
 	first := v1Requests(t, win.srv.Calls())
@@ -815,7 +533,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	// FormatMessage): Wine has no text for HNS's codes ("winapi error #2151350292"), so under
 	// Wine flanneld.exe retries for 5 s and stops there, before any cmdlet. (The text is the
 	// installation's language's, so a localized Windows would fail the same way.)
-	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment", "--iface="+win.IP.String())
+	logTail := run("failed to hot attach bridge HNSEndpoint cbr0_ep to host compartment", true)
 	if !strings.Contains(logTail, "0x803b0014") {
 		t.Errorf("flanneld.exe's restart did not stop at HCN_E_ENDPOINT_ALREADY_ATTACHED (0x803b0014):\n%s", logTail)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,7 +21,6 @@ import (
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
-	"github.com/weftnet/weft/windows/hnssim"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
@@ -73,56 +71,26 @@ func buildWindowsPrograms(t *testing.T, repo string) string {
 	return windowsPrograms.dir
 }
 
-// winNode is a node running weftd.exe under Wine against a simulated HNS of its own, with
-// the Windows paths of a real node inside its Wine prefix's drive C: subnet.env at
-// flannel's C:\run\flannel\subnet.env, the CNI configuration in C:\etc\cni\net.d and the
-// plugins in C:\opt\cni\bin, as weft.yaml's Windows DaemonSet installs them.
-type winNode struct {
-	*cluster.Node
-	hns    *hnstest.HNS
-	srv    *hnssim.Server
-	prefix string
-	env    []string // Wine's environment for the node's programs
-}
-
 // driveC is a path of the node's drive C: as a path here.
-func (w *winNode) driveC(winPath string) string {
+func (w *wineNode) driveC(winPath string) string {
 	rel := strings.TrimPrefix(strings.ReplaceAll(winPath, `\`, "/"), "C:/")
 	return filepath.Join(w.prefix, "drive_c", rel)
 }
 
 // startWindowsNode adds a node running weftd.exe under Wine (see TestWindowsNodeUnderWine
-// for how), with the CNI plugins of programs installed in its C:\opt\cni\bin, and waits
-// until it is ready. For host-gw its HNS has a simulated host, which weftd.exe's IP Helper
-// calls reach through tools/wine's iphlpapi.dll (see TestWindowsHostGWUnderWine).
-func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name string, hostGW bool) *winNode {
+// for how), with the Windows paths of a real node inside its Wine prefix's drive C:
+// subnet.env at flannel's C:\run\flannel\subnet.env, the CNI plugins of programs in
+// C:\opt\cni\bin (and the CNI configuration in C:\etc\cni\net.d: installConflist), as
+// weft.yaml's Windows DaemonSet installs them; it waits until the node is ready. For host-gw
+// its HNS has a simulated host (see TestWindowsHostGWUnderWine).
+func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name string, hostGW bool) *wineNode {
 	t.Helper()
-	n, err := c.AddNode(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := hnstest.Options{ManagementIP: n.IP, Blip: 300 * time.Millisecond}
-	overrides := "computenetwork,vmcompute=n"
+	w := newWineNode(t, c, repo, name)
+	var host *hnstest.Host
 	if hostGW {
-		o.Host, overrides = windowsHost(t, n), "computenetwork,vmcompute,iphlpapi=n"
+		host = windowsHost(t, w.Node)
 	}
-	w := &winNode{Node: n, hns: hnstest.New(o)}
-	l, err := n.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.srv = hnssim.New(w.hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go func() { _ = w.srv.Serve(l) }()
-	t.Cleanup(func() { l.Close() })
-	w.prefix = winePrefix(t, repo)
-	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
-		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
-		cmd.Env = append(os.Environ(), "WINEPREFIX="+w.prefix)
-		_ = cmd.Run()
-	})
-	w.env = []string{"WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=" + overrides,
-		"WEFT_HNS_ADDR=" + l.Addr().String()}
-
+	w.serveHNS(host)
 	bin := w.driveC(`C:\opt\cni\bin`)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -133,46 +101,14 @@ func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name str
 		}
 	}
 	// WaitReady and the tests read subnet.env where weftd.exe writes it.
-	w.SubnetFile = w.driveC(`C:\run\flannel\subnet.env`)
-	argv := append([]string{"env"}, w.env...)
-	argv = append(argv, wine64, filepath.Join(programs, "weftd.exe"),
-		"--etcd-endpoints="+cluster.EtcdURL, "--iface="+n.IP.String(),
-		`--subnet-file=C:\run\flannel\subnet.env`, "--source-vip-file=")
-	if err := n.StartDaemon(argv...); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.WaitReady(readyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	w.subnetFile = `C:\run\flannel\subnet.env`
+	w.SubnetFile = w.driveC(w.subnetFile)
+	w.start(w.weftdArgv(filepath.Join(programs, "weftd.exe")))
 	return w
 }
 
-// windowsHost is the Windows node's host before HNS touches it, as Wine shows the
-// namespace's interfaces (Go's net package names them through Wine's own iphlpapi): the
-// loopback and eth0, each with its route, and the default route via the underlay.
-func windowsHost(t *testing.T, n *cluster.Node) *hnstest.Host {
-	t.Helper()
-	var eth0 uint32
-	if _, err := fmt.Sscanf(nodeExec(t, n, "cat", "/sys/class/net/eth0/ifindex"), "%d", &eth0); err != nil {
-		t.Fatal(err)
-	}
-	pfx := netip.MustParsePrefix
-	host := hnstest.NewHost(
-		windows.Interface{Index: 1, Name: "lo", Prefixes: []netip.Prefix{pfx("127.0.0.1/8")}},
-		windows.Interface{Index: eth0, Name: "eth0", Prefixes: []netip.Prefix{netip.PrefixFrom(n.IP, 24)}})
-	for _, r := range []windows.HostRoute{
-		{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256},
-		{Dst: pfx("0.0.0.0/0"), NextHop: netip.MustParseAddr(cluster.UnderlayGateway), IfIndex: eth0, Metric: 256},
-	} {
-		if err := host.AddRoute(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return host
-}
-
 // installConflist puts the CNI configuration list where the runtime reads it.
-func (w *winNode) installConflist(t *testing.T, conf []byte) {
+func (w *wineNode) installConflist(t *testing.T, conf []byte) {
 	t.Helper()
 	dir := w.driveC(`C:\etc\cni\net.d`)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -231,15 +167,13 @@ type podAnswer struct {
 // being kubeadm's cluster DNS. Its working directory is the prefix's drive C:, so that
 // what the CNI library and host-local keep under \var\lib\cni is on drive C:, as on a real
 // node.
-func (w *winNode) runPod(t *testing.T, programs, id string) *podRunner {
+func (w *wineNode) runPod(t *testing.T, programs, id string) *podRunner {
 	t.Helper()
-	args := []string{"netns", "exec", w.NS, "env"}
-	args = append(args, w.env...)
-	args = append(args, wine64, filepath.Join(programs, "wincni.exe"), "--id="+id,
+	argv := w.wine(filepath.Join(programs, "wincni.exe"), "--id="+id,
 		`--conf-dir=C:\etc\cni\net.d`, `--bin-dir=C:\opt\cni\bin`, "--name=web", "--namespace=default",
 		"--uid=6b2f1c9e-2d1f-4a55-9a8e-0c7d3e5f1a20", "--dns-servers=10.96.0.10",
 		"--dns-searches=default.svc.cluster.local,svc.cluster.local")
-	cmd := exec.Command("ip", args...)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, argv...)...)
 	cmd.Dir = filepath.Join(w.prefix, "drive_c")
 	p := &podRunner{t: t, cmd: cmd, out: make(chan string), stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr
@@ -385,35 +319,11 @@ func TestWindowsPodUnderWine(t *testing.T) {
 }
 
 func testWindowsPod(t *testing.T, netConf string, pc podCase) {
-	bins := needBinaries(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
+	bins, repo := needWine(t)
 	programs := buildWindowsPrograms(t, repo)
 	start := time.Now()
-	c, err := cluster.New(t, cluster.Options{NetConf: netConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpCluster(t, c)
-		}
-	})
-	linux, err := c.AddNode("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := linux.StartDaemon(append([]string{bins.weftd}, linux.WeftdArgs()...)...); err != nil {
-		t.Fatal(err)
-	}
-	if err := linux.WaitReady(readyTimeout); err != nil {
-		t.Fatal(err)
-	}
+	c := newWineCluster(t, bins, netConf)
+	startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "")
 	w := startWindowsNode(t, c, repo, programs, "w2", !pc.overlay)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -634,12 +544,9 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	if ns := namespace(); ns != nil {
 		t.Errorf("namespace %s is still in HNS after its removal", nsID)
 	}
+	w.refused()
 	deletes := 0
 	for _, call := range w.srv.Calls() {
-		switch call.HResult {
-		case windows.HCNInvalidJSON, windows.InvalidArg, windows.NotImpl:
-			t.Errorf("HNS refused %s %s %s %s: %v", call.Name, call.Method, call.Object, call.Body, call.HResult)
-		}
 		if call.Name == "HcnDeleteNamespace" && strings.EqualFold(call.ID, nsID) && call.HResult == 0 {
 			deletes++
 		}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,14 +15,12 @@ import (
 
 	weftbackend "github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/winetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnssim"
 	"github.com/weftnet/weft/windows/hnstest"
 )
-
-// wine64 is Debian's Wine loader (tools/wine/setup.sh installs it).
-const wine64 = "/usr/lib/wine/wine64"
 
 // winPath is a Linux path as a Windows program under Wine names it (drive Z: is /).
 func winPath(p string) string { return `Z:` + strings.ReplaceAll(p, "/", `\`) }
@@ -35,29 +31,72 @@ const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":
 // windowsDevice is the Linux nodes' VXLAN device of VNI 4096.
 const windowsDevice = "flannel.4096"
 
-// winePrefix makes a Wine prefix of the node's own from the one tools/wine/setup.sh made
-// (hard links: no copy of its 700 MB; so it is made next to it, on the same file system), so
-// that the node's wineserver, which makes the sockets of its programs, starts in the node's
-// network namespace. It is removed when the test ends.
-func winePrefix(t *testing.T, repo string) string {
+// hostGWConf is flannel's host-gw config, on every node.
+const hostGWConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
+
+// needWine returns the cluster's binaries and the repository, or skips the test when this
+// machine cannot run a cluster or Wine.
+func needWine(t *testing.T) (binaries, string) {
 	t.Helper()
-	src := filepath.Join(repo, ".cache", "wine")
-	dst, err := os.MkdirTemp(filepath.Join(repo, ".cache"), "wine-node-")
+	bins := needBinaries(t)
+	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dst) })
-	for _, args := range [][]string{
-		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
-		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
-		// .update-timestamp too: without it Wine updates the prefix first (wineboot, ~12 s).
-		{"sh", "-c", "cp -p " + src + "/*.reg " + src + "/.update-timestamp " + dst},
-	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
+	winetest.Need(t, repo)
+	return bins, repo
+}
+
+// newWineCluster makes a cluster of netConf whose nodes run the daemons the test starts
+// (no Options.Weftd: the Windows node's is no Linux weftd), dumped if the test fails.
+func newWineCluster(t *testing.T, bins binaries, netConf string) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.New(t, cluster.Options{NetConf: netConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+	})
+	return c
+}
+
+// startLinuxPeers adds a node running weftd for each of names and, if flanneldName is not
+// empty and the real flanneld can be built here, one running flanneld, and waits until they
+// are ready.
+func startLinuxPeers(t *testing.T, c *cluster.Cluster, repo, weftd string, names []string, flanneldName string) []*cluster.Node {
+	t.Helper()
+	var nodes []*cluster.Node
+	start := func(name string, argv func(n *cluster.Node) []string) {
+		t.Helper()
+		n, err := c.AddNode(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartDaemon(argv(n)...); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	for _, name := range names {
+		start(name, func(n *cluster.Node) []string { return append([]string{weftd}, n.WeftdArgs()...) })
+	}
+	if flanneldName != "" {
+		if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
+			start(flanneldName, func(n *cluster.Node) []string { return append([]string{flanneld}, n.FlanneldArgs()...) })
+		} else {
+			t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
 		}
 	}
-	return dst
+	// They start together; waiting in turn costs no more than the slowest.
+	for _, n := range nodes {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes
 }
 
 // buildWindowsWeftd is weftd.exe (GOOS=windows), built once per test run with the other
@@ -67,56 +106,318 @@ func buildWindowsWeftd(t *testing.T, repo string) string {
 	return filepath.Join(buildWindowsPrograms(t, repo), "weftd.exe")
 }
 
-// wineWeftd is weftd.exe on a Windows node under Wine: the simulated HNS service of an HNS
-// listening on the node's loopback, a Wine prefix of the node's own, and the command line
-// that runs weftd.exe there with the simulated DLLs overrides lists (WINEDLLOVERRIDES).
-type wineWeftd struct {
-	srv  *hnssim.Server
-	argv []string
+// wineNode is the Windows node of a test: a cluster node whose daemon (weftd.exe or the real
+// flanneld.exe) and other programs run under Wine, in a Wine prefix of the node's own,
+// against a simulated HNS: the in-memory HNS behind the simulated HNS service
+// (windows/hnssim), listening on the node's loopback, which the simulated DLLs that
+// tools/wine/setup.sh puts in the prefix call.
+type wineNode struct {
+	*cluster.Node
+	t          *testing.T
+	prefix     string // the node's Wine prefix, whose wineserver starts in the node's namespace
+	subnetFile string // subnet.env, as the node's programs name it
+	hns        *hnstest.HNS
+	host       *hnstest.Host // host-gw's simulated host, or nil
+	srv        *hnssim.Server
+	env        []string // Wine's environment for the node's programs
 }
 
-func newWineWeftd(t *testing.T, repo, exe string, win *cluster.Node, hns *hnstest.HNS, overrides string, args ...string) *wineWeftd {
+// newWineNode adds node name to c with a Wine prefix of its own; serveHNS gives it an HNS.
+func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode {
 	t.Helper()
-	l, err := win.Listen("127.0.0.1:0")
+	n, err := c.AddNode(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := hnssim.New(hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { l.Close() })
-	prefix := winePrefix(t, repo)
-	t.Cleanup(func() { // the node's wineserver, before the cluster's namespaces go
-		cmd := exec.Command("/usr/lib/wine/wineserver", "-k")
-		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix)
-		_ = cmd.Run()
-	})
-	// /readyz on the node's 127.0.0.1:8285, as the Linux nodes'.
-	argv := append([]string{"env", "WINEPREFIX=" + prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=" + overrides,
-		"WEFT_HNS_ADDR=" + l.Addr().String(), wine64, exe,
-		"--etcd-endpoints=" + cluster.EtcdURL, "--iface=" + win.IP.String(),
-		"--subnet-file=" + winPath(win.SubnetFile)}, args...)
-	return &wineWeftd{srv: srv, argv: argv}
+	// Made after the cluster: its wineserver is stopped before the namespaces go.
+	prefix := winetest.Prefix(t, repo, "wine-node-")
+	return &wineNode{Node: n, t: t, prefix: prefix, subnetFile: winPath(n.SubnetFile)}
 }
 
-// start starts weftd.exe and waits until it is ready.
-func (w *wineWeftd) start(t *testing.T, win *cluster.Node) {
-	t.Helper()
-	if err := win.StartDaemon(w.argv...); err != nil {
-		t.Fatal(err)
+// serveHNS gives the node a new, empty HNS (as a reboot of a node without persistent
+// networks would), with the same IDs and DR MACs as the last: they come from a sequence.
+// host, if not nil, is the node's simulated host (host-gw), which the HNS moves the node's
+// address on when it makes an L2Bridge network and which the programs' IP Helper calls
+// reach through tools/wine's iphlpapi.dll (Wine 8's lacks GetIpInterfaceEntry and the route
+// writes).
+func (w *wineNode) serveHNS(host *hnstest.Host) {
+	w.t.Helper()
+	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond, Host: host})
+	w.host = host
+	l, err := w.Listen("127.0.0.1:0")
+	if err != nil {
+		w.t.Fatal(err)
 	}
-	if err := win.WaitReady(readyTimeout); err != nil {
-		t.Fatal(err)
+	w.srv = hnssim.New(w.hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go func() { _ = w.srv.Serve(l) }()
+	w.t.Cleanup(func() { l.Close() })
+	overrides := "computenetwork,vmcompute=n"
+	if host != nil {
+		overrides = "computenetwork,vmcompute,iphlpapi=n"
+	}
+	w.env = []string{"WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=" + overrides,
+		"WEFT_HNS_ADDR=" + l.Addr().String()}
+}
+
+// wine is the command line that runs exe under Wine in the node with args.
+func (w *wineNode) wine(exe string, args ...string) []string {
+	argv := append([]string{"env"}, w.env...)
+	return append(append(argv, winetest.Wine64, exe), args...)
+}
+
+// flags are the flags flanneld and weftd share: etcd, the node's subnet.env and, with
+// iface, the node's address as the interface to use.
+func (w *wineNode) flags(iface bool) []string {
+	f := []string{"--etcd-endpoints=" + cluster.EtcdURL, "--subnet-file=" + w.subnetFile}
+	if iface {
+		f = append(f, "--iface="+w.IP.String())
+	}
+	return f
+}
+
+// weftdArgv is the command line of weftd.exe on the node, serving /readyz on the node's
+// 127.0.0.1:8285, as the Linux nodes' do.
+func (w *wineNode) weftdArgv(exe string) []string {
+	return w.wine(exe, append(w.flags(true), "--source-vip-file=")...)
+}
+
+// flanneldArgv is the command line of flanneld.exe on the node, serving /readyz where
+// WaitReady looks, as weftd.exe does by default; without iface it finds its interface itself.
+func (w *wineNode) flanneldArgv(exe string, iface bool) []string {
+	return w.wine(exe, append(w.flags(iface), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+}
+
+// start runs argv as the node's daemon and waits until it is ready.
+func (w *wineNode) start(argv []string) {
+	w.t.Helper()
+	if err := w.StartDaemon(argv...); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.WaitReady(readyTimeout); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// stop kills the node's daemon, so that the next one finds HNS as this one left it, with
+// nothing undone on the way out.
+func (w *wineNode) stop() {
+	w.t.Helper()
+	if _, err := w.Stop(syscall.SIGKILL); err != nil && w.Running() {
+		w.t.Fatal(err)
 	}
 }
 
 // refused fails the test for every call HNS refused as a request it does not take (its
 // JSON, an argument, a call it lacks): the plane would have logged and retried, not stopped.
-func (w *wineWeftd) refused(t *testing.T) {
-	t.Helper()
+func (w *wineNode) refused() {
+	w.t.Helper()
 	for _, call := range w.srv.Calls() {
 		switch call.HResult {
 		case windows.HCNInvalidJSON, windows.InvalidArg, windows.NotImpl:
-			t.Errorf("HNS refused %s %s %s: %v", call.Name, call.Object, call.Body, call.HResult)
+			w.t.Errorf("HNS refused %s %s %s %s: %v", call.Name, call.Method, call.Object, call.Body, call.HResult)
+		}
+	}
+}
+
+// restartAdopts kills the node's daemon and starts argv, which must adopt what the last one
+// left: once ready again it has read the network networkID from HNS and asked HNS for no
+// change at all (no create, modify or delete, not even one HNS refuses; no HNS v1 request
+// but a GET), as the calls hcn made show, and written nothing on the host; HNS and the host
+// are as they were.
+func (w *wineNode) restartAdopts(argv []string, networkID string) {
+	w.t.Helper()
+	w.stop()
+	state := func() string {
+		if w.host == nil {
+			return w.hns.Render()
+		}
+		return w.hns.Render() + w.host.Render()
+	}
+	before := state()
+	w.hns.ResetRequests()
+	w.srv.ResetCalls()
+	if w.host != nil {
+		w.host.ResetCalls()
+	}
+	w.start(argv) // ready: converged once, anything to write is written
+	if n := lookups(w.srv.Calls(), networkID); n == 0 {
+		w.t.Fatalf("the restarted daemon is ready without having read its network from HNS: %+v", w.srv.Calls())
+	}
+	for _, call := range w.srv.Calls() {
+		if call.Mutates() || call.Name == "HNSCall" && call.Method != "GET" {
+			w.t.Errorf("the restart asked HNS for a change: %s %s %s %s (%v)", call.Name, call.ID, call.Object, call.Body, call.HResult)
+		}
+	}
+	if r := w.hns.Requests(); len(r) != 0 {
+		w.t.Errorf("the restart changed HNS with %d requests, want none: %+v", len(r), r)
+	}
+	if w.host != nil {
+		for _, call := range []string{"AddRoute", "DeleteRoute", "SetForwarding"} {
+			if n := w.host.Calls()[call]; n != 0 {
+				w.t.Errorf("the restart wrote the host: %s %d times", call, n)
+			}
+		}
+	}
+	if after := state(); after != before {
+		w.t.Errorf("the restart changed HNS or the host:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// rsrs renders the RemoteSubnetRoute policies of the node's network flannel.4096, sorted.
+func (w *wineNode) rsrs() string {
+	net, err := w.hns.NetworkByName("flannel.4096")
+	if err != nil {
+		return "no network: " + err.Error()
+	}
+	var out []string
+	for _, p := range net.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
+		var s windows.RemoteSubnetRouteSettings
+		if err := p.Decode(&s); err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s via %s (%s, VSID %d)", s.DestinationPrefix, s.ProviderAddress, s.DistributedRouterMacAddress, s.IsolationID))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// wantRSRs is the RemoteSubnetRoute of every node of ns as its lease says.
+func wantRSRs(t *testing.T, c *cluster.Cluster, ns []*cluster.Node) string {
+	t.Helper()
+	var out []string
+	for _, n := range ns {
+		sn, err := n.Subnet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s via %s (%s, VSID 4096)", sn, n.IP, leaseMAC(t, c, sn)))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// waitRSRs waits until the node's network holds exactly the RemoteSubnetRoutes of peers.
+func (w *wineNode) waitRSRs(c *cluster.Cluster, what string, peers []*cluster.Node) {
+	w.t.Helper()
+	want := wantRSRs(w.t, c, peers)
+	deadline := time.Now().Add(60 * time.Second)
+	for got := w.rsrs(); got != want; got = w.rsrs() {
+		if !w.Running() {
+			w.t.Fatalf("%s: the daemon exited: %v\n%s", what, w.ExitState(), w.LogTail(30))
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: routes %q, want %q\nHNS:\n%s\ncalls:\n%s", what, got, want, w.hns.Render(), renderCalls(w.srv.Calls()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// winState is what a Windows node must keep across a change of daemon.
+type winState struct {
+	networkID string
+	drMAC     string
+	subnet    netip.Prefix
+	vtepMAC   string // the lease's
+}
+
+// state reads the node's network from HNS and its lease from etcd, and checks that the lease
+// is the node's: its public IP, vxlan with VNI 4096, the DR MAC as VtepMAC.
+func (w *wineNode) state(c *cluster.Cluster) winState {
+	w.t.Helper()
+	n, err := w.hns.NetworkByName("flannel.4096")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	drMAC, err := n.DRMAC()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	sn, err := w.Subnet()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if sub := n.StaticSubnet(); sub == nil || sub.IPAddressPrefix != sn.String() {
+		w.t.Errorf("network subnet %+v, subnet.env %s", sub, sn)
+	}
+	value, _ := leaseValue(w.t, c, sn)
+	var l struct {
+		PublicIP    string
+		BackendType string
+		BackendData json.RawMessage
+	}
+	if err := json.Unmarshal(value, &l); err != nil {
+		w.t.Fatalf("the Windows node's lease %s: %v", value, err)
+	}
+	data, err := weftbackend.DecodeVXLANData(l.BackendData)
+	if err != nil {
+		w.t.Fatalf("the Windows node's backend data %s: %v", l.BackendData, err)
+	}
+	if l.PublicIP != w.IP.String() || l.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
+		w.t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", value, w.IP, drMAC)
+	}
+	return winState{networkID: n.ID, drMAC: drMAC.String(), subnet: sn, vtepMAC: data.VtepMAC.String()}
+}
+
+// waitToward waits until every node of ns reaches the Windows node's subnet through its
+// VXLAN device (VNI 4096, port 4789): a route, a neighbour and an FDB entry with the DR MAC.
+func waitToward(t *testing.T, ns []*cluster.Node, win *wineNode, st winState) {
+	t.Helper()
+	mac := strings.ToLower(st.drMAC)
+	for _, n := range ns {
+		deadline := time.Now().Add(convergeTimeout)
+		for {
+			route, _ := n.RouteTo(st.subnet)
+			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", st.subnet.Addr().String(), "dev", windowsDevice))
+			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
+			dev := nodeExec(t, n, "ip", "-d", "link", "show", windowsDevice)
+			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) &&
+				strings.Contains(dev, "vxlan id 4096 ") && strings.Contains(dev, "dstport 4789 ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s (VNI 4096, port 4789: %q) with %s",
+					n.Name, route, neigh, fdb, windowsDevice, dev, mac)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// windowsHost is the Windows node's host before HNS touches it, as Wine shows the
+// namespace's interfaces (Go's net package names them through Wine's own iphlpapi): the
+// loopback and eth0, each with its route, and the default route via the underlay.
+func windowsHost(t *testing.T, n *cluster.Node) *hnstest.Host {
+	t.Helper()
+	var eth0 uint32
+	if _, err := fmt.Sscanf(nodeExec(t, n, "cat", "/sys/class/net/eth0/ifindex"), "%d", &eth0); err != nil {
+		t.Fatal(err)
+	}
+	pfx := netip.MustParsePrefix
+	host := hnstest.NewHost(
+		windows.Interface{Index: 1, Name: "lo", Prefixes: []netip.Prefix{pfx("127.0.0.1/8")}},
+		windows.Interface{Index: eth0, Name: "eth0", Prefixes: []netip.Prefix{netip.PrefixFrom(n.IP, 24)}})
+	for _, r := range []windows.HostRoute{
+		{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256},
+		{Dst: pfx("0.0.0.0/0"), NextHop: netip.MustParseAddr(cluster.UnderlayGateway), IfIndex: eth0, Metric: 256},
+	} {
+		if err := host.AddRoute(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return host
+}
+
+// waitRouteVia waits until every node of ns routes sn via the address via on its eth0, as
+// host-gw routes a Windows node's subnet.
+func waitRouteVia(t *testing.T, ns []*cluster.Node, sn netip.Prefix, via netip.Addr) {
+	t.Helper()
+	for _, n := range ns {
+		deadline := time.Now().Add(convergeTimeout)
+		for route, _ := n.RouteTo(sn); !strings.Contains(route, "via "+via.String()+" dev eth0"); route, _ = n.RouteTo(sn) {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s's route to the Windows node's %s: %q, want via %s dev eth0", n.Name, sn, route, via)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }
@@ -134,216 +435,53 @@ func (w *wineWeftd) refused(t *testing.T) {
 // (no create, modify or delete call, not even a refused one). (No packet crosses to
 // the Windows node: it has no data plane. TestWindowsHostGWUnderWine runs host-gw.)
 func TestWindowsNodeUnderWine(t *testing.T) {
-	bins := needBinaries(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
-	c, err := cluster.New(t, cluster.Options{NetConf: windowsConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpCluster(t, c)
-		}
-	})
+	bins, repo := needWine(t)
+	c := newWineCluster(t, bins, windowsConf)
 	exe := buildWindowsWeftd(t, repo)
+	nodes := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "n2")
 
-	addNode := func(name string) *cluster.Node {
-		t.Helper()
-		n, err := c.AddNode(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	linux := addNode("n1")
-	if err := linux.StartDaemon(append([]string{bins.weftd}, linux.WeftdArgs()...)...); err != nil {
-		t.Fatal(err)
-	}
-	nodes := []*cluster.Node{linux}
-	if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
-		fl := addNode("n2")
-		if err := fl.StartDaemon(append([]string{flanneld}, fl.FlanneldArgs()...)...); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, fl)
-	} else {
-		t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
-	}
-	for _, n := range nodes {
-		if err := n.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
+	win := newWineNode(t, c, repo, "w3")
+	win.serveHNS(nil)
+	argv := win.weftdArgv(exe)
+	win.start(argv)
+	win.waitRSRs(c, "the Linux nodes", nodes)
 
-	win := addNode("w3")
-	hns := hnstest.New(hnstest.Options{ManagementIP: win.IP, Blip: 300 * time.Millisecond})
-	w := newWineWeftd(t, repo, exe, win, hns, "computenetwork,vmcompute=n", "--source-vip-file=")
-	srv := w.srv
-	w.start(t, win)
-
-	routes := func() string {
-		net, err := hns.NetworkByName("flannel.4096")
-		if err != nil {
-			return "no network: " + err.Error()
-		}
-		var out []string
-		for _, p := range net.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
-			var s windows.RemoteSubnetRouteSettings
-			if err := p.Decode(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, fmt.Sprintf("%s via %s (%s, VSID %d)", s.DestinationPrefix, s.ProviderAddress, s.DistributedRouterMacAddress, s.IsolationID))
-		}
-		slices.Sort(out)
-		return strings.Join(out, "; ")
-	}
-	// want is the RemoteSubnetRoute of every Linux node as its lease says.
-	want := func(ns []*cluster.Node) string {
-		t.Helper()
-		var out []string
-		for _, n := range ns {
-			env, err := subnet.ReadEnv(n.SubnetFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sn, _ := env.LeaseSubnets()
-			mac := leaseMAC(t, c, sn)
-			out = append(out, fmt.Sprintf("%s via %s (%s, VSID 4096)", sn, n.IP, mac))
-		}
-		slices.Sort(out)
-		return strings.Join(out, "; ")
-	}
-	wait := func(what, want string) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for got := routes(); got != want; got = routes() {
-			if !win.Running() {
-				t.Fatalf("%s: weftd.exe exited: %v\n%s", what, win.ExitState(), win.LogTail(30))
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: routes %q, want %q\nHNS:\n%s", what, got, want, hns.Render())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	wait("the Linux nodes", want(nodes))
-
-	// The Windows node's lease: VNI 4096, its address, the DR MAC as VtepMAC, one write.
-	network, err := hns.NetworkByName("flannel.4096")
-	if err != nil {
-		t.Fatal(err)
-	}
-	drMAC, err := network.DRMAC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := subnet.ReadEnv(win.SubnetFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	winSN, _ := env.LeaseSubnets()
-	value, version := leaseValue(t, c, winSN)
-	var lease struct {
-		PublicIP    string
-		BackendType string
-		BackendData json.RawMessage
-	}
-	if err := json.Unmarshal(value, &lease); err != nil {
-		t.Fatalf("the Windows node's lease %s: %v", value, err)
-	}
-	data, err := weftbackend.DecodeVXLANData(lease.BackendData)
-	if err != nil {
-		t.Fatalf("the Windows node's backend data %s: %v", lease.BackendData, err)
-	}
-	if lease.PublicIP != win.IP.String() || lease.BackendType != "vxlan" || data.VNI != 4096 || data.VtepMAC != drMAC {
-		t.Errorf("the Windows node's lease %s, want public IP %s, VNI 4096, VtepMAC %s (the DR MAC)", value, win.IP, drMAC)
-	}
-	if version != 1 {
+	// The Windows node's lease: VNI 4096, its address, the DR MAC as VtepMAC (state checks
+	// them), one write.
+	st := win.state(c)
+	if _, version := leaseValue(t, c, st.subnet); version != 1 {
 		t.Errorf("the Windows node's lease was written %d times, want once", version)
-	}
-	if sub := network.StaticSubnet(); sub == nil || sub.IPAddressPrefix != winSN.String() {
-		t.Errorf("network subnet %+v, lease %s", sub, winSN)
 	}
 
 	// Every Linux node, weftd's and flanneld's, reaches the Windows node's subnet through its
 	// VXLAN device (VNI 4096, port 4789: the net-conf they share with it): a route, a
 	// neighbour and an FDB entry with the DR MAC.
-	mac := strings.ToLower(drMAC.String())
-	for _, n := range nodes {
-		deadline := time.Now().Add(convergeTimeout)
-		for {
-			route, _ := n.RouteTo(winSN)
-			neigh := strings.TrimSpace(nodeExec(t, n, "ip", "neigh", "show", winSN.Addr().String(), "dev", windowsDevice))
-			fdb := nodeExec(t, n, "bridge", "fdb", "show", "dev", windowsDevice)
-			dev := nodeExec(t, n, "ip", "-d", "link", "show", windowsDevice)
-			if strings.Contains(route, windowsDevice) && strings.Contains(neigh, mac) && strings.Contains(fdb, mac+" dst "+win.IP.String()) &&
-				strings.Contains(dev, "vxlan id 4096 ") && strings.Contains(dev, "dstport 4789 ") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s toward the Windows node: route %q neighbour %q fdb %q; want them through %s (VNI 4096, port 4789: %q) with %s",
-					n.Name, route, neigh, fdb, windowsDevice, dev, mac)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitToward(t, nodes, win, st)
 
 	// A Linux node joins, one leaves: the routes follow.
-	late := addNode("n4")
-	if err := late.StartDaemon(append([]string{bins.weftd}, late.WeftdArgs()...)...); err != nil {
-		t.Fatal(err)
-	}
-	if err := late.WaitReady(readyTimeout); err != nil {
-		t.Fatal(err)
-	}
-	wait("a node joins", want(append(slices.Clone(nodes), late)))
+	late := startLinuxPeers(t, c, repo, bins.weftd, []string{"n4"}, "")[0]
+	win.waitRSRs(c, "a node joins", append(slices.Clone(nodes), late))
 	if _, err := late.Stop(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	lateEnv, err := subnet.ReadEnv(late.SubnetFile)
+	lateSN, err := late.Subnet()
 	if err != nil {
 		t.Fatal(err)
 	}
-	lateSN, _ := lateEnv.LeaseSubnets()
 	deleteLease(t, c, lateSN)
-	wait("a node leaves", want(nodes))
+	win.waitRSRs(c, "a node leaves", nodes)
 
 	// A restart adopts the network: weftd.exe asks HNS for no change at all (no create,
 	// delete or policy request, not even one HNS refuses), as the calls hcn made show.
-	if _, err := win.Stop(syscall.SIGKILL); err == nil {
-		t.Log("weftd.exe killed")
+	win.refused()
+	win.restartAdopts(argv, st.networkID)
+	if after, err := win.hns.NetworkByName("flannel.4096"); err != nil || after.ID != st.networkID {
+		t.Errorf("network after the restart: %v %v, want %s adopted", after, err, st.networkID)
 	}
-	w.refused(t)
-	hns.ResetRequests()
-	srv.ResetCalls()
-	w.start(t, win) // ready: converged once, anything to write is written
-	if n := lookups(srv.Calls(), network.ID); n == 0 {
-		t.Fatalf("the restarted weftd.exe is ready without having read its network from HNS: %+v", srv.Calls())
-	}
-	for _, call := range srv.Calls() {
-		if call.Mutates() {
-			t.Errorf("the restart asked HNS for a change: %s %s %s (%v)", call.Name, call.Object, call.Body, call.HResult)
-		}
-	}
-	if r := hns.Requests(); len(r) != 0 {
-		t.Errorf("the restart changed HNS with %d requests, want none: %+v", len(r), r)
-	}
-	if after, err := hns.NetworkByName("flannel.4096"); err != nil || after.ID != network.ID {
-		t.Errorf("network after the restart: %v %v, want %s adopted", after, err, network.ID)
-	}
-	if got, w := routes(), want(nodes); got != w {
-		t.Errorf("routes after the restart: %q, want %q", got, w)
+	if got, want := win.rsrs(), wantRSRs(t, c, nodes); got != want {
+		t.Errorf("routes after the restart: %q, want %q", got, want)
 	}
 }
-
-// hostGWConf is flannel's host-gw config, on every node.
-const hostGWConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
 
 // TestWindowsHostGWUnderWine: host-gw on the Windows node, weftd.exe under Wine beside a
 // Linux node running weftd and one running flanneld. weftd.exe's HNS calls go to the
@@ -359,75 +497,17 @@ const hostGWConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`
 // the Windows node's subnet via its address. A restart of weftd.exe re-creates nothing:
 // no HNS change asked (not even a refused one), no host route or forwarding written.
 func TestWindowsHostGWUnderWine(t *testing.T) {
-	bins := needBinaries(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
-	c, err := cluster.New(t, cluster.Options{NetConf: hostGWConf, CNIBin: bins.cniBin, WeftCNI: bins.weftCNI})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpCluster(t, c)
-		}
-	})
+	bins, repo := needWine(t)
+	c := newWineCluster(t, bins, hostGWConf)
 	exe := buildWindowsWeftd(t, repo)
-	addNode := func(name string) *cluster.Node {
-		t.Helper()
-		n, err := c.AddNode(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	linux := addNode("n1")
-	if err := linux.StartDaemon(append([]string{bins.weftd}, linux.WeftdArgs()...)...); err != nil {
-		t.Fatal(err)
-	}
-	nodes := []*cluster.Node{linux}
-	if flanneld, err := cluster.PrepareFlanneld(repo); err == nil && cluster.PrepareFlanneldDeps(repo) == nil {
-		fl := addNode("n2")
-		if err := fl.StartDaemon(append([]string{flanneld}, fl.FlanneldArgs()...)...); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, fl)
-	} else {
-		t.Logf("no flanneld node: flanneld cannot be built here (%v)", err)
-	}
-	for _, n := range nodes {
-		if err := n.WaitReady(readyTimeout); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nodes := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "n2")
 
-	// The Windows node's host before HNS touched it: its adapter, with the index and name
-	// Wine gives the namespace's eth0 (Go's net package names interfaces through Wine's own
-	// iphlpapi), and the loopback, each with its route.
-	win := addNode("w3")
-	var eth0 uint32
-	if _, err := fmt.Sscanf(nodeExec(t, win, "cat", "/sys/class/net/eth0/ifindex"), "%d", &eth0); err != nil {
-		t.Fatal(err)
-	}
-	pfx := netip.MustParsePrefix
-	host := hnstest.NewHost(
-		windows.Interface{Index: 1, Name: "lo", Prefixes: []netip.Prefix{pfx("127.0.0.1/8")}},
-		windows.Interface{Index: eth0, Name: "eth0", Prefixes: []netip.Prefix{netip.PrefixFrom(win.IP, 24)}})
-	for _, r := range []windows.HostRoute{
-		{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256},
-		{Dst: pfx("0.0.0.0/0"), NextHop: netip.MustParseAddr(cluster.UnderlayGateway), IfIndex: eth0, Metric: 256},
-	} {
-		if err := host.AddRoute(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hns := hnstest.New(hnstest.Options{ManagementIP: win.IP, Blip: 300 * time.Millisecond, Host: host})
-	w := newWineWeftd(t, repo, exe, win, hns, "computenetwork,vmcompute,iphlpapi=n", "--source-vip-file=")
-	w.start(t, win)
+	win := newWineNode(t, c, repo, "w3")
+	host := windowsHost(t, win.Node)
+	win.serveHNS(host)
+	hns := win.hns
+	argv := win.weftdArgv(exe)
+	win.start(argv)
 
 	// The lease: host-gw, the node's address, one write.
 	env, err := subnet.ReadEnv(win.SubnetFile)
@@ -459,7 +539,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 		t.Fatalf("endpoints of cbr0: %+v (%v), want cbr0_ep at %s attached to the host", eps, err, gw.Next())
 	}
 	creates, attach := 0, ""
-	for _, call := range w.srv.Calls() {
+	for _, call := range win.srv.Calls() {
 		switch {
 		case call.Name == "HcnCreateNetwork" && call.HResult == 0:
 			creates++
@@ -472,7 +552,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 	if want := "POST /endpoints/" + eps[0].ID + "/attach " + `{"SystemType":"Host","CompartmentId":1}`; creates != 1 || !strings.EqualFold(attach, want) {
 		t.Errorf("weftd.exe made %d networks (want 1) and attached the host endpoint with %q, want %q", creates, attach, want)
 	}
-	w.refused(t)
+	win.refused()
 
 	// The host: the node's address on the vSwitch vNIC, the host endpoint's vNIC, forwarding
 	// on both, a route to each Linux node's subnet via its address out of the vSwitch vNIC.
@@ -490,7 +570,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 		routes, _ := host.Routes()
 		var out []string
 		for _, r := range routes {
-			if pfx("10.244.0.0/16").Contains(r.Dst.Addr()) {
+			if netip.MustParsePrefix("10.244.0.0/16").Contains(r.Dst.Addr()) {
 				out = append(out, fmt.Sprintf("%s via %s if %d proto %d", r.Dst, r.NextHop, r.IfIndex, r.Protocol))
 			}
 		}
@@ -514,48 +594,10 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 	}
 
 	// Every Linux node routes the Windows node's subnet to its address.
-	for _, n := range nodes {
-		deadline := time.Now().Add(convergeTimeout)
-		for {
-			route, _ := n.RouteTo(winSN)
-			if strings.Contains(route, "via "+win.IP.String()+" dev eth0") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s's route to the Windows node's %s: %q, want via %s dev eth0", n.Name, winSN, route, win.IP)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	waitRouteVia(t, nodes, winSN, win.IP)
 
 	// A restart re-creates nothing: no change asked of HNS, none written on the host.
-	if _, err := win.Stop(syscall.SIGKILL); err == nil {
-		t.Log("weftd.exe killed")
-	}
-	before := hns.Render() + host.Render()
-	hns.ResetRequests()
-	w.srv.ResetCalls()
-	host.ResetCalls()
-	w.start(t, win)
-	if n := lookups(w.srv.Calls(), network.ID); n == 0 {
-		t.Fatalf("the restarted weftd.exe is ready without having read its network from HNS: %+v", w.srv.Calls())
-	}
-	for _, call := range w.srv.Calls() {
-		if call.Mutates() || call.Name == "HNSCall" && call.Method != "GET" {
-			t.Errorf("the restart asked HNS for a change: %s %s %s (%v)", call.Name, call.ID, call.Body, call.HResult)
-		}
-	}
-	if r := hns.Requests(); len(r) != 0 {
-		t.Errorf("the restart changed HNS with %d requests, want none: %+v", len(r), r)
-	}
-	for _, call := range []string{"AddRoute", "DeleteRoute", "SetForwarding"} {
-		if n := host.Calls()[call]; n != 0 {
-			t.Errorf("the restart wrote the host: %s %d times", call, n)
-		}
-	}
-	if after := hns.Render() + host.Render(); after != before {
-		t.Errorf("the restart changed HNS or the host:\n%s\nwas\n%s", after, before)
-	}
+	win.restartAdopts(argv, network.ID)
 }
 
 // lookups counts the times weftd.exe read the network id from HNS (hcn's query of its

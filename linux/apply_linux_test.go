@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,4 +274,93 @@ func TestSwitchToNexthops(t *testing.T) {
 	}
 	f.converged(st, "on plain routes again")
 	checkList(t, "plain routes again", f.routes(), plain...)
+}
+
+// TestBlackholeRoute: --ip-blackhole-route's route to the node's own subnet, of both families
+// on a dual-stack node, is there after a full Apply, its deletion by hand is drift (Watch's
+// model, Diff) that the next full Apply repairs, and without the flag there is none.
+func TestBlackholeRoute(t *testing.T) {
+	f, p6 := dualFixture(t)
+	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`
+	st4, st6 := dualStates(t, conf, dualPeer(2, true))
+	planes := []struct {
+		p   *Plane
+		st  *backend.State
+		dst string
+	}{{f.p, st4, "10.244.1.0/24"}, {p6, st6, "fd00:10:244:1::/64"}}
+	blackholes := func() []string {
+		t.Helper()
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Type: unix.RTN_BLACKHOLE}, netlink.RT_FILTER_TYPE)
+		f.must(err)
+		var out []string
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("blackhole %s metric %d", prefixOf(r.Dst), r.Priority))
+		}
+		return out
+	}
+	for _, c := range planes {
+		_, err := c.p.Prepare(t.Context(), c.st)
+		f.must(err)
+		f.apply2(c.p, c.st)
+	}
+	checkList(t, "without the flag", blackholes())
+	if got := routeString(Route{Dst: pfx("10.244.1.0/24"), Blackhole: true}); got != "blackhole 10.244.1.0/24" {
+		t.Errorf("routeString of the blackhole = %q", got)
+	}
+
+	for _, c := range planes {
+		c.p.SetBlackholeRoute(true)
+		if ch := f.apply2(c.p, c.st); ch["route"] != 1 {
+			t.Errorf("%s: %d routes written, want the blackhole", c.st.Family, ch["route"])
+		}
+		if ch := f.apply2(c.p, c.st); ch["route"] != 0 {
+			t.Errorf("%s: a second full Apply wrote %d routes", c.st.Family, ch["route"])
+		}
+		r, err := c.p.Diff(c.st)
+		f.must(err)
+		if !r.Converged() {
+			t.Errorf("%s: not converged with the blackhole:\n%s", c.st.Family, reportString(r))
+		}
+	}
+	want := []string{"blackhole 10.244.1.0/24 metric 0", "blackhole fd00:10:244:1::/64 metric 1024"}
+	checkList(t, "with the flag", blackholes(), want...)
+
+	for _, c := range planes {
+		if out, err := exec.Command("ip", "route", "del", "blackhole", c.dst).CombinedOutput(); err != nil {
+			t.Fatalf("ip route del blackhole %s: %v\n%s", c.dst, err, out)
+		}
+		k := Route{Dst: pfx(c.dst), Blackhole: true}
+		if !c.p.model.unexpectedRoute(routeNote{Del: true, Route: k}) {
+			t.Errorf("%s: the blackhole's deletion is not drift to Watch's model", c.st.Family)
+		}
+		if c.p.model.unexpectedRoute(routeNote{Route: k}) {
+			t.Errorf("%s: the blackhole's echo is drift to Watch's model", c.st.Family)
+		}
+		r, err := c.p.Diff(c.st)
+		f.must(err)
+		if len(r.Routes) != 1 || r.Routes[0].Want != k {
+			t.Errorf("%s: Diff after the delete reports routes %+v, want the blackhole", c.st.Family, r.Routes)
+		}
+		if ch := f.apply2(c.p, c.st); ch["route"] != 1 {
+			t.Errorf("%s: the repair wrote %d routes, want 1", c.st.Family, ch["route"])
+		}
+	}
+	checkList(t, "repaired", blackholes(), want...)
+
+	// Another blackhole (Calico's IPAM block) is never the plane's, with the flag or without.
+	f.must(netlink.RouteAdd(&netlink.Route{Dst: ipNet(pfx("10.244.9.0/26")), Type: unix.RTN_BLACKHOLE}))
+	f.apply2(f.p, st4)
+	checkList(t, "beside another's", blackholes(), append(want, "blackhole 10.244.9.0/26 metric 0")...)
+	if f.p.model.unexpectedRoute(routeNote{Del: true, Route: Route{Dst: pfx("10.244.9.0/26"), Blackhole: true}}) {
+		t.Error("another's blackhole deleted is drift to Watch's model")
+	}
+}
+
+func (f *fixture) apply2(p *Plane, st *backend.State) backend.Changes {
+	f.tb.Helper()
+	c, err := p.Apply(context.Background(), st, backend.Update{Full: true})
+	if err != nil {
+		f.tb.Fatalf("%s: full Apply: %v", st.Family, err)
+	}
+	return c
 }

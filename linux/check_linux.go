@@ -52,7 +52,9 @@ func (r Report) Converged() bool {
 // reports what a full Apply would write, touching only what owned allows, without writing it.
 // The MTU is reported, not judged: EnsureVXLAN sets it, and the caller knows what it should be.
 func (p *Plane) Diff(st *backend.State) (Report, error) {
-	want, owned := WantOf(st, p.nexthops)
+	p.mu.Lock()
+	want, owned := p.want(st)
+	p.mu.Unlock()
 	return p.diffWant(want, owned, st.Device)
 }
 

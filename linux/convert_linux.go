@@ -57,10 +57,14 @@ func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
 	if r.Type == unix.RTN_UNICAST && len(r.MultiPath) == 0 {
 		k.Dev = names[r.LinkIndex]
 	}
+	k.Blackhole = r.Type == unix.RTN_BLACKHOLE
 	return k
 }
 
 func routeString(r Route) string {
+	if r.Blackhole {
+		return "blackhole " + r.Dst.String()
+	}
 	s := r.Dst.String()
 	if r.NH != 0 {
 		s += fmt.Sprintf(" nhid %d", r.NH)

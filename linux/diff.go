@@ -34,6 +34,9 @@ type Route struct {
 	// NH is the nexthop object the route goes through (Gw on Dev, see Nexthop); 0 for a
 	// plain route.
 	NH uint32
+	// Blackhole: a route of type blackhole, with no device or gateway (--ip-blackhole-route's
+	// to the node's own subnet).
+	Blackhole bool
 }
 
 // sameHop reports whether two routes send Dst the same way, whether or not through a
@@ -119,6 +122,11 @@ type Ownership struct {
 	// route goes through them: the external interface of host-gw and DirectRouting. Without
 	// it the route of the last host-gw peer could never be removed.
 	Devices []string
+	// Blackhole, when valid, is the one destination whose blackhole route (default metric)
+	// is ours: the node's own subnet under --ip-blackhole-route. Every other blackhole route
+	// is someone else's (Calico's IPAM blocks, an administrator's), and so is this one
+	// without the flag.
+	Blackhole netip.Prefix
 }
 
 // family is the address family of the routes own allows, for the dump: AF_INET or AF_INET6
@@ -210,6 +218,19 @@ func WantOf(st *backend.State, nexthops bool) (Want, Ownership) {
 		own.Own = []netip.Prefix{st.Own}
 	}
 	return w, own
+}
+
+// AddBlackhole adds to w and own the blackhole route to the node's own subnet that flanneld's
+// --ip-blackhole-route adds (for Canal, whose pods' addresses are not on a bridge): traffic
+// to an address of the subnet that no pod holds is dropped here instead of following the
+// default route out. A no-op before the subnet is known.
+func AddBlackhole(w *Want, own *Ownership, subnet netip.Prefix) {
+	if !subnet.IsValid() {
+		return
+	}
+	dst := subnet.Masked()
+	w.Routes = append(w.Routes, Route{Dst: dst, Blackhole: true})
+	own.Blackhole = dst
 }
 
 // kernelNexthop is a nexthop object as dumped; Other marks one no route of weft's can use
@@ -306,6 +327,10 @@ func routeOwner(want []Route, vx string, own Ownership) func(kernelRoute) bool {
 		gwDevs[r.Dev] = true
 	}
 	return func(r kernelRoute) bool {
+		if r.Blackhole {
+			return !r.ProtoKernel && own.Blackhole.IsValid() && r.Dst.Masked() == own.Blackhole &&
+				r.Metric == defaultMetric(r.Dst)
+		}
 		if r.ProtoKernel || !within(r.Dst, own.Networks) || within(r.Dst, own.Own) {
 			return false
 		}
@@ -344,8 +369,11 @@ func defaultMetric(dst netip.Prefix) int {
 // sameRoute: a route through a nexthop object is right when it uses the right one (the
 // nexthop's own diff sees to its gateway); a plain one when it has the gateway itself.
 func sameRoute(k kernelRoute, w Route) bool {
-	if k.NH != w.NH || k.Metric != defaultMetric(w.Dst) {
+	if k.NH != w.NH || k.Metric != defaultMetric(w.Dst) || k.Blackhole != w.Blackhole {
 		return false
+	}
+	if w.Blackhole {
+		return true
 	}
 	return w.NH != 0 || k.Dev == w.Dev && k.Gw == w.Gw && k.Onlink == w.Onlink
 }

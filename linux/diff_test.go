@@ -446,3 +446,40 @@ func TestOwnershipFamily(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffBlackhole: --ip-blackhole-route's route is added when missing and kept when there;
+// of the blackhole routes, the diff owns only that one (own subnet, default metric), never
+// another's, and without the flag not even that one.
+func TestDiffBlackhole(t *testing.T) {
+	w, own := Want{Routes: []Route{vxRoute("10.244.2.0/24")}}, testOwn()
+	AddBlackhole(&w, &own, pfx("10.244.1.1/24"))
+	bh := Route{Dst: pfx("10.244.1.0/24"), Blackhole: true}
+	if !slices.Contains(w.Routes, bh) || own.Blackhole != pfx("10.244.1.0/24") {
+		t.Fatalf("AddBlackhole: routes %v, ownership %v", w.Routes, own.Blackhole)
+	}
+	bridge := kernelRoute{Route: Route{Dst: pfx("10.244.1.0/24"), Dev: "cni0"}, ProtoKernel: true}
+	others := []kernelRoute{
+		bridge,
+		{Route: Route{Dst: pfx("10.244.1.0/24"), Blackhole: true}, Metric: 100}, // another metric: not ours
+		kr(Route{Dst: pfx("10.244.7.0/26"), Blackhole: true}),                   // Calico's block
+		kr(Route{Dst: pfx("192.168.9.0/24"), Blackhole: true}),
+	}
+	have := append([]kernelRoute{kr(vxRoute("10.244.2.0/24"))}, others...)
+	set, del := diffRoutes(w.Routes, have, routeOwner(w.Routes, vx, own))
+	if !slices.Equal(set, []Route{bh}) || len(del) != 0 {
+		t.Errorf("missing blackhole: set %v, delete %v; want set [%v], delete none", set, pick(have, del), bh)
+	}
+	have = append(have, kr(bh))
+	if set, del := diffRoutes(w.Routes, have, routeOwner(w.Routes, vx, own)); len(set)+len(del) != 0 {
+		t.Errorf("blackhole there: set %v, delete %v; want nothing", set, pick(have, del))
+	}
+	// Without the flag, nothing of it is the plane's: a blackhole already there stays.
+	w2, own2 := Want{Routes: []Route{vxRoute("10.244.2.0/24")}}, testOwn()
+	if set, del := diffRoutes(w2.Routes, have, routeOwner(w2.Routes, vx, own2)); len(set)+len(del) != 0 {
+		t.Errorf("without the flag: set %v, delete %v; want nothing", set, pick(have, del))
+	}
+	// A unicast route where the blackhole is wanted is not it.
+	if sameRoute(kr(vxRoute("10.244.1.0/24")), bh) || sameRoute(kr(bh), vxRoute("10.244.1.0/24")) {
+		t.Error("a blackhole and a unicast route to one destination compare the same")
+	}
+}

@@ -2,9 +2,12 @@ package linux
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -187,4 +190,48 @@ func TestDualStackHostGWPlanes(t *testing.T) {
 		"10.244.3.0/24 via 192.168.50.3 dev ul0",
 		"fd00:10:244:2::/64 via fd77:77::2 dev ul0",
 		"fd00:10:244:3::/64 via fd77:77::3 dev ul0")
+}
+
+// TestDualStackForwardRules: with SetForwardRules each family's plane keeps its forward chain
+// in weft's table of its family (without --ip-masq too), and removes it once told not to.
+func TestDualStackForwardRules(t *testing.T) {
+	f, p6 := dualFixture(t)
+	conf := `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"host-gw"}}`
+	st4, st6 := dualStates(t, conf, dualPeer(2, false))
+	st4.Masquerade, st6.Masquerade = false, false
+	conn, err := nftables.New()
+	f.must(err)
+	chains := func() []string {
+		t.Helper()
+		cs, err := conn.ListChains()
+		f.must(err)
+		var out []string
+		for _, c := range cs {
+			if c.Table.Name == masq.TableName {
+				out = append(out, fmt.Sprintf("%d %s", c.Table.Family, c.Name))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	apply := func(on bool, want int) {
+		t.Helper()
+		for _, c := range []struct {
+			p  *Plane
+			st *backend.State
+		}{{f.p, st4}, {p6, st6}} {
+			c.p.SetForwardRules(on)
+			ch, err := c.p.Apply(t.Context(), c.st, backend.Update{Full: true})
+			f.must(err)
+			if ch["forward"] != want {
+				t.Errorf("%s, forward rules %t: %d forward changes, want %d", c.st.Family, on, ch["forward"], want)
+			}
+		}
+	}
+	apply(true, 1)
+	checkList(t, "chains", chains(), fmt.Sprintf("%d forward", nftables.TableFamilyIPv4), fmt.Sprintf("%d forward", nftables.TableFamilyIPv6))
+	apply(true, 0)
+	apply(false, 1)
+	checkList(t, "chains once off", chains())
+	apply(false, 0)
 }

@@ -40,6 +40,18 @@ func routeSet(r Route, link int) message {
 	return message{typ: unix.RTM_NEWROUTE, flags: createReplace, body: b}
 }
 
+// blackholeAdd adds the blackhole route r (default metric, main table). It adds rather than
+// replaces: a replace would overwrite whatever route of that metric is there, the CNI
+// bridge's own route to the subnet among them; flanneld adds it the same way, and fails the
+// same way when the subnet is on a bridge.
+func blackholeAdd(r Route) message {
+	dst := r.Dst.Masked()
+	b := rtmsg(uint8(familyOf(dst.Addr())), uint8(dst.Bits()), 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT,
+		unix.RT_SCOPE_UNIVERSE, unix.RTN_BLACKHOLE, 0)
+	b = attr(b, unix.RTA_DST, dst.Addr().AsSlice())
+	return message{typ: unix.RTM_NEWROUTE, flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, body: b}
+}
+
 // routeDel deletes exactly the dumped route k.
 func routeDel(k kernelRoute) message {
 	r := k.raw
@@ -174,6 +186,7 @@ func parseRoute(body []byte, names map[int]string) (kernelRoute, bool) {
 	if typ == unix.RTN_UNICAST && !multipath {
 		k.Dev = names[k.raw.LinkIndex]
 	}
+	k.Blackhole = typ == unix.RTN_BLACKHOLE
 	k.raw.Gw, k.raw.NH = k.Gw, k.NH
 	return k, true
 }

@@ -21,8 +21,10 @@ type model struct {
 	underlay string
 	network  netip.Prefix
 	own      netip.Prefix
-	bits     int // the length of peers' subnets
-	addrs    []netip.Prefix
+	// blackhole: the own subnet's blackhole route is the plane's (--ip-blackhole-route).
+	blackhole bool
+	bits      int // the length of peers' subnets
+	addrs     []netip.Prefix
 	// The peers, compact: IPv4 peers of the network's subnet length (all that the backend
 	// programs today) in 16 bytes each, by subnet address; others whole.
 	peers    map[[4]byte]hop
@@ -34,10 +36,10 @@ type model struct {
 }
 
 // reset makes the model st, before a full Apply writes it.
-func (m *model) reset(st *backend.State, nexthops bool) {
+func (m *model) reset(st *backend.State, nexthops, blackhole bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.valid, m.nexthops = true, nexthops
+	m.valid, m.nexthops, m.blackhole = true, nexthops, blackhole
 	m.dev, m.underlay, m.network, m.own, m.bits = "", st.Underlay, st.Network(), st.Own, st.SubnetLen()
 	if st.Device != nil {
 		m.dev = st.Device.Name
@@ -195,6 +197,11 @@ func (m *model) unexpectedRoute(n routeNote) bool {
 		return true
 	}
 	r := n.Route
+	if r.Blackhole {
+		// Only the own subnet's is ours, and only its deletion is drift: an added one is the
+		// echo of the plane's own write or someone else's.
+		return n.Del && m.blackhole && m.own.IsValid() && r.Dst.Masked() == m.own.Masked()
+	}
 	if n.ProtoKernel || !r.Dst.IsValid() || !within(r.Dst, []netip.Prefix{m.network}) || m.own.IsValid() && within(r.Dst, []netip.Prefix{m.own}) {
 		return false
 	}

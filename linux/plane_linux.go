@@ -35,16 +35,23 @@ type Plane struct {
 	// replaced the device would write to a stale ifindex.
 	mu    sync.Mutex
 	model model
-	masq  *masq.Manager // made on the first Apply that masquerades
+	masq  *masq.Manager // made on the first Apply that needs weft's nftables table
+	// notFullyRandom masquerades without fully-random (--ip-masq-fully-random-disable).
+	notFullyRandom bool
+	// blackhole: the node's own subnet has a blackhole route (--ip-blackhole-route).
+	blackhole bool
+	// forwardAccept: weft's forward chain accepts the pod network's forwarded traffic
+	// (--iptables-forward-rules).
+	forwardAccept bool
 }
 
 // New opens a Plane on the current thread's network namespace. A daemon in the host
 // namespace needs nothing special; a caller that switched namespaces must have locked its OS
 // thread.
 func New(log *slog.Logger) (*Plane, error) {
-	ns, err := netns.Get()
+	ns, err := thisNetns()
 	if err != nil {
-		return nil, fmt.Errorf("opening the current network namespace: %w", err)
+		return nil, err
 	}
 	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
@@ -80,7 +87,45 @@ func (p *Plane) Close() error {
 	p.h.Close()
 	p.nl.close()
 	p.ethtool.Close()
+	if !p.ns.IsOpen() {
+		return nil
+	}
 	return p.ns.Close()
+}
+
+// thisNetns is the handle the Plane's sockets are opened through: netns.None() when the
+// current thread shares its network namespace with the process's other threads, as weftd's
+// does, so that no socket is opened by entering a namespace (setns needs CAP_SYS_ADMIN, which
+// the DaemonSet does not grant); the current thread's namespace otherwise (a caller that
+// switched a locked thread into a namespace of its own), so that watches and nftables, which
+// open their sockets from other threads, find it.
+func thisNetns() (netns.NsHandle, error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return netns.None(), fmt.Errorf("opening the current network namespace: %w", err)
+	}
+	// Another goroutine runs on another thread when this one is locked to its own; when it is
+	// not, both threads are in the process's namespace anyway.
+	type handle struct {
+		ns  netns.NsHandle
+		err error
+	}
+	c := make(chan handle, 1)
+	go func() {
+		h, err := netns.Get()
+		c <- handle{h, err}
+	}()
+	other := <-c
+	if other.err != nil {
+		ns.Close()
+		return netns.None(), fmt.Errorf("opening the network namespace of the process's threads: %w", other.err)
+	}
+	defer other.ns.Close()
+	if ns.Equal(other.ns) {
+		ns.Close()
+		return netns.None(), nil
+	}
+	return ns, nil
 }
 
 const dumpAttempts = 5
@@ -307,6 +352,10 @@ func (p *Plane) apply(pl plan, s snapshot, index map[string]int) (Changes, error
 	}
 	p.flush(&b, &errs)
 	for _, r := range pl.SetRoutes {
+		if r.Blackhole {
+			b.add(blackholeAdd(r), &c.RoutesAdded, false, "adding route "+routeString(r))
+			continue
+		}
 		what := "replacing route " + routeString(r)
 		if i, ok := on(r.Dev, what); ok || r.NH != 0 {
 			b.add(routeSet(r, i), &c.RoutesAdded, false, what)
@@ -341,4 +390,41 @@ func (p *Plane) apply(pl plan, s snapshot, index map[string]int) (Changes, error
 		c.AddrsRemoved += gone
 	}
 	return c, errors.Join(errs...)
+}
+
+// SetMasqueradeFullyRandom says whether the masquerade picks source ports fully at random
+// (the default, as flanneld's); false is flanneld's --ip-masq-fully-random-disable. It takes
+// effect at the next full Apply.
+func (p *Plane) SetMasqueradeFullyRandom(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notFullyRandom = !on
+}
+
+// SetForwardRules says whether weft's nftables table accepts what the host forwards from or
+// to the pod network of the plane's family (flanneld's --iptables-forward-rules); false
+// removes that chain, leaving forwarding to the host's rules. It takes effect at the next
+// full Apply.
+func (p *Plane) SetForwardRules(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forwardAccept = on
+}
+
+// SetBlackholeRoute says whether the node's own subnet gets a blackhole route, kept like the
+// routes to peers (flanneld's --ip-blackhole-route). It takes effect at the next full Apply;
+// turned off, a blackhole route already there is left alone, as flanneld leaves it.
+func (p *Plane) SetBlackholeRoute(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole = on
+}
+
+// want is WantOf(st) with what the plane adds of its own: the blackhole route.
+func (p *Plane) want(st *backend.State) (Want, Ownership) {
+	w, own := WantOf(st, p.nexthops)
+	if p.blackhole {
+		AddBlackhole(&w, &own, st.Own)
+	}
+	return w, own
 }

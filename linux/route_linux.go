@@ -3,6 +3,8 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -31,4 +33,25 @@ func DefaultRouteInterface() (string, error) {
 		return "", fmt.Errorf("interface %d of the default route: %w", idx, err)
 	}
 	return link.Attrs().Name, nil
+}
+
+// RouteTo is the interface the kernel's route to dst leaves by, and the source address it
+// picks for it (`ip route get dst`): --iface-can-reach's choice.
+func RouteTo(dst netip.Addr) (string, netip.Addr, error) {
+	routes, err := netlink.RouteGet(net.IP(dst.AsSlice()))
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("route to %s: %w", dst, err)
+	}
+	for _, r := range routes {
+		if r.LinkIndex <= 0 {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			return "", netip.Addr{}, fmt.Errorf("interface %d of the route to %s: %w", r.LinkIndex, dst, err)
+		}
+		src, _ := netip.AddrFromSlice(r.Src)
+		return link.Attrs().Name, src.Unmap(), nil
+	}
+	return "", netip.Addr{}, fmt.Errorf("route to %s: leaves by no interface", dst)
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 )
 
 // External is the interface other nodes are reached through.
@@ -59,13 +60,20 @@ func List() ([]Interface, error) {
 	return out, nil
 }
 
-// Choice is what the operator asked for: weftd's --iface, --iface-regex, --public-ip and
-// --public-ipv6, and the families the network config enables.
+// Choice is what the operator asked for: weftd's --iface, --iface-regex, --iface-can-reach,
+// --public-ip and --public-ipv6, and the families the network config enables.
 type Choice struct {
-	Ifaces     []string // names or addresses, tried in order
-	Regexps    []string // matched against names and addresses, tried in order
-	PublicIP   string   // the IPv4 address to publish instead of the interface's; empty: its own
-	PublicIPv6 string   // the same for IPv6
+	Ifaces  []string // names or addresses, tried in order
+	Regexps []string // matched against names and addresses, tried in order
+	// CanReach is an address of either family: the interface is the one the kernel's route
+	// to it leaves by (`ip route get`), tried after Ifaces and Regexps, as flanneld does.
+	CanReach string
+	// RouteTo names the interface the route to an address leaves by, and the source address
+	// the kernel picks for it (invalid when the route has none); nil: the OS has no such
+	// lookup, and CanReach is refused.
+	RouteTo    func(netip.Addr) (iface string, src netip.Addr, err error)
+	PublicIP   string // the IPv4 address to publish instead of the interface's; empty: its own
+	PublicIPv6 string // the same for IPv6
 	// IPv4 and IPv6 are the families the interface must carry: it needs an address of each.
 	// Both false means IPv4 alone.
 	IPv4, IPv6 bool
@@ -97,8 +105,9 @@ func publicAddr(flag, s string, v6 bool) (netip.Addr, error) {
 
 // Pick chooses the external interface among ifs as flanneld does: the first of c.Ifaces
 // that exists (by name or by one of its addresses) and is usable, else the first interface
-// whose name or an address matches one of c.Regexps, else the interface of the default
-// route, which defaultIface names.
+// whose name or an address matches one of c.Regexps, else the interface of the route to
+// c.CanReach (with the route's source address as its address of that family), else the
+// interface of the default route, which defaultIface names.
 func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (External, error) {
 	public, err := publicAddr("--public-ip", c.PublicIP, false)
 	if err != nil {
@@ -116,6 +125,16 @@ func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (Exter
 			return External{}, fmt.Errorf("--iface-regex=%q: %w", expr, err)
 		}
 		regexps = append(regexps, re)
+	}
+	var reach netip.Addr
+	if c.CanReach != "" {
+		if reach, err = netip.ParseAddr(c.CanReach); err != nil || reach.Zone() != "" {
+			return External{}, fmt.Errorf("--iface-can-reach=%q: not an IP address", c.CanReach)
+		}
+		if c.RouteTo == nil {
+			return External{}, fmt.Errorf("--iface-can-reach=%q: this OS's data plane has no route lookup (flanneld has none on Windows either)", c.CanReach)
+		}
+		reach = reach.Unmap()
 	}
 	var errs []error
 	// try returns info as the external interface if it is usable, else keeps why not.
@@ -167,8 +186,25 @@ func Pick(c Choice, ifs []Interface, defaultIface func() (string, error)) (Exter
 			}
 		}
 	}
-	if len(c.Ifaces) > 0 || len(c.Regexps) > 0 {
-		return External{}, fmt.Errorf("no usable interface among --iface=%v --iface-regex=%v: %v", c.Ifaces, c.Regexps, errs)
+	if reach.IsValid() {
+		name, src, err := c.RouteTo(reach)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route to --iface-can-reach=%s: %w", reach, err))
+		}
+		for _, info := range ifs {
+			if err != nil || info.Name != name {
+				continue
+			}
+			if ext, ok := try(info, src); ok {
+				return ext, nil
+			}
+		}
+		if err == nil && !slices.ContainsFunc(ifs, func(i Interface) bool { return i.Name == name }) {
+			errs = append(errs, fmt.Errorf("interface %s of the route to --iface-can-reach=%s not found", name, reach))
+		}
+	}
+	if len(c.Ifaces) > 0 || len(c.Regexps) > 0 || reach.IsValid() {
+		return External{}, fmt.Errorf("no usable interface among --iface=%v --iface-regex=%v --iface-can-reach=%q: %v", c.Ifaces, c.Regexps, c.CanReach, errs)
 	}
 	name, err := defaultIface()
 	if err != nil {

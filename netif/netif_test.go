@@ -127,3 +127,72 @@ func TestPickIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestPickCanReach: --iface-can-reach takes the interface of the route to the address, of
+// either family, with the route's source as that family's address; it comes after --iface
+// and --iface-regex, before the default route, as in flanneld.
+func TestPickCanReach(t *testing.T) {
+	p := netip.MustParsePrefix
+	ifs := []Interface{
+		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{p("192.0.2.10/24"), p("fd77:77::10/64")}},
+		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{p("203.0.113.5/24"), p("203.0.113.6/24"), p("2001:db8::5/64"), p("2001:db8::6/64")}},
+	}
+	def := func() (string, error) { return "eth0", nil }
+	var asked []netip.Addr
+	routes := map[netip.Addr]struct {
+		iface string
+		src   netip.Addr
+	}{
+		netip.MustParseAddr("198.51.100.1"):  {"eth1", netip.MustParseAddr("203.0.113.6")},
+		netip.MustParseAddr("2001:db8:1::1"): {"eth1", netip.MustParseAddr("2001:db8::6")},
+		netip.MustParseAddr("192.0.2.77"):    {"eth9", netip.Addr{}},
+	}
+	routeTo := func(a netip.Addr) (string, netip.Addr, error) {
+		asked = append(asked, a)
+		r, ok := routes[a]
+		if !ok {
+			return "", netip.Addr{}, errors.New("network is unreachable")
+		}
+		return r.iface, r.src, nil
+	}
+	for _, tc := range []struct {
+		c           Choice
+		name, addr  string
+		addr6       string
+		wantAsked   int
+		description string
+	}{
+		{Choice{CanReach: "198.51.100.1"}, "eth1", "203.0.113.6", "invalid IP", 1, "IPv4: the route's source"},
+		{Choice{CanReach: "::ffff:198.51.100.1"}, "eth1", "203.0.113.6", "invalid IP", 1, "an IPv4-mapped address is IPv4"},
+		{Choice{CanReach: "2001:db8:1::1", IPv4: true, IPv6: true}, "eth1", "203.0.113.5", "2001:db8::6", 1, "IPv6, dual-stack: the IPv4 address is the first"},
+		{Choice{CanReach: "198.51.100.1", IPv4: true, IPv6: true}, "eth1", "203.0.113.6", "2001:db8::5", 1, "IPv4, dual-stack"},
+		{Choice{CanReach: "2001:db8:1::1"}, "eth1", "203.0.113.5", "invalid IP", 1, "IPv6 target, IPv4 network: the interface's IPv4 address"},
+		{Choice{CanReach: "198.51.100.1", Ifaces: []string{"eth0"}}, "eth0", "192.0.2.10", "invalid IP", 0, "--iface first"},
+		{Choice{CanReach: "198.51.100.1", Ifaces: []string{"eth7"}}, "eth1", "203.0.113.6", "invalid IP", 1, "after --iface that matches none"},
+	} {
+		asked = nil
+		tc.c.RouteTo = routeTo
+		ext, err := Pick(tc.c, ifs, def)
+		if err != nil {
+			t.Errorf("%s: %v", tc.description, err)
+			continue
+		}
+		if ext.Name != tc.name || ext.Addr.String() != tc.addr || ext.Addr6.String() != tc.addr6 || len(asked) != tc.wantAsked {
+			t.Errorf("%s: got %s %s %s after %d lookups, want %s %s %s after %d", tc.description, ext.Name, ext.Addr, ext.Addr6, len(asked),
+				tc.name, tc.addr, tc.addr6, tc.wantAsked)
+		}
+	}
+	for _, tc := range []struct {
+		c    Choice
+		want string
+	}{
+		{Choice{CanReach: "eth0", RouteTo: routeTo}, `--iface-can-reach="eth0": not an IP address`},
+		{Choice{CanReach: "203.0.114.1", RouteTo: routeTo}, "network is unreachable"},
+		{Choice{CanReach: "192.0.2.77", RouteTo: routeTo}, "interface eth9 of the route to --iface-can-reach=192.0.2.77 not found"},
+		{Choice{CanReach: "198.51.100.1"}, "has no route lookup"},
+	} {
+		if ext, err := Pick(tc.c, ifs, def); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: picked %q, error %v, want %q", tc.c.CanReach, ext.Name, err, tc.want)
+		}
+	}
+}

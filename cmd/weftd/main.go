@@ -36,12 +36,9 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	cfg := daemon.DefaultConfig()
-	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
-	cfg.AddFlags(fs)
 	var pf planeFlags
-	pf.addFlags(fs)
-	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFile := fs.String("log-file", "", "append the log to this file instead of stderr (a Windows service has no stderr)")
+	var lf logFlags
+	fs := newFlagSet(&cfg, &pf, &lf)
 	version := fs.Bool("version", false, "print weftd's version and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -60,22 +57,23 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")
 	cfg.NodeName = os.Getenv("NODE_NAME")
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("--log-level=%q: %w", *level, err)
+	lvl, err := lf.level(fs)
+	if err != nil {
+		return err
 	}
 	out := os.Stderr
-	if *logFile != "" {
-		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if lf.file != "" {
+		f, err := os.OpenFile(lf.file, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
-			return fmt.Errorf("--log-file=%q: %w", *logFile, err)
+			return fmt.Errorf("--log-file=%q: %w", lf.file, err)
 		}
 		defer f.Close()
 		out = f
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
+	logIgnored(fs, log)
 
-	plane, plane6, err := pf.newPlane(cfg.SubnetFile, log)
+	plane, plane6, err := pf.newPlane(cfg, log)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
@@ -83,5 +81,16 @@ func run(ctx context.Context, args []string) error {
 	if plane6 != nil {
 		defer plane6.Close()
 	}
-	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface)
+	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface, routeLookup())
+}
+
+// newFlagSet is weftd's command line but --version: the daemon's flags, the data plane's of
+// this OS, the log's, and flanneld's that mean nothing to weft.
+func newFlagSet(cfg *daemon.Config, pf *planeFlags, lf *logFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("weftd", flag.ContinueOnError)
+	cfg.AddFlags(fs)
+	pf.addFlags(fs)
+	lf.addFlags(fs)
+	addIgnoredFlags(fs)
+	return fs
 }

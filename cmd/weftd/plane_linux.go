@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"log/slog"
+	"net/netip"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
 )
 
@@ -15,7 +17,7 @@ func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
 // newPlane opens the netlink data planes of the namespace weftd runs in: one per family,
 // each with its own sockets and model (an IPv4-only network never uses the second).
-func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
 	p4, err := linux.New(log)
 	if err != nil {
 		return nil, nil, err
@@ -25,7 +27,16 @@ func (f *planeFlags) newPlane(_ string, log *slog.Logger) (backend.Plane, backen
 		p4.Close()
 		return nil, nil, err
 	}
+	p4.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
+	p6.SetMasqueradeFullyRandom(!cfg.IPMasqNotFullyRandom)
+	p4.SetForwardRules(cfg.ForwardRules)
+	p6.SetForwardRules(cfg.ForwardRules)
+	p4.SetBlackholeRoute(cfg.BlackholeRoute)
+	p6.SetBlackholeRoute(cfg.BlackholeRoute)
 	return p4, p6, nil
 }
 
 func defaultRouteInterface() (string, error) { return linux.DefaultRouteInterface() }
+
+// routeLookup is the kernel's route lookup, for --iface-can-reach.
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return linux.RouteTo }

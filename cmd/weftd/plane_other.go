@@ -6,9 +6,11 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net/netip"
 	"runtime"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 )
 
 var errNoPlane = errors.New("weftd has no data plane for " + runtime.GOOS)
@@ -17,8 +19,10 @@ type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
-func (f *planeFlags) newPlane(string, *slog.Logger) (backend.Plane, backend.Plane, error) {
+func (f *planeFlags) newPlane(daemon.Config, *slog.Logger) (backend.Plane, backend.Plane, error) {
 	return nil, nil, errNoPlane
 }
 
 func defaultRouteInterface() (string, error) { return "", errNoPlane }
+
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }

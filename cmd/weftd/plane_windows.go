@@ -3,9 +3,11 @@ package main
 import (
 	"flag"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/windows"
 )
 
@@ -27,8 +29,8 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 // the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
 // kube-proxy's start-up reads it. The IPv6 family's plane shares HNS and the host with the
 // IPv4 one (one L2Bridge network carries both; Overlay carries no IPv6).
-func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plane, backend.Plane, error) {
-	dir := filepath.Dir(subnetFile)
+func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+	dir := filepath.Dir(cfg.SubnetFile)
 	vips := []string{filepath.Join(dir, "sourceVip.json")}
 	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vips[0] {
 		vips = append(vips, f.sourceVIPFile)
@@ -44,3 +46,7 @@ func (f *planeFlags) newPlane(subnetFile string, log *slog.Logger) (backend.Plan
 }
 
 func defaultRouteInterface() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() }
+
+// routeLookup is nil: weftd on Windows refuses --iface-can-reach, as flanneld does
+// ("ifcanreach is not supported on windows").
+func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }

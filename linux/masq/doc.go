@@ -27,6 +27,12 @@
 // back through this node instead of taking another path the sender's
 // conntrack never sees.
 //
+// The same tables hold, when weftd's --iptables-forward-rules is on (its default,
+// as flanneld's), a base chain "forward" (type filter, hook forward, priority
+// filter, policy accept) with flanneld's two rules, "ip saddr N accept" and
+// "ip daddr N accept" (EnsureForward), so that a host whose other rules drop
+// forwarded traffic by default still forwards the pod network's.
+//
 // The reconciliation is declarative and does not interrupt traffic: when the
 // kernel already holds the wanted rules nothing is written; otherwise the
 // chain's content is replaced in a single nftables transaction, and the table

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -18,12 +19,38 @@ const (
 	TableName = "weft"
 	// ChainName is the base chain in TableName that holds the masquerade.
 	ChainName = "postrouting"
+	// ForwardChainName is the base chain in TableName that accepts the pod network's
+	// forwarded traffic (flanneld's --iptables-forward-rules).
+	ForwardChainName = "forward"
 	// srcnatPriority is nft's "srcnat", where iptables' nat POSTROUTING
 	// (and so kube-proxy's masquerade) also runs. The order between chains at
 	// one priority does not matter here: weft and kube-proxy never masquerade
 	// the same packet (the mark decides), and a return only ends weft's chain.
 	srcnatPriority = nftables.ChainPriority(100)
+	// filterPriority is nft's "filter", iptables' filter FORWARD's, and flanneld's
+	// (nftables mode) for its forward chain.
+	filterPriority = nftables.ChainPriority(0)
 )
+
+// chainSpec is one of weft's base chains: what it is and which rules it holds.
+type chainSpec struct {
+	name     string
+	typ      nftables.ChainType
+	hook     nftables.ChainHook
+	priority nftables.ChainPriority
+	// what names the chain's content in logs: "masquerade rules", "forward rules".
+	what string
+}
+
+func masqChain() chainSpec {
+	return chainSpec{name: ChainName, typ: nftables.ChainTypeNAT, hook: *nftables.ChainHookPostrouting,
+		priority: srcnatPriority, what: "masquerade rules"}
+}
+
+func forwardChain() chainSpec {
+	return chainSpec{name: ForwardChainName, typ: nftables.ChainTypeFilter, hook: *nftables.ChainHookForward,
+		priority: filterPriority, what: "forward rules"}
+}
 
 // Manager keeps weft's masquerade tables in one network namespace.
 type Manager struct {
@@ -88,7 +115,27 @@ func (m *Manager) EnsureFamily(r Rules, v6 bool) (changed bool, err error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ensureFamily(familyOf(v6), want)
+	return m.ensureFamily(familyOf(v6), masqChain(), want)
+}
+
+// EnsureForward makes weft's forward chain of network's family accept what is forwarded
+// from or to network, as flanneld's --iptables-forward-rules does: its nftables mode with
+// the same chain and rules, its iptables mode with FLANNEL-FWD. A host whose FORWARD policy
+// is drop (Docker sets it) would otherwise drop pod traffic between nodes. An invalid
+// network removes the chain of the family v6 says, as when the flag is false: forwarding is
+// then the host's rules' business. It reports whether it changed anything.
+func (m *Manager) EnsureForward(network netip.Prefix, v6 bool) (changed bool, err error) {
+	var want familyPlan
+	if network.IsValid() {
+		n, err := checkNetwork("Network", network, v6)
+		if err != nil {
+			return false, err
+		}
+		want = familyPlan{network: n, rules: forwardRules(n)}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ensureFamily(familyOf(v6), forwardChain(), want)
 }
 
 // Remove deletes weft's tables, rules and all. It is for explicit teardown
@@ -126,17 +173,17 @@ type current struct {
 	rules  []*nftables.Rule // rules of chain
 }
 
-func (m *Manager) ensureFamily(f family, want familyPlan) (bool, error) {
-	cur, err := m.read(f)
+func (m *Manager) ensureFamily(f family, spec chainSpec, want familyPlan) (bool, error) {
+	cur, err := m.read(f, spec)
 	if err != nil {
 		return false, err
 	}
 	if want.rules == nil {
-		return m.disable(f, cur)
+		return m.disable(f, spec, cur)
 	}
-	tableWhy, chainWhy, rulesWhy := cur.differs(f, want.rules)
+	tableWhy, chainWhy, rulesWhy := cur.differs(f, spec, want.rules)
 	if tableWhy == "" && chainWhy == "" && rulesWhy == "" {
-		m.log.Debug("masquerade rules up to date", "family", f.name, "network", want.network, "subnet", want.subnet)
+		m.log.Debug(spec.what+" up to date", "family", f.name, "network", want.network, "subnet", want.subnet)
 		return false, nil
 	}
 
@@ -146,7 +193,7 @@ func (m *Manager) ensureFamily(f family, want familyPlan) (bool, error) {
 		// carries no traffic); its chains and rules stay.
 		m.conn.AddTable(table)
 	}
-	chain := wantedChain(table)
+	chain := spec.wanted(table)
 	replaceRules := cur.chain == nil || chainWhy != "" || rulesWhy != ""
 	switch {
 	case cur.chain == nil:
@@ -168,15 +215,15 @@ func (m *Manager) ensureFamily(f family, want familyPlan) (bool, error) {
 	}
 	if err := m.conn.Flush(); err != nil {
 		return false, fmt.Errorf("masq: programming chain %s %s %s (network %s, subnet %s): %w",
-			f.name, TableName, ChainName, want.network, want.subnet, err)
+			f.name, TableName, spec.name, want.network, want.subnet, err)
 	}
-	m.log.Info("masquerade rules programmed", "family", f.name, "network", want.network, "subnet", want.subnet,
+	m.log.Info(spec.what+" programmed", "family", f.name, "network", want.network, "subnet", want.subnet,
 		"reason", strings.Join(slices.DeleteFunc([]string{tableWhy, chainWhy, rulesWhy}, isEmpty), "; "))
 	return true, nil
 }
 
 // disable removes weft's chain of a family that is not (or no longer) enabled.
-func (m *Manager) disable(f family, cur current) (bool, error) {
+func (m *Manager) disable(f family, spec chainSpec, cur current) (bool, error) {
 	switch {
 	case cur.table == nil:
 		return false, nil
@@ -189,16 +236,16 @@ func (m *Manager) disable(f family, cur current) (bool, error) {
 		return false, nil
 	}
 	if err := m.conn.Flush(); err != nil {
-		return false, fmt.Errorf("masq: removing the masquerade of disabled family %s: %w", f.name, err)
+		return false, fmt.Errorf("masq: removing the %s of disabled family %s: %w", spec.what, f.name, err)
 	}
-	m.log.Info("masquerade removed for disabled family", "family", f.name)
+	m.log.Info(spec.what+" removed", "family", f.name, "chain", spec.name)
 	return true, nil
 }
 
 // read lists what the kernel holds in weft's table of one family. It uses
 // dumps rather than lookups by name because the library hides the ENOENT of a
 // missing table or chain inside a formatted error.
-func (m *Manager) read(f family) (current, error) {
+func (m *Manager) read(f family, spec chainSpec) (current, error) {
 	var cur current
 	t, err := m.findTable(f)
 	if err != nil || t == nil {
@@ -213,7 +260,7 @@ func (m *Manager) read(f family) (current, error) {
 		if c.Table == nil || c.Table.Name != TableName {
 			continue
 		}
-		if c.Name == ChainName {
+		if c.Name == spec.name {
 			cur.chain = c
 		} else {
 			cur.others++
@@ -224,7 +271,7 @@ func (m *Manager) read(f family) (current, error) {
 	}
 	cur.rules, err = m.conn.GetRules(t, cur.chain)
 	if err != nil {
-		return cur, fmt.Errorf("masq: listing the rules of chain %s %s %s: %w", f.name, TableName, ChainName, err)
+		return cur, fmt.Errorf("masq: listing the rules of chain %s %s %s: %w", f.name, TableName, spec.name, err)
 	}
 	return cur, nil
 }
@@ -245,7 +292,7 @@ func (m *Manager) findTable(f family) (*nftables.Table, error) {
 // differs says why the kernel's table, chain and rules are not the wanted
 // ones; an empty reason means that part is right. When the chain is missing or
 // wrong its rules are not looked at: they go with it.
-func (cur current) differs(f family, want []ruleSpec) (table, chain, rules string) {
+func (cur current) differs(f family, spec chainSpec, want []ruleSpec) (table, chain, rules string) {
 	switch {
 	case cur.table == nil:
 		return "table missing", "chain missing", ""
@@ -255,8 +302,8 @@ func (cur current) differs(f family, want []ruleSpec) (table, chain, rules strin
 	switch {
 	case cur.chain == nil:
 		return table, "chain missing", ""
-	case !chainIsRight(cur.chain):
-		return table, "chain is not type nat hook postrouting priority srcnat policy accept", ""
+	case !spec.isRight(cur.chain):
+		return table, fmt.Sprintf("chain is not type %s hook %d priority %d policy accept", spec.typ, spec.hook, spec.priority), ""
 	case len(cur.rules) != len(want):
 		return table, "", fmt.Sprintf("chain has %d rules, want %d", len(cur.rules), len(want))
 	}
@@ -281,21 +328,23 @@ func tableFlags(t *nftables.Table) uint32 {
 
 func isEmpty(s string) bool { return s == "" }
 
-func wantedChain(t *nftables.Table) *nftables.Chain {
+// wanted is the chain as weft makes it in t. Its policy is accept, always: a forward chain
+// that dropped what it does not accept would cut the node off everything else it forwards.
+func (spec chainSpec) wanted(t *nftables.Table) *nftables.Chain {
 	accept := nftables.ChainPolicyAccept
 	return &nftables.Chain{
-		Name:     ChainName,
+		Name:     spec.name,
 		Table:    t,
-		Type:     nftables.ChainTypeNAT,
-		Hooknum:  nftables.ChainHookRef(*nftables.ChainHookPostrouting),
-		Priority: nftables.ChainPriorityRef(srcnatPriority),
+		Type:     spec.typ,
+		Hooknum:  nftables.ChainHookRef(spec.hook),
+		Priority: nftables.ChainPriorityRef(spec.priority),
 		Policy:   &accept,
 	}
 }
 
-func chainIsRight(c *nftables.Chain) bool {
-	return c.Type == nftables.ChainTypeNAT &&
-		c.Hooknum != nil && *c.Hooknum == *nftables.ChainHookPostrouting &&
-		c.Priority != nil && *c.Priority == srcnatPriority &&
+func (spec chainSpec) isRight(c *nftables.Chain) bool {
+	return c.Type == spec.typ &&
+		c.Hooknum != nil && *c.Hooknum == spec.hook &&
+		c.Priority != nil && *c.Priority == spec.priority &&
 		(c.Policy == nil || *c.Policy == nftables.ChainPolicyAccept)
 }

@@ -1,6 +1,7 @@
 package masq
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"reflect"
@@ -508,4 +509,158 @@ func TestRemove(t *testing.T) {
 		t.Error("Ensure after Remove reported no change")
 	}
 	assertProgrammed(t, conn, rulesDual(), false)
+}
+
+// TestEnsureNotFullyRandom: --ip-masq-fully-random-disable's rules masquerade without
+// fully-random, and switching either way rewrites the chain (a rule of the other kind is
+// drift, not a match).
+func TestEnsureNotFullyRandom(t *testing.T) {
+	needRoot(t)
+	m, conn, ns := newTestManager(t)
+	plain := rulesDual()
+	plain.NotFullyRandom = true
+	if !ensure(t, m, plain) {
+		t.Fatal("first Ensure reported no change")
+	}
+	assertProgrammed(t, conn, plain, false)
+	assertProgrammed(t, conn, plain, true)
+	if ensure(t, m, plain) {
+		t.Error("a second Ensure of the same rules changed something")
+	}
+	if out, ok := nftList(t, ns, "ip"); ok {
+		if strings.Contains(out, "fully-random") || !strings.Contains(out, `masquerade comment "`+commentToOutside+`"`) {
+			t.Errorf("nft list table ip %s, want masquerade without fully-random:\n%s", TableName, out)
+		}
+	}
+	if !ensure(t, m, rulesDual()) {
+		t.Fatal("switching to fully-random changed nothing")
+	}
+	assertProgrammed(t, conn, rulesDual(), false)
+	if !ensure(t, m, plain) {
+		t.Fatal("switching back changed nothing")
+	}
+	assertProgrammed(t, conn, plain, true)
+}
+
+// assertForward checks weft's forward chain of one family against network's rules, as
+// decoded and as nft reads them.
+func assertForward(t *testing.T, conn *nftables.Conn, ns netns.NsHandle, network string, v6 bool) {
+	t.Helper()
+	f := familyOf(v6)
+	chain, err := conn.ListChain(weftTable(v6), ForwardChainName)
+	if err != nil {
+		t.Fatalf("%s: chain %s: %v", f.name, ForwardChainName, err)
+	}
+	if chain.Type != nftables.ChainTypeFilter || *chain.Hooknum != *nftables.ChainHookForward ||
+		*chain.Priority != 0 || chain.Policy == nil || *chain.Policy != nftables.ChainPolicyAccept {
+		t.Errorf("%s: chain is type %s hook %d priority %d policy %v, want filter forward 0 accept",
+			f.name, chain.Type, *chain.Hooknum, *chain.Priority, chain.Policy)
+	}
+	rules, err := conn.GetRules(weftTable(v6), &nftables.Chain{Name: ForwardChainName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := forwardRules(pfx(network))
+	if len(rules) != len(want) {
+		t.Fatalf("%s: forward chain has %d rules, want %d", f.name, len(rules), len(want))
+	}
+	for i, r := range rules {
+		got, err := f.decode(r.Exprs, r.UserData)
+		if err != nil || !got.equal(want[i]) {
+			t.Errorf("%s forward rule %d is %s (%v), want %s", f.name, i+1, got, err, want[i])
+		}
+	}
+	out, ok := nftList(t, ns, f.name)
+	if !ok {
+		t.Log("nft not installed: not cross-checking with nft's reading of the rules")
+		return
+	}
+	for _, line := range []string{
+		"chain " + ForwardChainName + " {",
+		"type filter hook forward priority filter; policy accept;",
+		f.name + " saddr " + network + ` accept comment "` + commentFromPods + `"`,
+		f.name + " daddr " + network + ` accept comment "` + commentToPods + `"`,
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("nft list table %s %s lacks %q:\n%s", f.name, TableName, line, out)
+		}
+	}
+}
+
+// TestEnsureForward: --iptables-forward-rules' chain in both families, beside the
+// masquerade or alone; repaired when edited; removed (and only it) when the flag is false.
+func TestEnsureForward(t *testing.T) {
+	needRoot(t)
+	m, conn, ns := newTestManager(t)
+	fwd := func(network string, v6 bool) bool {
+		t.Helper()
+		var n netip.Prefix
+		if network != "" {
+			n = pfx(network)
+		}
+		changed, err := m.EnsureForward(n, v6)
+		if err != nil {
+			t.Fatalf("EnsureForward(%q, v6 %t): %v", network, v6, err)
+		}
+		return changed
+	}
+	// Without --ip-masq: the forward chain alone.
+	if !fwd("10.244.0.0/16", false) || !fwd("fd00:10:244::/56", true) {
+		t.Fatal("first EnsureForward reported no change")
+	}
+	assertForward(t, conn, ns, "10.244.0.0/16", false)
+	assertForward(t, conn, ns, "fd00:10:244::/56", true)
+	if fwd("10.244.0.0/16", false) || fwd("fd00:10:244::/56", true) {
+		t.Error("a second EnsureForward of the same network changed something")
+	}
+
+	// With the masquerade beside it, neither touches the other.
+	ensure(t, m, rulesDual())
+	assertForward(t, conn, ns, "10.244.0.0/16", false)
+	if fwd("10.244.0.0/16", false) {
+		t.Error("the masquerade's Ensure disturbed the forward chain")
+	}
+	assertProgrammed(t, conn, rulesDual(), false)
+
+	// A rule deleted by hand is drift, restored.
+	rules, err := conn.GetRules(weftTable(false), &nftables.Chain{Name: ForwardChainName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.DelRule(rules[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !fwd("10.244.0.0/16", false) {
+		t.Error("a forward rule deleted by hand was not restored")
+	}
+	assertForward(t, conn, ns, "10.244.0.0/16", false)
+
+	// The flag false: the forward chain goes, the masquerade stays.
+	if !fwd("", false) {
+		t.Fatal("removing the forward chain reported no change")
+	}
+	if got := chainNames(t, conn, false); !slices.Equal(got, []string{ChainName}) {
+		t.Errorf("ip table holds chains %v, want only [%s]", got, ChainName)
+	}
+	assertProgrammed(t, conn, rulesDual(), false)
+	if out, ok := nftList(t, ns, "ip"); ok && strings.Contains(out, "hook forward") {
+		t.Errorf("nft list table ip %s still has a forward chain:\n%s", TableName, out)
+	}
+	// Alone in its table, the chain goes with the table.
+	ensure(t, m, rulesV4())
+	if !fwd("", true) {
+		t.Fatal("removing the ip6 forward chain reported no change")
+	}
+	if tableExists(t, conn, TableName, true) {
+		t.Error("ip6 table holding nothing but the removed forward chain still exists")
+	}
+	if fwd("", true) || fwd("", false) {
+		t.Error("removing an absent forward chain reported a change")
+	}
+	if _, err := m.EnsureForward(pfx("10.244.0.0/16"), true); err == nil {
+		t.Error("EnsureForward took an IPv4 network for the ip6 table")
+	}
 }

@@ -88,6 +88,10 @@ func (f family) encode(s ruleSpec) ([]expr.Any, []byte) {
 		// same port to the same destination at the same moment race for one
 		// translated tuple in conntrack and one of the first packets is lost.
 		out = append(out, &expr.Masq{FullyRandom: true})
+	case actMasqueradePlain:
+		out = append(out, &expr.Masq{})
+	case actAccept:
+		out = append(out, &expr.Verdict{Kind: expr.VerdictAccept})
 	}
 	return out, appendComment(nil, s.comment)
 }
@@ -132,15 +136,22 @@ func (f family) decode(exprs []expr.Any, udata []byte) (ruleSpec, error) {
 			}
 			s.addrs = append(s.addrs, m)
 		case *expr.Verdict:
-			if e.Kind != expr.VerdictReturn {
-				return ruleSpec{}, fmt.Errorf("verdict %d, want return", e.Kind)
+			switch e.Kind {
+			case expr.VerdictReturn:
+				s.action = actReturn
+			case expr.VerdictAccept:
+				s.action = actAccept
+			default:
+				return ruleSpec{}, fmt.Errorf("verdict %d, want return or accept", e.Kind)
 			}
-			s.action = actReturn
 		case *expr.Masq:
-			if !e.FullyRandom || e.Random || e.Persistent || e.ToPorts {
-				return ruleSpec{}, fmt.Errorf("masquerade with flags %+v, want only fully-random", *e)
+			if e.Random || e.Persistent || e.ToPorts {
+				return ruleSpec{}, fmt.Errorf("masquerade with flags %+v, want none but fully-random", *e)
 			}
-			s.action = actMasquerade
+			s.action = actMasqueradePlain
+			if e.FullyRandom {
+				s.action = actMasquerade
+			}
 		default:
 			return ruleSpec{}, fmt.Errorf("unexpected expression %T", e)
 		}

@@ -52,7 +52,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // rule.
 func TestEncodeExpressions(t *testing.T) {
 	f := familyOf(false)
-	rules := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"))
+	rules := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade)
 
 	mark := binary.NativeEndian.AppendUint32(nil, 0x4000)
 	got, udata := f.encode(rules[0])
@@ -84,7 +84,7 @@ func TestEncodeExpressions(t *testing.T) {
 	}
 
 	f6 := familyOf(true)
-	got, _ = f6.encode(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64"))[3])
+	got, _ = f6.encode(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64"), actMasquerade)[3])
 	if p, ok := got[0].(*expr.Payload); !ok || p.Offset != 8 || p.Len != 16 {
 		t.Errorf("ipv6 saddr load is %#v, want offset 8 length 16", got[0])
 	}
@@ -95,7 +95,7 @@ func TestEncodeExpressions(t *testing.T) {
 
 func TestDecodeRejectsForeignRules(t *testing.T) {
 	f := familyOf(false)
-	base, udata := f.encode(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"))[2])
+	base, udata := f.encode(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade)[2])
 	clone := func() []expr.Any {
 		out := make([]expr.Any, len(base))
 		for i, e := range base {
@@ -111,14 +111,20 @@ func TestDecodeRejectsForeignRules(t *testing.T) {
 		want   string
 	}{
 		{"no verdict", func(e []expr.Any) []expr.Any { return e[:len(e)-1] }, "no verdict"},
-		{"accept instead of return", func(e []expr.Any) []expr.Any {
-			e[len(e)-1] = &expr.Verdict{Kind: expr.VerdictAccept}
+		{"drop instead of return", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Verdict{Kind: expr.VerdictDrop}
 			return e
-		}, "want return"},
-		{"masquerade without fully-random", func(e []expr.Any) []expr.Any {
-			e[len(e)-1] = &expr.Masq{}
+		}, "want return or accept"},
+		// A masquerade without fully-random decodes (--ip-masq-fully-random-disable's), and
+		// differs from a wanted fully-random one; other flags are no rule of weft's.
+		{"masquerade random", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Masq{Random: true}
 			return e
-		}, "fully-random"},
+		}, "want none but fully-random"},
+		{"masquerade persistent", func(e []expr.Any) []expr.Any {
+			e[len(e)-1] = &expr.Masq{FullyRandom: true, Persistent: true}
+			return e
+		}, "want none but fully-random"},
 		{"counter added", func(e []expr.Any) []expr.Any {
 			return append(e[:len(e)-1:len(e)-1], &expr.Counter{}, e[len(e)-1])
 		}, "unexpected expression *expr.Counter"},
@@ -203,6 +209,25 @@ func TestReadComment(t *testing.T) {
 	} {
 		if got := readComment(c.udata); got != c.want {
 			t.Errorf("readComment(%q) = %q, want %q", c.udata, got, c.want)
+		}
+	}
+}
+
+func TestForwardRulesRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		v6 bool
+		n  string
+	}{{false, "10.244.0.0/16"}, {true, "fd00:10:244::/56"}} {
+		f := familyOf(c.v6)
+		for _, r := range forwardRules(pfx(c.n)) {
+			exprs, udata := f.encode(r)
+			if v, ok := exprs[len(exprs)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictAccept {
+				t.Errorf("%s: ends with %#v, want accept", r, exprs[len(exprs)-1])
+			}
+			got, err := f.decode(exprs, udata)
+			if err != nil || !got.equal(r) {
+				t.Errorf("%s: round trip gave %s, %v", r, got, err)
+			}
 		}
 	}
 }

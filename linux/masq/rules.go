@@ -12,6 +12,9 @@ import (
 type Rules struct {
 	Network, Subnet         netip.Prefix // IPv4 cluster network and this node's subnet in it
 	IPv6Network, IPv6Subnet netip.Prefix // IPv6 cluster network and this node's subnet in it
+	// NotFullyRandom masquerades keeping source ports where it can, without fully-random
+	// (flanneld's --ip-masq-fully-random-disable): for kernels or middleboxes that want it.
+	NotFullyRandom bool
 }
 
 // KubeProxyMark is the bit kube-proxy sets on packets it wants masqueraded;
@@ -27,6 +30,8 @@ const (
 	commentToOutside   = "weft masq: pods to outside the cluster network"
 	commentToOwnPods   = "weft masq: outside to this node's pods, keep the client address"
 	commentToOtherPods = "weft masq: outside to other nodes' pods, so replies return via this node"
+	commentFromPods    = "weft forward: from the pod network (--iptables-forward-rules)"
+	commentToPods      = "weft forward: to the pod network (--iptables-forward-rules)"
 )
 
 // multicast returns the family's multicast range. Multicast is never
@@ -59,8 +64,10 @@ type addrMatch struct {
 type action uint8
 
 const (
-	actReturn     action = iota + 1
-	actMasquerade        // always fully-random
+	actReturn          action = iota + 1
+	actMasquerade             // fully-random
+	actMasqueradePlain        // without fully-random (Rules.NotFullyRandom)
+	actAccept                 // the forward chain's
 )
 
 // ruleSpec is one rule of the chain, independent of how nftables encodes it,
@@ -105,6 +112,10 @@ func (s ruleSpec) String() string {
 		b.WriteString("return")
 	case actMasquerade:
 		b.WriteString("masquerade fully-random")
+	case actMasqueradePlain:
+		b.WriteString("masquerade")
+	case actAccept:
+		b.WriteString("accept")
 	default:
 		fmt.Fprintf(&b, "<action %d>", s.action)
 	}
@@ -115,8 +126,9 @@ func (s ruleSpec) String() string {
 }
 
 // familyRules returns the chain's rules, in order, for one family with cluster
-// network n and node subnet s (both already validated and masked).
-func familyRules(n, s netip.Prefix) []ruleSpec {
+// network n and node subnet s (both already validated and masked), masquerading with
+// masq (actMasquerade or actMasqueradePlain).
+func familyRules(n, s netip.Prefix, masq action) []ruleSpec {
 	mcast := multicast(n.Addr().Is6())
 	return []ruleSpec{
 		{markMask: KubeProxyMark, action: actReturn, comment: commentKubeProxy},
@@ -127,7 +139,7 @@ func familyRules(n, s netip.Prefix) []ruleSpec {
 		},
 		{
 			addrs:   []addrMatch{{field: srcAddr, prefix: n}, {field: dstAddr, not: true, prefix: mcast}},
-			action:  actMasquerade,
+			action:  masq,
 			comment: commentToOutside,
 		},
 		// Without this return the next rule would also hide the client's
@@ -139,9 +151,18 @@ func familyRules(n, s netip.Prefix) []ruleSpec {
 		},
 		{
 			addrs:   []addrMatch{{field: srcAddr, not: true, prefix: n}, {field: dstAddr, prefix: n}},
-			action:  actMasquerade,
+			action:  masq,
 			comment: commentToOtherPods,
 		},
+	}
+}
+
+// forwardRules returns the forward chain's rules for cluster network n (validated and
+// masked): flanneld's, which accept what comes from the pod network and what goes to it.
+func forwardRules(n netip.Prefix) []ruleSpec {
+	return []ruleSpec{
+		{addrs: []addrMatch{{field: srcAddr, prefix: n}}, action: actAccept, comment: commentFromPods},
+		{addrs: []addrMatch{{field: dstAddr, prefix: n}}, action: actAccept, comment: commentToPods},
 	}
 }
 
@@ -162,19 +183,23 @@ type plan struct {
 // address with the prefix length (FLANNEL_SUBNET=10.244.1.1/24).
 func buildPlan(r Rules) (plan, error) {
 	var p plan
+	masq := actMasquerade
+	if r.NotFullyRandom {
+		masq = actMasqueradePlain
+	}
 	n4, s4, err := checkFamily("Network", "Subnet", r.Network, r.Subnet, false)
 	if err != nil {
 		return plan{}, err
 	}
 	if n4.IsValid() {
-		p.v4 = familyPlan{network: n4, subnet: s4, rules: familyRules(n4, s4)}
+		p.v4 = familyPlan{network: n4, subnet: s4, rules: familyRules(n4, s4, masq)}
 	}
 	n6, s6, err := checkFamily("IPv6Network", "IPv6Subnet", r.IPv6Network, r.IPv6Subnet, true)
 	if err != nil {
 		return plan{}, err
 	}
 	if n6.IsValid() {
-		p.v6 = familyPlan{network: n6, subnet: s6, rules: familyRules(n6, s6)}
+		p.v6 = familyPlan{network: n6, subnet: s6, rules: familyRules(n6, s6, masq)}
 	}
 	return p, nil
 }
@@ -188,34 +213,48 @@ func checkFamily(netName, subName string, n, s netip.Prefix, v6 bool) (netip.Pre
 		}
 		return netip.Prefix{}, netip.Prefix{}, nil
 	}
-	want := "IPv4"
-	if v6 {
-		want = "IPv6"
-	}
-	isFamily := func(p netip.Prefix) bool {
-		a := p.Addr()
-		if v6 {
-			return a.Is6() && !a.Is4In6()
-		}
-		return a.Is4()
-	}
-	if !isFamily(n) {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", netName, n, want)
-	}
-	if n.Bits() == 0 {
-		// With everything inside the cluster network nothing would ever be
-		// masqueraded; that is a configuration mistake, not a wish.
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s covers every address", netName, n)
+	n, err := checkNetwork(netName, n, v6)
+	if err != nil {
+		return netip.Prefix{}, netip.Prefix{}, err
 	}
 	if !s.IsValid() {
 		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is set but %s is not", netName, n, subName)
 	}
-	if !isFamily(s) {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", subName, s, want)
+	if !isFamily(s, v6) {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", subName, s, familyName(v6))
 	}
-	n, s = n.Masked(), s.Masked()
+	s = s.Masked()
 	if s.Bits() < n.Bits() || !n.Contains(s.Addr()) {
 		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("masq: %s %s is not inside %s %s", subName, s, netName, n)
 	}
 	return n, s, nil
+}
+
+// checkNetwork validates a cluster network of the family v6 says and masks it.
+func checkNetwork(name string, n netip.Prefix, v6 bool) (netip.Prefix, error) {
+	if !isFamily(n, v6) {
+		return netip.Prefix{}, fmt.Errorf("masq: %s %s is not an %s prefix", name, n, familyName(v6))
+	}
+	if n.Bits() == 0 {
+		// With everything inside the cluster network nothing would ever be
+		// masqueraded, and everything forwarded accepted; that is a configuration
+		// mistake, not a wish.
+		return netip.Prefix{}, fmt.Errorf("masq: %s %s covers every address", name, n)
+	}
+	return n.Masked(), nil
+}
+
+func isFamily(p netip.Prefix, v6 bool) bool {
+	a := p.Addr()
+	if v6 {
+		return a.Is6() && !a.Is4In6()
+	}
+	return a.Is4()
+}
+
+func familyName(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }

@@ -22,7 +22,7 @@ func ruleStrings(rs []ruleSpec) []string {
 }
 
 func TestFamilyRulesIPv4(t *testing.T) {
-	got := ruleStrings(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24")))
+	got := ruleStrings(familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade))
 	want := []string{
 		`meta mark & 0x4000 == 0x4000 return comment "` + commentKubeProxy + `"`,
 		`ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return comment "` + commentWithin + `"`,
@@ -34,7 +34,7 @@ func TestFamilyRulesIPv4(t *testing.T) {
 }
 
 func TestFamilyRulesIPv6(t *testing.T) {
-	got := ruleStrings(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64")))
+	got := ruleStrings(familyRules(pfx("fd00:10:244::/56"), pfx("fd00:10:244:1::/64"), actMasquerade))
 	want := []string{
 		`meta mark & 0x4000 == 0x4000 return comment "` + commentKubeProxy + `"`,
 		`ip6 saddr fd00:10:244::/56 ip6 daddr fd00:10:244::/56 return comment "` + commentWithin + `"`,
@@ -60,7 +60,7 @@ func assertLines(t *testing.T, got, want []string) {
 // Comments are what a human reading `nft list ruleset` relies on: they must
 // name weft and fit nft's comment limit (128 bytes with the NUL).
 func TestCommentsNameWeft(t *testing.T) {
-	for _, r := range familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24")) {
+	for _, r := range familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade) {
 		if !strings.HasPrefix(r.comment, "weft") {
 			t.Errorf("comment %q does not name weft", r.comment)
 		}
@@ -132,8 +132,8 @@ func TestBuildPlan(t *testing.T) {
 }
 
 func TestRuleSpecEqual(t *testing.T) {
-	a := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"))
-	b := familyRules(pfx("10.244.0.0/16"), pfx("10.244.2.0/24"))
+	a := familyRules(pfx("10.244.0.0/16"), pfx("10.244.1.0/24"), actMasquerade)
+	b := familyRules(pfx("10.244.0.0/16"), pfx("10.244.2.0/24"), actMasquerade)
 	for i := range a {
 		if !a[i].equal(a[i]) {
 			t.Errorf("rule %d not equal to itself", i+1)
@@ -147,4 +147,33 @@ func TestRuleSpecEqual(t *testing.T) {
 	if c.equal(a[2]) {
 		t.Error("rules with different comments compare equal")
 	}
+}
+
+func TestRulesNotFullyRandom(t *testing.T) {
+	p, err := buildPlan(Rules{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.244.1.0/24"), NotFullyRandom: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range p.v4.rules {
+		switch r.action {
+		case actMasqueradePlain:
+			n++
+			if s := r.String(); strings.Contains(s, "fully-random") {
+				t.Errorf("%s: rendered fully-random", s)
+			}
+		case actMasquerade:
+			t.Errorf("%s: fully-random with NotFullyRandom", r)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d masquerade rules, want 2", n)
+	}
+}
+
+func TestForwardRules(t *testing.T) {
+	assertLines(t, ruleStrings(forwardRules(pfx("10.244.0.0/16"))), []string{
+		`ip saddr 10.244.0.0/16 accept comment "` + commentFromPods + `"`,
+		`ip daddr 10.244.0.0/16 accept comment "` + commentToPods + `"`,
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftnet/weft/internal/winetest"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnstest"
 )
@@ -49,9 +50,7 @@ func TestHcsshimConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(filepath.Join(repo, "tools", "wine", "setup.sh")).CombinedOutput(); err != nil {
-		t.Skipf("Wine is not set up (tools/wine/setup.sh installs it as root): %v\n%s", err, out)
-	}
+	winetest.Need(t, repo)
 	start := time.Now()
 	bin := filepath.Join(t.TempDir(), "hcn.test")
 	build := exec.Command(goTool(), "test", "-c", "-tags", "integration", "-o", bin, "github.com/Microsoft/hcsshim/hcn")
@@ -70,7 +69,8 @@ func TestHcsshimConformance(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	go func() { _ = New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
 
-	prefix := winePrefix(t, repo)
+	// A prefix of the test's own: hcsshim's namespace tests write the registry.
+	prefix := winetest.Prefix(t, repo, "wine-hcn-")
 	run := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -139,36 +139,6 @@ func TestHcsshimConformance(t *testing.T) {
 	for _, name := range out {
 		t.Logf("left out: %s (%s): %s", name, leftOut[name], results[name])
 	}
-}
-
-// winePrefix is a Wine prefix of the test's own, made from the one tools/wine/setup.sh made
-// (hard links, next to it, as e2e's Windows node does): hcsshim's namespace tests write the
-// registry, and other tests copy that prefix meanwhile. Its wineserver is stopped and it is
-// removed when the test ends.
-func winePrefix(t *testing.T, repo string) string {
-	t.Helper()
-	src := filepath.Join(repo, ".cache", "wine")
-	dst, err := os.MkdirTemp(filepath.Join(repo, ".cache"), "wine-hcn-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		kill := exec.Command("/usr/lib/wine/wineserver", "-k")
-		kill.Env = append(os.Environ(), "WINEPREFIX="+dst)
-		_ = kill.Run() // none may run
-		_ = os.RemoveAll(dst)
-	})
-	for _, args := range [][]string{
-		{"cp", "-al", filepath.Join(src, "drive_c"), dst},
-		{"cp", "-a", filepath.Join(src, "dosdevices"), dst},
-		// .update-timestamp too: without it Wine updates the prefix first (wineboot, ~12 s).
-		{"sh", "-c", "cp -p " + src + "/*.reg " + src + "/.update-timestamp " + dst},
-	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-	}
-	return dst
 }
 
 // goTool is the go command of the toolchain running the test.

@@ -477,63 +477,30 @@ func (s *Server) createNamespace(r request) answer {
 }
 
 func (s *Server) modifyNetwork(r request) answer {
-	id, found := s.object("Network", r.handle)
-	if !found {
-		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open network"))
-	}
-	var mr modifyRequest
-	if err := strict(r.a, &mr); err != nil {
-		return invalidJSON(r.call, err)
-	}
-	if mr.ResourceType == "Policy" {
-		var pr policyRequest
-		if err := strict(string(mr.Settings), &pr); err != nil {
-			return invalidJSON(r.call, err)
-		}
-		if err := checkPolicies(pr.Policies); err != nil {
-			return invalidJSON(r.call, err)
-		}
-	}
-	m, bad := asModel[windows.ModifyNetworkSettingRequest](r.call, r.a)
-	if bad != nil {
-		return *bad
-	}
-	if err := s.hns.ModifyNetworkSettings(id, m); err != nil {
-		return fail(err)
-	}
-	return answer{}
+	return modify(s, r, "Network", true, s.hns.ModifyNetworkSettings)
 }
 
 func (s *Server) modifyNamespace(r request) answer {
-	id, found := s.object("Namespace", r.handle)
-	if !found {
-		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open namespace"))
-	}
-	var mr modifyRequest
-	if err := strict(r.a, &mr); err != nil {
-		return invalidJSON(r.call, err)
-	}
-	m, bad := asModel[windows.ModifyNamespaceSettingRequest](r.call, r.a)
-	if bad != nil {
-		return *bad
-	}
 	// The in-memory HNS decodes the settings strictly: {"EndpointId": …}.
-	if err := s.hns.ModifyNamespace(id, m); err != nil {
-		return fail(err)
-	}
-	return answer{}
+	return modify(s, r, "Namespace", false, s.hns.ModifyNamespace)
 }
 
 func (s *Server) modifyEndpoint(r request) answer {
-	id, found := s.object("Endpoint", r.handle)
+	return modify(s, r, "Endpoint", true, s.hns.ModifyEndpoint)
+}
+
+// modify is HcnModify<kind>: the request on the open object of handle r.handle, whose
+// policies, where the object has them, are checked as HNS checks them, applied with apply.
+func modify[M any](s *Server, r request, kind string, policies bool, apply func(id string, m *M) error) answer {
+	id, found := s.object(kind, r.handle)
 	if !found {
-		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open endpoint"))
+		return fail(windows.NewError(r.call, windows.InvalidArg, "not a handle of an open "+strings.ToLower(kind)))
 	}
 	var mr modifyRequest
 	if err := strict(r.a, &mr); err != nil {
 		return invalidJSON(r.call, err)
 	}
-	if mr.ResourceType == "Policy" {
+	if policies && mr.ResourceType == "Policy" {
 		var pr policyRequest
 		if err := strict(string(mr.Settings), &pr); err != nil {
 			return invalidJSON(r.call, err)
@@ -542,11 +509,11 @@ func (s *Server) modifyEndpoint(r request) answer {
 			return invalidJSON(r.call, err)
 		}
 	}
-	m, bad := asModel[hnstest.EndpointRequest](r.call, r.a)
+	m, bad := asModel[M](r.call, r.a)
 	if bad != nil {
 		return *bad
 	}
-	if err := s.hns.ModifyEndpoint(id, m); err != nil {
+	if err := apply(id, m); err != nil {
 		return fail(err)
 	}
 	return answer{}

@@ -628,10 +628,7 @@ func v2PolicyOf(raw json.RawMessage) (json.RawMessage, error) {
 		}
 		v2type = f.v2
 		for _, rename := range f.fields {
-			if v, found := fields[rename[0]]; found {
-				delete(fields, rename[0])
-				fields[rename[1]] = v
-			}
+			renameField(fields, rename[0], rename[1])
 		}
 		if f.v1 == "NAT" {
 			if p, found := fields["Protocol"]; found {
@@ -652,6 +649,14 @@ func v2PolicyOf(raw json.RawMessage) (json.RawMessage, error) {
 	return mustJSON(policy{Type: v2type, Settings: mustJSON(fields)}), nil
 }
 
+// renameField moves fields[from], if there is one, to fields[to].
+func renameField(fields map[string]json.RawMessage, from, to string) {
+	if v, found := fields[from]; found {
+		delete(fields, from)
+		fields[to] = v
+	}
+}
+
 // v1PolicyOf translates a v2 policy into v1's form.
 func v1PolicyOf(p policy) json.RawMessage {
 	fields := map[string]json.RawMessage{}
@@ -665,10 +670,7 @@ func v1PolicyOf(p policy) json.RawMessage {
 		}
 		typ = f.v1
 		for _, rename := range f.fields {
-			if v, found := fields[rename[1]]; found {
-				delete(fields, rename[1])
-				fields[rename[0]] = v
-			}
+			renameField(fields, rename[1], rename[0])
 		}
 		if f.v1 == "NAT" {
 			var n int
