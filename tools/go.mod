@@ -7,8 +7,10 @@ go 1.26.0
 tool (
 	github.com/containernetworking/plugins/plugins/ipam/host-local
 	github.com/containernetworking/plugins/plugins/main/bridge
+	github.com/containernetworking/plugins/plugins/main/loopback
 	github.com/containernetworking/plugins/plugins/main/windows/win-bridge
 	github.com/containernetworking/plugins/plugins/main/windows/win-overlay
+	github.com/containernetworking/plugins/plugins/meta/portmap
 )
 
 require (
@@ -25,6 +27,7 @@ require (
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/groupcache v0.0.0-20210331224755-41bb18bfe9da // indirect
+	github.com/mattn/go-shellwords v1.0.12 // indirect
 	github.com/networkplumbing/go-nft v0.4.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/safchain/ethtool v0.6.2 // indirect

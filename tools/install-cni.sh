@@ -1,7 +1,8 @@
 #!/bin/sh
 # install-cni.sh DIR: install the reference CNI plugins the e2e tests and the
-# demo use (bridge, host-local) into DIR, at the versions pinned in this
-# module's go.mod.
+# demo use (bridge, host-local), and those a Kubernetes node ships beside them
+# for weft's conflist and containerd (portmap, loopback: e2e/kubecluster), into
+# DIR, at the versions pinned in this module's go.mod.
 #
 # Idempotent and fast when nothing changed: a stamp file in DIR records a hash
 # of go.mod and go.sum, so a cached DIR costs two file reads, and bumping the
@@ -12,9 +13,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/install-lib.sh"
 tool_dir "$@"
 
-plugins="bridge host-local"
+plugins="bridge host-local loopback portmap"
 pkgs="github.com/containernetworking/plugins/plugins/main/bridge
-github.com/containernetworking/plugins/plugins/ipam/host-local"
+github.com/containernetworking/plugins/plugins/ipam/host-local
+github.com/containernetworking/plugins/plugins/main/loopback
+github.com/containernetworking/plugins/plugins/meta/portmap"
 
 have_all=true
 for p in $plugins; do

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -29,10 +30,10 @@ const (
 
 // Options describe a cluster.
 type Options struct {
-	// KubeBin holds kubelet, kube-controller-manager and kube-scheduler
+	// KubeBin holds kubelet, kube-controller-manager, kube-scheduler, kube-proxy and kubectl
 	// (tools/kube/install-kube.sh). Required. kube-apiserver is kubetest's (kubetest.Binary).
 	KubeBin string
-	// ContainerdBin holds containerd and containerd-shim-runc-v2
+	// ContainerdBin holds containerd, containerd-shim-runc-v2 and ctr
 	// (tools/containerd/install-containerd.sh). Required.
 	ContainerdBin string
 	// NetConf is the network configuration (net-conf.json); ClusterCIDR must be inside its
@@ -83,12 +84,12 @@ func New(log cluster.Logger, opts Options) (*Cluster, error) {
 	if !opts.DNSServiceIP.IsValid() {
 		opts.DNSServiceIP = netip.MustParseAddr("10.96.0.10")
 	}
-	for _, p := range []string{"kubelet", "kube-controller-manager", "kube-scheduler"} {
+	for _, p := range []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(opts.KubeBin, p)); err != nil {
 			return nil, fmt.Errorf("kubecluster: %w (tools/kube/install-kube.sh builds it)", err)
 		}
 	}
-	for _, p := range []string{"containerd", "containerd-shim-runc-v2"} {
+	for _, p := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
 		if _, err := os.Stat(filepath.Join(opts.ContainerdBin, p)); err != nil {
 			return nil, fmt.Errorf("kubecluster: %w (tools/containerd/install-containerd.sh builds it)", err)
 		}
@@ -203,6 +204,18 @@ func (c *Cluster) AddNode(name string) (*Node, error) {
 		}
 	}
 	return c.addNode(name)
+}
+
+// Kubectl runs kubectl with the administrator's kubeconfig, inside the underlay where the API
+// server's address is, and returns its output.
+func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
+	argv := append(c.net.UnderlayCommand(), append([]string{filepath.Join(c.opts.KubeBin, "kubectl"),
+		"--kubeconfig=" + c.adminKubeconfig}, args...)...)
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }
 
 // Nodes returns the nodes in the order they were added.

@@ -37,6 +37,7 @@ type Node struct {
 
 	containerd *process
 	kubelet    *process
+	kubeProxy  *process
 }
 
 // nodeMounts are the host paths a node has its own of, each a bind mount of a directory of
@@ -62,6 +63,11 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	}
 	n := &Node{Node: cn, c: c, MountNS: filepath.Join(cn.Dir, "mntns")}
 	c.nodes = append(c.nodes, n)
+	// A real node has a default route; without one a host-network pod could not even try
+	// the kubernetes Service's address, which kube-proxy translates after routing.
+	if out, err := exec.Command("ip", "-n", n.NS, "route", "add", "default", "via", cluster.UnderlayGateway).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("node %s: default route: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
 	if err := n.makeMountNS(); err != nil {
 		return nil, err
 	}
@@ -71,8 +77,10 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	if err := n.startKubelet(); err != nil {
 		return nil, err
 	}
-	c.log.Logf("kubecluster: node %s: %s, containerd log %s, kubelet log %s", name, n.IP,
-		n.containerd.logPath, n.kubelet.logPath)
+	if err := n.startKubeProxy(); err != nil {
+		return nil, err
+	}
+	c.log.Logf("kubecluster: node %s: %s, logs in %s (containerd.log, kubelet.log, kube-proxy.log)", name, n.IP, n.Dir)
 	return n, nil
 }
 
@@ -142,6 +150,12 @@ state = "/run/containerd"
 [plugins.'io.containerd.cri.v1.runtime']
   # The pods' network namespaces under the node's state, not in the host's /var/run/netns.
   netns_mounts_under_state_dir = true
+  # The kubelet asks for oom_score_adj -998 for every sandbox (and below 0 for guaranteed
+  # pods); lowering it needs CAP_SYS_RESOURCE, which this machine's root lacks (CapEff
+  # 0x1fffeffffff: bit 24 clear), and runc's init then dies ("failed to update
+  # /proc/self/oom_score_adj: Permission denied"). Restricted, containerd clamps each value
+  # to its own score, which a process may always keep or raise.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ['/opt/cni/bin']
     conf_dir = '/etc/cni/net.d'
@@ -255,11 +269,35 @@ func (n *Node) startKubelet() error {
 	}
 }
 
+// startKubeProxy starts the node's kube-proxy in nftables mode (Debian's nft; no iptables
+// needed), without waiting for it.
+func (n *Node) startKubeProxy() error {
+	p, err := start("kube-proxy of node "+n.Name, filepath.Join(n.Dir, "kube-proxy.log"), nil,
+		n.inNode(filepath.Join(n.c.opts.KubeBin, "kube-proxy"),
+			"--kubeconfig="+n.c.adminKubeconfig,
+			"--hostname-override="+n.Name,
+			"--cluster-cidr="+n.c.opts.ClusterCIDR.String(),
+			"--proxy-mode=nftables",
+			// 0: leave the conntrack table's size alone; it is the host's, not the node's.
+			"--conntrack-max-per-core=0",
+			"--metrics-bind-address=127.0.0.1:10249",
+			"--healthz-bind-address=127.0.0.1:10256",
+			"--nodeport-addresses=primary",
+			"--v=2"))
+	if err != nil {
+		return err
+	}
+	n.kubeProxy = p
+	return nil
+}
+
 // stop stops the kubelet, then kills everything of the node's namespaces (containerd, its
 // shims, the containers) and lets go of the mount namespace.
 func (n *Node) stop() error {
-	if n.kubelet != nil {
-		n.kubelet.stop()
+	for _, p := range []*process{n.kubeProxy, n.kubelet} {
+		if p != nil {
+			p.stop()
+		}
 	}
 	if n.containerd != nil {
 		n.containerd.stop()

@@ -9,6 +9,7 @@ go 1.26.6
 tool (
 	github.com/containerd/containerd/v2/cmd/containerd
 	github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+	github.com/containerd/containerd/v2/cmd/ctr
 )
 
 require (

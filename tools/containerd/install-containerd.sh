@@ -1,7 +1,8 @@
 #!/bin/sh
-# install-containerd.sh DIR: build containerd and containerd-shim-runc-v2, at the version
-# pinned in this module's go.mod, into DIR, for the nodes of e2e/kubecluster; and install
-# Debian's runc, the OCI runtime the shim runs, when it is missing.
+# install-containerd.sh DIR: build containerd, containerd-shim-runc-v2 and ctr (which imports
+# the nodes' images: no registry serves them), at the version pinned in this module's go.mod,
+# into DIR, for the nodes of e2e/kubecluster; and install Debian's runc, the OCI runtime the
+# shim runs, when it is missing.
 #
 # Without cgo, and without the btrfs, devmapper and zfs snapshotters (their packages need C
 # headers and the nodes use overlayfs); about a minute cold on 2 cores. Built once: a stamp
@@ -23,7 +24,7 @@ if ! command -v runc >/dev/null 2>&1; then
 fi
 
 if tool_current .weft-containerd-stamp "$here/go.mod" "$here/go.sum" "$0" &&
-	[ -x "$dir/containerd" ] && [ -x "$dir/containerd-shim-runc-v2" ]; then
+	[ -x "$dir/containerd" ] && [ -x "$dir/containerd-shim-runc-v2" ] && [ -x "$dir/ctr" ]; then
 	exit 0
 fi
 
@@ -34,7 +35,7 @@ echo "install-containerd: building containerd $version into $dir"
 # Version answer (which the kubelet logs) say which one runs.
 ldflags="-s -X $mod/version.Version=$version -X $mod/version.Package=$mod"
 rm -f "$stamp"
-for prog in containerd containerd-shim-runc-v2; do
+for prog in containerd containerd-shim-runc-v2 ctr; do
 	# Built beside its final name and renamed: an interrupted build leaves no half-written
 	# program for the stamp check to take as installed.
 	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -tags no_btrfs,no_devmapper,no_zfs \
