@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/weftnet/weft/dist/image"
 	"github.com/weftnet/weft/e2e/cluster"
 )
 
@@ -126,96 +125,14 @@ func TestNodesRegister(t *testing.T) {
 	}
 }
 
-// localWeftImage is the name the weft image from `make image` is imported under; the
-// manifest's image is changed to it, and nothing else.
-const localWeftImage = "weft.local/weft:e2e"
-
 // TestWeftDeployed deploys weft as a user does, `kubectl apply -f dist/kubernetes/` with only
 // the image changed to the local one, and waits for every node to turn Ready with
 // NetworkUnavailable cleared.
 func TestWeftDeployed(t *testing.T) {
 	c := newCluster(t, 3)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cniBin := needCNIPlugins(t, repo)
-	work := t.TempDir()
-	pause, err := PauseArchive(ctx, repo, work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := image.Build(ctx, image.Options{ModuleDir: repo, Version: "v0.0.0-e2e", Arches: []string{"amd64"}},
-		filepath.Join(work, "weft-layout")); err != nil {
-		t.Fatalf("building weft's image: %v", err)
-	}
-	t.Logf("weft's image built in %v", time.Since(start).Round(time.Second))
-	weft, err := LayoutArchive(filepath.Join(work, "weft-layout"), localWeftImage, work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range c.Nodes() {
-		if err := n.InstallCNIPlugins(cniBin); err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range []string{pause, weft} {
-			if err := n.ImportImage(ctx, a); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	manifest, err := os.ReadFile(filepath.Join(repo, "dist", "kubernetes", "weft.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const shipped = "image: ghcr.io/weftnet/weft:v0.1.0\n"
-	if !strings.Contains(string(manifest), shipped) {
-		t.Fatalf("dist/kubernetes/weft.yaml has no %q to replace", shipped)
-	}
-	local := filepath.Join(work, "weft.yaml")
-	if err := os.WriteFile(local, []byte(strings.ReplaceAll(string(manifest), shipped, "image: "+localWeftImage+"\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{filepath.Join(repo, "dist", "kubernetes", "rbac.yaml"), local} {
-		out, err := c.Kubectl(ctx, "apply", "-f", f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("kubectl apply -f %s:\n%s", filepath.Base(f), strings.TrimSpace(out))
-	}
-	start = time.Now()
-	// Both conditions must be there: the kubelet posts Ready, weftd NetworkUnavailable
-	// (False, once its network is up), which no one else here sets.
-	nodes, err := c.WaitNodes(ctx, func(n *corev1.Node) error {
-		var ready, network *corev1.NodeCondition
-		for i, cond := range n.Status.Conditions {
-			switch cond.Type {
-			case corev1.NodeReady:
-				ready = &n.Status.Conditions[i]
-			case corev1.NodeNetworkUnavailable:
-				network = &n.Status.Conditions[i]
-			}
-		}
-		switch {
-		case ready == nil || ready.Status != corev1.ConditionTrue:
-			return fmt.Errorf("not Ready: %v", ready)
-		case network == nil:
-			return errors.New("no NetworkUnavailable condition yet")
-		case network.Status != corev1.ConditionFalse:
-			return fmt.Errorf("NetworkUnavailable %s: %s", network.Status, network.Message)
-		}
-		return nil
-	})
-	if err != nil {
-		if out, kerr := c.Kubectl(context.Background(), "get", "pods", "-A", "-o", "wide"); kerr == nil {
-			t.Logf("pods:\n%s", out)
-		}
-		t.Fatal(err)
-	}
-	t.Logf("every node Ready with NetworkUnavailable False %v after the apply", time.Since(start).Round(time.Millisecond))
+	nodes := deployWeft(ctx, t, c)
 	for _, n := range nodes {
 		for _, cond := range n.Status.Conditions {
 			if cond.Type == corev1.NodeNetworkUnavailable {
@@ -228,4 +145,35 @@ func TestWeftDeployed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("pods:\n%s", out)
+}
+
+// deployWeft gives every node the reference CNI plugins a node ships and the base images,
+// then deploys weft (Cluster.DeployWeft) and returns the nodes once their network is ready.
+func deployWeft(ctx context.Context, t *testing.T, c *Cluster) []corev1.Node {
+	t.Helper()
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cniBin := needCNIPlugins(t, repo)
+	work := t.TempDir()
+	start := time.Now()
+	images, err := BaseImages(ctx, repo, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pause and weft images built in %v", time.Since(start).Round(time.Second))
+	for _, n := range c.Nodes() {
+		if err := n.InstallCNIPlugins(cniBin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ImportImages(ctx, images...); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := c.DeployWeft(ctx, repo, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodes
 }
