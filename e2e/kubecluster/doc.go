@@ -15,8 +15,10 @@
 // state (netns_mounts_under_state_dir), so that nodes share nothing but the kernel.
 //
 // The host mounts cgroup v1 (hybrid), which the kubelet refuses from 1.35 unless told
-// (failCgroupV1: false); it runs with the cgroupfs driver, without QoS cgroups and without
-// node allocatable enforcement, and with swap allowed: the checks MACHINE.md records.
+// (failCgroupV1: false); it runs with the cgroupfs driver, QoS cgroups under a cgroupRoot of
+// its own node (cgroup_linux.go), without node allocatable enforcement, and with swap allowed:
+// the checks MACHINE.md records. Each node's programs and pods are in that cgroup tree, which
+// Close removes, killing what is left, and which a later run sweeps when a killed run left it.
 //
 // The programs come from tools/kube/install-kube.sh (the Kubernetes ones, at the
 // kube-apiserver's version) and tools/containerd/install-containerd.sh (containerd 2, which a
