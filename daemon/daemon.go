@@ -217,6 +217,9 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.net, err = d.waitConfig(ctx); err != nil {
 		return err
 	}
+	for _, k := range d.net.Ignored {
+		d.log.Warn("network config key ignored: flanneld v0.28 does not read it either (a misspelt key, or one of another backend type?)", "key", k)
+	}
 	planes := map[backend.Family]backend.Plane{backend.IPv4: deps.Plane, backend.IPv6: deps.PlaneV6}
 	for _, f := range backend.Families(d.net) {
 		if planes[f] == nil {
