@@ -97,7 +97,7 @@ func (c *Cluster) RunE2E(ctx context.Context, opts E2EOptions) (*E2EResult, erro
 		"--provider=skeleton",
 		"--report-dir=" + opts.ReportDir,
 		"--e2e-output-dir=" + opts.ReportDir,
-		"--dns-domain=cluster.local",
+		"--dns-domain=" + ClusterDomain,
 		"--ginkgo.focus=" + strings.Join(opts.Focus, "|"),
 		"--ginkgo.timeout=" + opts.Timeout.String(),
 		"--ginkgo.v",
