@@ -258,6 +258,10 @@ func ReadE2EReport(path string, focus []string, skip []E2ESkip) (*E2EResult, err
 				if reason == "" && tc.Skipped != nil {
 					reason = strings.TrimPrefix(strings.TrimPrefix(tc.Skipped.Message, "skipped"), " - ")
 				}
+				if strings.TrimSpace(reason) == "" {
+					// Neither skipped by us nor by itself: the suite ended first.
+					reason = "not run: the suite stopped before it (timeout or interrupt)"
+				}
 				res.Skipped = append(res.Skipped, E2ESkipped{Spec: spec, Reason: strings.TrimSpace(reason)})
 			default: // failed, timedout, interrupted, aborted, panicked
 				res.Failed = append(res.Failed, tc.Name)
