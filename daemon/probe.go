@@ -139,7 +139,7 @@ func (d *daemon) overlaySummary() probe.Summary {
 
 // probeApplied tells the family's Prober what an Apply programmed, and its Transport what
 // of it goes through the overlay: every peer after a full one, the changed peers after an
-// incremental one. The caller holds d.mu.
+// incremental one.
 func (st *stack) probeApplied(u backend.Update) {
 	if st.prober == nil {
 		return
