@@ -27,6 +27,12 @@ const (
 	NoticeTransportBack    = "OverlayTransportRestored"    // the peer passes TCP or UDP again
 )
 
+// noticeReasons lists the reasons of every Notice the daemon tells.
+func noticeReasons() []string {
+	return []string{NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBroken, NoticeTransportBack,
+		NoticePathMTUShort, NoticePathMTUWhole}
+}
+
 // offload is the transmit checksum offload of one family's overlay device, which the family's
 // Transport checks decide on (--vxlan-tx-checksum-offload).
 type offload struct {

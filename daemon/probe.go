@@ -34,8 +34,8 @@ func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger pro
 		fam := st.fam()
 		st.prober = probe.New(cfg, pinger, probe.Hooks{
 			Result: func(outcome string, rtt time.Duration) {
-				d.m.probes.WithLabelValues("icmp", outcome).Inc()
-				if outcome == "ok" {
+				d.m.probes.WithLabelValues(probe.KindICMP, outcome).Inc()
+				if outcome == probe.OutcomeOK {
 					d.m.probeRTT.Observe(rtt.Seconds())
 				}
 			},

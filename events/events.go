@@ -42,6 +42,12 @@ const (
 	ReasonPeersReachable     = "PeersReachable"
 )
 
+// Reasons lists the Reason* constants, for counters that start each at zero.
+func Reasons() []string {
+	return []string{ReasonLeaseAcquired, ReasonLeaseChanged, ReasonPeerSkipped, ReasonDataplaneError,
+		ReasonDataplaneRecovered, ReasonPeersUnreachable, ReasonPeersReachable}
+}
+
 // Defaults of Options.
 const (
 	DefaultInterval = time.Minute

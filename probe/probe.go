@@ -74,7 +74,8 @@ func (c Config) withDefaults() Config {
 // Hooks are told of what the Prober sees; each may be nil. They are called from the
 // Prober's goroutines, not under its lock.
 type Hooks struct {
-	// Result: one probe's outcome ("ok", "lost", "error") and, when ok, its round trip.
+	// Result: one probe's outcome (OutcomeOK, OutcomeLost, OutcomeError) and, when ok, its
+	// round trip.
 	Result func(outcome string, rtt time.Duration)
 	// Changed: a peer became unreachable (down) or answers again (!down), and how many are
 	// unreachable now.
