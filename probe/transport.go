@@ -120,21 +120,7 @@ func NewTransport(cfg TransportConfig, pinger Pinger, checker Checker, hooks Tra
 }
 
 // Set makes the targets exactly ts.
-func (tr *Transport) Set(ts []Target) {
-	keep := make(map[string]bool, len(ts))
-	for _, t := range ts {
-		keep[t.Key] = true
-	}
-	tr.mu.Lock()
-	var gone []Target
-	for k := range tr.peers.all() {
-		if !keep[k] {
-			gone = append(gone, Target{Key: k})
-		}
-	}
-	tr.mu.Unlock()
-	tr.Update(ts, gone)
-}
+func (tr *Transport) Set(ts []Target) { setTargets(&tr.mu, &tr.peers, ts, tr.Update) }
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
 // count). A target whose address changed starts afresh. It costs what it changes, however
