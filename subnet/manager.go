@@ -77,6 +77,29 @@ type Event struct {
 	Lease Lease
 }
 
+// Sender delivers one Watch's batches to its receiver as Manager.Watch promises: the first
+// batch goes out even when empty (the receiver then knows every lease, though there are
+// none), an empty one after it is dropped.
+type Sender struct {
+	Out  chan<- []Event
+	sent bool // the first batch went out
+}
+
+// Send delivers evs on Out, unless it is empty and not the first, waiting for the receiver
+// until ctx is done.
+func (s *Sender) Send(ctx context.Context, evs []Event) error {
+	if len(evs) == 0 && s.sent {
+		return nil
+	}
+	select {
+	case s.Out <- evs:
+		s.sent = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // ErrNoConfig is returned by GetConfig while the datastore holds no network configuration.
 var ErrNoConfig = errors.New("no network configuration")
 
