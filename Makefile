@@ -80,10 +80,13 @@ wine:
 	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/...; \
 	fi
 
-## lint: formatting and vet on both operating systems (tools/wincni, a Windows program, on Windows)
+## lint: formatting, the imports' groups (the standard library, then other modules, then weft's
+## own: doc_test.go's TestImportGroups, over every module of the tree) and vet on both operating
+## systems (tools/wincni, a Windows program, on Windows)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -count=1 -run '^TestImport' .
 	$(GO) vet $(PKGS)
 	GOOS=windows $(GO) vet $(PKGS)
 	cd tools/wincni && GOOS=windows $(GO) vet ./...

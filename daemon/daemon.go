@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/netif"
-	"github.com/weftnet/weft/probe"
 	"io/fs"
 	"log/slog"
 	"net/netip"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/netif"
-	"github.com/weftnet/weft/status"
 	"io"
 	"log/slog"
 	"maps"
@@ -26,6 +24,8 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )

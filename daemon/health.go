@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 )
