@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			}
 			return err
 		}
-		wg.Go(func() { rec.Run(ctx, km.PostEvent) })
+		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
 	} else {
 		cli, err := etcd.NewClient(etcd.ClientConfig{

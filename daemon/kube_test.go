@@ -203,7 +203,7 @@ func (k kubeCluster) runWith(t *testing.T, conf string, deps Deps, tweak func(*C
 	ctx, cancel := context.WithCancel(context.Background())
 	var posting sync.WaitGroup
 	if rec, ok := deps.Events.(*events.Recorder); ok {
-		posting.Go(func() { rec.Run(ctx, km.PostEvent) })
+		posting.Go(func() { rec.Run(ctx, eventSink(km)) })
 	}
 	done := make(chan error, 1)
 	go func() { done <- RunWith(ctx, cfg, log, deps) }()

@@ -103,10 +103,20 @@ func (s *Sender) Send(ctx context.Context, evs []Event) error {
 // ErrNoConfig is returned by GetConfig while the datastore holds no network configuration.
 var ErrNoConfig = errors.New("no network configuration")
 
+// The optional parts of a Manager, which the daemon asks for with a type assertion.
+
 // Checker is implemented by Managers that can tell, without a request, whether their
 // datastore is reachable now. The daemon's readiness uses it.
 type Checker interface {
 	Check() error
+}
+
+// Readier is implemented by Managers whose datastore wants to hear that the node's pod
+// network works (Kubernetes: the Node's NetworkUnavailable condition False). The daemon calls
+// SetReady once the data plane has first converged, and after each convergence while it
+// fails; until then the node keeps whatever it had.
+type Readier interface {
+	SetReady(ctx context.Context) error
 }
 
 // PoolUsage is how much of one family's subnet range (Config.IPv4Range, IPv6Range) is
