@@ -71,13 +71,14 @@ cross:
 	GOOS=windows $(GO) build $(PKGS)
 	GOOS=windows $(GO) test -count=1 -exec=true -run='^$$' $(PKGS) >/dev/null
 
-## wine: the Windows tests of ./windows/... run under Wine (wine64 and mingw installed as root on first use)
+## wine: the Windows tests of ./windows/... and of the HNS simulator (internal/hnssim) run under Wine
+## (wine64 and mingw installed as root on first use)
 ## As a plain user without Wine installed they cannot run: say so instead of failing.
 wine:
 	@if [ "$$(id -u)" -ne 0 ] && ! tools/wine/setup.sh 2>/dev/null; then \
 	  echo "wine: Windows tests not run: wine64/mingw are missing and only root can install them"; \
 	else \
-	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/...; \
+	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/... ./internal/hnssim/; \
 	fi
 
 ## lint: formatting, the imports' groups (the standard library, then other modules, then weft's
