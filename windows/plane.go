@@ -763,14 +763,13 @@ func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error 
 	return errors.Join(errs...)
 }
 
-// Watch implements backend.Plane: HNS tells nobody of changes, so drift is found by the
-// periodic resync; it waits for ctx.
-//
-// HNS tells no one of changes, so the plane looks at its network every WatchInterval (one
-// query): a network that is gone or was made again (HNS restarted: non-persistent networks
-// do not survive it; someone deleted it) is drift, and so is HNS answering again after it
-// was stopped, since what it held may be gone. The daemon's full Apply that follows finds
-// what is missing (a missing network is a MissingDeviceError: Prepare makes it again).
+// Watch implements backend.Plane until ctx is done. HNS tells no one of changes, so the plane
+// looks at its network every WatchInterval (one query): a network that is gone or was made
+// again (HNS restarted: non-persistent networks do not survive it; someone deleted it) is
+// drift, and so is HNS answering again after it was stopped, since what it held may be gone.
+// The daemon's full Apply that follows finds what is missing (a missing network is a
+// MissingDeviceError: Prepare makes it again). A policy or an endpoint changed under a network
+// that stays is left to the daemon's periodic resync.
 func (p *Plane) Watch(ctx context.Context, drift func()) error {
 	stopped := false
 	for {
