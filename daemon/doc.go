@@ -4,8 +4,8 @@
 // Stopping leaves everything programmed, so traffic flows on while the daemon restarts.
 //
 // One goroutine, the loop, owns the node's state: each IP family's peer set and what is
-// pending for its data plane (backend.Plane), and the own lease. It alone changes them, and it
-// alone drives the planes. Beside it run the lease watch (subnet.Manager.Watch), which feeds
+// pending for its data plane (backend.Plane), and the own lease. It alone changes them and
+// applies them to the planes. Beside it run the lease watch (subnet.Manager.Watch), which feeds
 // it batches of events, the planes' drift watches, the overlay probes and, in Kubernetes mode,
 // the recorder of the node's Events, which tells the operator without the loop ever waiting
 // on the API server.
