@@ -405,8 +405,7 @@ func (p programmed) All() iter.Seq2[string, Peer] {
 	}
 }
 
-// PeerInfo is one peer lease as /status shows it. It shares nothing the Set changes: a copy
-// stays valid after the Set moves on (Skipped is shared, and never changed by anyone).
+// PeerInfo is one peer lease as /status shows it.
 type PeerInfo struct {
 	Key         string
 	Subnet      netip.Prefix
@@ -418,27 +417,55 @@ type PeerInfo struct {
 
 // Peers lists every peer lease in subnet order, built when asked: nothing per peer is kept
 // for it.
-func (s *Set) Peers() []PeerInfo {
-	out := s.AppendPeers(make([]PeerInfo, 0, len(s.entries)))
-	SortPeers(out)
-	return out
+func (s *Set) Peers() []PeerInfo { return s.Snapshot().Peers() }
+
+// Snapshot is the peer leases of a Set at one moment, which other goroutines may read while
+// the Set's owner changes the Set: Set.Snapshot costs a slice of two pointers a lease. It
+// shares what a Set never changes of a lease once put (its key, type and translation; a new
+// value is a new entry) and copies the rest, whether and why the lease is skipped (Skipped
+// values are never changed either).
+type Snapshot struct{ peers []snapPeer }
+
+type snapPeer struct {
+	e       *entry
+	skipped *Skipped
 }
 
-// AppendPeers appends every peer lease to out, in no particular order: Peers without the
-// sort, for a caller that copies the Set's peers far more often than it shows them.
-func (s *Set) AppendPeers(out []PeerInfo) []PeerInfo {
+// Snapshot takes a Snapshot of s.
+func (s *Set) Snapshot() Snapshot {
+	peers := make([]snapPeer, 0, len(s.entries))
 	for _, e := range s.entries {
-		out = append(out, PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
-			BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: e.skipped()})
+		peers = append(peers, snapPeer{e: e, skipped: e.skipped()})
 	}
-	return out
+	return Snapshot{peers: peers}
 }
 
-// SortPeers sorts peers into the order Peers lists them in: by subnet, then key.
-func SortPeers(peers []PeerInfo) {
-	slices.SortFunc(peers, func(a, b PeerInfo) int {
+// Len is the number of peer leases, usable or not.
+func (sn Snapshot) Len() int { return len(sn.peers) }
+
+// All yields every peer lease, in no order.
+func (sn Snapshot) All() iter.Seq[PeerInfo] {
+	return func(yield func(PeerInfo) bool) {
+		for _, p := range sn.peers {
+			e := p.e
+			if !yield(PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
+				BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: p.skipped}) {
+				return
+			}
+		}
+	}
+}
+
+// Peers lists every peer lease in subnet order, then key order.
+func (sn Snapshot) Peers() []PeerInfo {
+	out := make([]PeerInfo, 0, len(sn.peers))
+	for p := range sn.All() {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int {
 		return cmp.Or(a.Subnet.Addr().Compare(b.Subnet.Addr()), strings.Compare(a.Key, b.Key))
 	})
+	return out
 }
 
 // Desired is the State for own and every lease in leases (own among them or not), with the

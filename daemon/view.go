@@ -18,18 +18,16 @@ type peersView struct {
 
 // famPeers is one family's part of a peersView.
 type famPeers struct {
-	fam backend.Family
-	vni uint32 // of the family's overlay device; 0 without one
-	// peers are in no order: the loop copies them at every change, and /status, asked far
-	// less often, sorts its copy.
-	peers []backend.PeerInfo
+	fam   backend.Family
+	vni   uint32 // of the family's overlay device; 0 without one
+	peers backend.Snapshot
 }
 
 // publish makes the sets as they are now the view that readers get. Only the loop calls it.
 func (d *daemon) publish() {
 	v := &peersView{fams: make([]famPeers, 0, len(d.stacks))}
 	for _, st := range d.stacks {
-		fp := famPeers{fam: st.fam(), peers: st.set.AppendPeers(make([]backend.PeerInfo, 0, st.set.Len()))}
+		fp := famPeers{fam: st.fam(), peers: st.set.Snapshot()}
 		if dev := st.set.State().Device; dev != nil {
 			fp.vni = dev.VNI
 		}
@@ -47,9 +45,7 @@ func (d *daemon) peerStatus() []status.Peer {
 	}
 	var out []status.Peer
 	for _, f := range v.fams {
-		peers := append([]backend.PeerInfo(nil), f.peers...)
-		backend.SortPeers(peers)
-		for _, p := range peers {
+		for _, p := range f.peers.Peers() {
 			ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
 				BackendType: p.BackendType, State: "programmed"}
 			if f.fam == backend.IPv6 {
@@ -76,7 +72,7 @@ func (d *daemon) peerCounts() map[[2]string]int {
 	if v == nil || len(v.fams) == 0 {
 		return n
 	}
-	for _, p := range v.fams[0].peers {
+	for p := range v.fams[0].peers.All() {
 		state := "programmed"
 		if p.Skipped != nil {
 			state = "skipped"
