@@ -182,7 +182,13 @@ type daemon struct {
 	inStore   bool              // the own lease is in the datastore
 	synced    bool              // the first watch batch arrived
 	lastRenew time.Time
-	notified  bool // systemd was told weftd is ready
+	// A renewal runs beside the loop (renewer), which goes on applying the leases meanwhile:
+	// a datastore without a quorum holds one for its whole timeout. renewing says one is
+	// under way; toRenew asks for one, renewed brings its result back.
+	renewing bool
+	toRenew  chan subnet.Lease
+	renewed  chan renewal
+	notified bool // systemd was told weftd is ready
 	// startupDone is when the first convergence ended.
 	startupDone time.Time
 	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
@@ -486,6 +492,8 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	events := make(chan []subnet.Event, 16)
 	watchDone := make(chan error, 1)
 	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
+	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
+	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
 	for _, st := range d.stacks {
 		wg.Go(func() {
@@ -553,16 +561,20 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		case <-retryConverge.C:
 			d.setFull()
 		case <-renew.C:
-			d.renew(ctx)
+			d.startRenew()
+		case r := <-d.renewed:
+			d.renewing = false
+			d.finishRenew(r)
 			renew.Reset(d.renewIn())
 		}
 		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
 		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
-			d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
-			d.renew(ctx)
-			renew.Reset(d.renewIn())
+			if !d.renewing {
+				d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
+			}
+			d.startRenew()
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			err := d.converge(ctx)
@@ -654,19 +666,59 @@ func (d *daemon) renewIn() time.Duration {
 	return max(time.Until(d.own.Expiration)-d.cfg.RenewMargin, time.Second)
 }
 
-// renew renews the own lease, publishing d.own's attributes, and follows a change of the
-// subnet.
-func (d *daemon) renew(ctx context.Context) {
-	d.lastRenew = time.Now()
-	l, err := timed(d, "renew", func() (subnet.Lease, error) {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-		return d.sm.Renew(rctx, d.own)
-	})
-	if err != nil {
-		d.m.renewals.WithLabelValues("error").Inc()
-		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
+// renewal is what one renewal of the own lease asked and got.
+type renewal struct {
+	asked subnet.Lease
+	got   subnet.Lease
+	err   error
+}
+
+// renewer renews the own lease each time the loop asks, until ctx is done.
+func (d *daemon) renewer(ctx context.Context) {
+	for {
+		var own subnet.Lease
+		select {
+		case <-ctx.Done():
+			return
+		case own = <-d.toRenew:
+		}
+		l, err := timed(d, "renew", func() (subnet.Lease, error) {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return d.sm.Renew(rctx, own)
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case d.renewed <- renewal{asked: own, got: l, err: err}:
+		}
+	}
+}
+
+// startRenew has the own lease renewed, publishing d.own's attributes, unless a renewal is
+// under way; the loop takes its result (finishRenew) when it comes.
+func (d *daemon) startRenew() {
+	if d.renewing {
 		return
+	}
+	d.renewing, d.lastRenew = true, time.Now()
+	d.toRenew <- d.own
+}
+
+// finishRenew takes a renewal's result: the own lease, and a change of the subnet followed.
+func (d *daemon) finishRenew(r renewal) {
+	if r.err != nil {
+		d.m.renewals.WithLabelValues("error").Inc()
+		d.log.Error("renewing the lease failed", "lease", r.asked.Key(), "err", r.err)
+		return
+	}
+	l := r.got
+	// The device was made again meanwhile (recreateDevice): the renewal published the
+	// attributes of the old one. The lease is kept with the new ones, which the next renewal,
+	// asked now, publishes.
+	stale := !r.asked.Attrs.Equal(d.own.Attrs)
+	if stale {
+		l.Attrs = d.own.Attrs
 	}
 	changed := !l.SameSubnets(d.own)
 	if changed {
@@ -680,6 +732,9 @@ func (d *daemon) renew(ctx context.Context) {
 		if err := d.writeEnv(); err != nil {
 			d.log.Error("rewriting subnet.env", "err", err)
 		}
+	}
+	if stale {
+		d.startRenew()
 	}
 }
 
@@ -825,7 +880,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		l := d.own
 		l.Attrs = attrs
 		d.setOwn(l)
-		d.renew(ctx) // Renew sees attributes differing from the stored ones and publishes ours
+		d.startRenew() // Renew sees attributes differing from the stored ones and publishes ours
 	}
 	return nil
 }

@@ -143,6 +143,11 @@ func startNode(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane)
 }
 
 func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
+	return startNodeOn(t, func(log *slog.Logger) subnet.Manager { return etcd.New(cli, etcd.Options{Logger: log}) }, dir, plane, tweak)
+}
+
+// startNodeOn is startNodeWith on the datastore that manager makes.
+func startNodeOn(t *testing.T, manager func(*slog.Logger) subnet.Manager, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
 	cfg := DefaultConfig()
 	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
 	cfg.HealthzPort = 0
@@ -154,7 +159,7 @@ func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePl
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	go func() {
 		n.done <- RunWith(ctx, cfg, log, Deps{
-			Manager:    etcd.New(cli, etcd.Options{Logger: log}),
+			Manager:    manager(log),
 			Plane:      plane,
 			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
 			DefaultIf:  func() (string, error) { return "eth0", nil },
@@ -200,6 +205,16 @@ func putPeer(t *testing.T, cli *clientv3.Client, key, ip, mac string) {
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/subnets/"+key, v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// vxlanEtcd starts an etcd of the test's own holding vxlanConf, and returns a client of it.
+func vxlanEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
 
 // vxlanConf: the daemon draws its own subnet at random from 10.244.100.0 up, clear of the
@@ -318,6 +333,59 @@ func TestDaemonRecoversLostLease(t *testing.T) {
 		t.Fatalf("daemon exited: %v", err)
 	default:
 	}
+}
+
+// stuckRenew is an etcd datastore whose renewals hang until released, as a renewal does while
+// etcd has no quorum.
+type stuckRenew struct {
+	*etcd.Manager
+	asked   atomic.Int32
+	release chan struct{}
+}
+
+func (s *stuckRenew) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, error) {
+	s.asked.Add(1)
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return subnet.Lease{}, ctx.Err()
+	}
+	return s.Manager.Renew(ctx, own)
+}
+
+// TestDaemonRenewalDoesNotBlockLoop: while a renewal hangs (the own lease was deleted, and
+// the datastore does not answer the renewal), the daemon goes on following the leases: a peer
+// added meanwhile is programmed. Once the renewal goes through, the lease is back.
+func TestDaemonRenewalDoesNotBlockLoop(t *testing.T) {
+	cli := vxlanEtcd(t)
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	sm := &stuckRenew{release: make(chan struct{})}
+	n := startNodeOn(t, func(log *slog.Logger) subnet.Manager {
+		sm.Manager = etcd.New(cli, etcd.Options{Logger: log})
+		return sm
+	}, t.TempDir(), plane, func(*Config) {})
+	eventually(t, "convergence", func() bool { st, _ := plane.last(); return len(st.peers) == 1 })
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	if _, err := cli.Delete(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a renewal of the deleted lease", func() bool { return sm.asked.Load() > 0 })
+	putPeer(t, cli, "10.244.8.0-24", "192.0.2.18", "0e:00:00:00:00:08")
+	eventually(t, "the peer added while the renewal hangs", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24 10.244.8.0/24]"
+	})
+	close(sm.release)
+	eventually(t, "the lease back in etcd", func() bool {
+		r, err := cli.Get(t.Context(), key)
+		return err == nil && len(r.Kvs) == 1
+	})
 }
 
 // TestDaemonBadConfig: a config the daemon cannot use stops start-up with the key named.
