@@ -393,9 +393,11 @@ func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subne
 // take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
 const startupEchoes = 2 * time.Second
 
-// requestTimeout bounds one datastore request (an acquisition may take several round trips
-// and, on Windows, the HNS network's creation), so that a hung connection is retried rather
-// than waited on forever.
+// requestTimeout bounds one call of the datastore (an acquisition may take several round
+// trips, a wait for the podCIDR and, on Windows, the HNS network's creation), so that none is
+// waited on forever. The managers bound each round trip much shorter (etcd.Options'
+// RequestTimeout, ListTimeout; kube's requestTimeout): a request that hangs fails within
+// seconds and is retried.
 const requestTimeout = 2 * time.Minute
 
 // timed runs one datastore request, recording its latency and counting its failure.

@@ -802,3 +802,45 @@ func TestWatchHoldsRemovalsAfterRestore(t *testing.T) {
 	}
 	t.Logf("10.1.3.0-24 removed %v after the restore", held.Round(time.Millisecond))
 }
+
+// TestRequestsToHungEtcdFail: etcd takes the requests and answers none (frozen, or behind a
+// path that drops packets). Each request of the Manager fails by its own deadline (here
+// the default, DefaultRequestTimeout) rather than the caller's, so that the caller retries:
+// the callers' contexts here would run for minutes.
+func TestRequestsToHungEtcdFail(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	put(t, cli, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	proxy := srv.Proxy(t)
+	m := etcd.New(proxy.Client(t, srv), etcd.Options{Logger: testLogger(t)})
+	own, err := m.Acquire(t.Context(), subnet.AcquireRequest{Attrs: nodeAttrs(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Freeze()
+	defer proxy.Thaw()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	requests := map[string]func() error{
+		"GetConfig": func() error { _, err := m.GetConfig(ctx); return err },
+		"Acquire":   func() error { _, err := m.Acquire(ctx, subnet.AcquireRequest{Attrs: nodeAttrs(2)}); return err },
+		"Renew":     func() error { _, err := m.Renew(ctx, own); return err },
+		"Release":   func() error { return m.Release(ctx, own) },
+	}
+	var wg sync.WaitGroup
+	for name, f := range requests {
+		wg.Go(func() {
+			err := f()
+			switch {
+			case err == nil:
+				t.Errorf("%s succeeded with etcd frozen", name)
+			case ctx.Err() != nil:
+				t.Errorf("%s waited out its caller's deadline: %v", name, err)
+			case !errors.Is(err, context.DeadlineExceeded):
+				t.Errorf("%s: %v; want its own deadline exceeded", name, err)
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -104,7 +104,9 @@ func (w *watcher) sync(ctx context.Context) error {
 	}
 	ls := w.m.takeListing() // at start-up, the Acquire's: the watch goes on from its revision
 	if ls == nil {
-		resp, err := w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
+		resp, err := call(ctx, w.m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
+		})
 		if err != nil {
 			return fmt.Errorf("list leases: %w", err)
 		}
@@ -265,7 +267,9 @@ func (w *watcher) released() []subnet.Event {
 // restored from a backup), arranges for the leases to be listed again and reports true. A
 // failed read is left to the watch to notice.
 func (w *watcher) wentBack(ctx context.Context) bool {
-	r, err := w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+	r, err := call(ctx, w.m.small(), func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+	})
 	if err != nil || r.Header.Revision >= w.rev {
 		return false
 	}
