@@ -129,7 +129,11 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check
 	}
-	d.health = newHealth(cfg, d.m, check)
+	var probe func(context.Context) error
+	if p, ok := deps.Manager.(subnet.Prober); ok {
+		probe = p.Probe
+	}
+	d.health = newHealth(cfg, d.m, check, probe)
 	d.health.peers = d.peerStatus
 	d.m.peers.count = d.peerCounts
 	d.m.ready = func() bool { return d.health.readyz() == nil }

@@ -568,6 +568,39 @@ func TestDaemonEtcdQuorumLost(t *testing.T) {
 	}
 }
 
+// TestDaemonReadyzFrozenEtcd: etcd stops answering (frozen, as by SIGSTOP) under a running
+// daemon, whose client is made as weftd makes it: /readyz says the datastore is unreachable
+// within the test's bound, though the connection stays open and the watch says nothing; it
+// is ready again once etcd answers.
+func TestDaemonReadyzFrozenEtcd(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	if _, err := srv.Client(t).Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	proxy := srv.Proxy(t)
+	cli, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{proxy.Endpoint()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
+	defer n.stop() // before the client closes
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+
+	proxy.Freeze()
+	start := time.Now()
+	eventually(t, "/readyz failing with etcd frozen", func() bool {
+		code, body := get(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "datastore unreachable")
+	})
+	t.Logf("/readyz failed %v after etcd froze", time.Since(start))
+	proxy.Thaw()
+	eventually(t, "ready once etcd answers", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+}
+
 // TestRunWithLeavesNoGoroutines: RunWith returns only once every goroutine it started (the
 // lease watch, the data plane's watch, the datastore checker, the HTTP server) has ended.
 func TestRunWithLeavesNoGoroutines(t *testing.T) {

@@ -86,6 +86,14 @@ type Checker interface {
 	Check() error
 }
 
+// Prober is implemented by Managers that can ask their datastore, with one small request,
+// whether it answers now: what Checker cannot see, a datastore that keeps the connection open
+// and answers nothing (a frozen process, a path that drops packets), shows as a Probe that
+// runs out of ctx's deadline. The daemon's readiness probes every few seconds.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // PoolUsage is how much of one family's subnet range (Config.IPv4Range, IPv6Range) is
 // leased.
 type PoolUsage struct {

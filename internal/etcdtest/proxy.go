@@ -51,8 +51,11 @@ func (s *Server) Proxy(t testing.TB) *Proxy {
 // Client returns a client that reaches the server through the proxy.
 func (p *Proxy) Client(t testing.TB, s *Server) *clientv3.Client {
 	t.Helper()
-	return s.clientFor(t, []string{p.scheme + "://" + p.ln.Addr().String()})
+	return s.clientFor(t, []string{p.Endpoint()})
 }
+
+// Endpoint is the proxy's client URL, for clients built by the caller.
+func (p *Proxy) Endpoint() string { return p.scheme + "://" + p.ln.Addr().String() }
 
 // Cut closes every relayed connection and refuses new ones until Restore. It ends a Freeze.
 func (p *Proxy) Cut() {

@@ -102,6 +102,7 @@ type listing struct {
 var (
 	_ subnet.Manager      = (*Manager)(nil)
 	_ subnet.Checker      = (*Manager)(nil)
+	_ subnet.Prober       = (*Manager)(nil)
 	_ subnet.PoolReporter = (*Manager)(nil)
 )
 
@@ -158,6 +159,16 @@ func (m *Manager) Check() error {
 	defer m.mu.Unlock()
 	if m.watchErr != nil {
 		return fmt.Errorf("etcd: the lease watch cannot run: %w", m.watchErr)
+	}
+	return nil
+}
+
+// Probe implements subnet.Prober: a serializable read of the config key's count, which the
+// member the client talks to answers from its own store. A member without a leader answers
+// it too: Check reports that, through the watch.
+func (m *Manager) Probe(ctx context.Context) error {
+	if _, err := m.cli.Get(ctx, m.configKey(), clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
+		return fmt.Errorf("etcd: no answer from %v: %w", m.cli.Endpoints(), err)
 	}
 	return nil
 }
