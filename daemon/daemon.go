@@ -174,6 +174,9 @@ type daemon struct {
 	ext netif.External
 	own subnet.Lease
 	mtu int // the pods' MTU: the smallest the families' backends allow
+	// nodeID is the node's identity (subnet.LoadNodeID), published with its lease in etcd
+	// mode; empty in Kubernetes mode, where the Node object is the node's.
+	nodeID string
 
 	// stacks are the families the network enables, IPv4 first; made by setUp. mu guards
 	// their sets, which the loop changes and /status and /metrics read.
@@ -269,6 +272,16 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		}
 	})
 
+	if !d.cfg.KubeSubnetMgr {
+		path := subnet.NodeIDFile(d.cfg.SubnetFile)
+		var made bool
+		if d.nodeID, made, err = subnet.LoadNodeID(path); err != nil {
+			return err
+		}
+		if made {
+			d.log.Info("made a node identity", "id", d.nodeID, "path", path)
+		}
+	}
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
 	req := subnet.AcquireRequest{Attrs: d.attrs(nil)}
@@ -340,7 +353,7 @@ func (d *daemon) held() (sn, sn6 netip.Prefix) {
 // attrs are the lease attributes the node publishes: each stack's half, from its backend and
 // the VTEP MAC of its device in macs (by stack; nil: zero MACs).
 func (d *daemon) attrs(macs []backend.MAC) subnet.LeaseAttrs {
-	var a subnet.LeaseAttrs
+	a := subnet.LeaseAttrs{NodeID: d.nodeID}
 	for i, st := range d.stacks {
 		var mac backend.MAC
 		if macs != nil {

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -386,6 +388,55 @@ func TestDaemonRenewalDoesNotBlockLoop(t *testing.T) {
 		r, err := cli.Get(t.Context(), key)
 		return err == nil && len(r.Kvs) == 1
 	})
+}
+
+// TestDaemonClonesGetLeasesOfTheirOwn: two nodes with one public IP (a VM and its clone,
+// each with its own directory for subnet.env and so its own node identity) end on leases of
+// their own, each published with its identity; the first, restarted, keeps its subnet.
+func TestDaemonClonesGetLeasesOfTheirOwn(t *testing.T) {
+	cli := vxlanEtcd(t)
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	n1 := startNode(t, cli, dir1, &fakePlane{mac: backend.MAC{0x0e, 1}})
+	eventually(t, "the first's subnet.env", func() bool { _, err := subnet.ReadEnv(n1.cfg.SubnetFile); return err == nil })
+	env1, _ := subnet.ReadEnv(n1.cfg.SubnetFile)
+	n2 := startNode(t, cli, dir2, &fakePlane{mac: backend.MAC{0x0e, 2}})
+	owners := func() map[string]string { // lease key -> node identity
+		resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			var a subnet.LeaseAttrs
+			if a.UnmarshalJSON(kv.Value) == nil {
+				out[path.Base(string(kv.Key))] = a.NodeID
+			}
+		}
+		return out
+	}
+	id := func(dir string) string {
+		b, _ := os.ReadFile(subnet.NodeIDFile(filepath.Join(dir, "subnet.env")))
+		return strings.TrimSpace(string(b))
+	}
+	eventually(t, "a lease each", func() bool {
+		env2, err := subnet.ReadEnv(n2.cfg.SubnetFile)
+		if err != nil || env2.Subnet == env1.Subnet {
+			return false
+		}
+		o := owners()
+		sn1, _ := env1.LeaseSubnets()
+		sn2, _ := env2.LeaseSubnets()
+		return len(o) == 2 && o[subnet.Key(sn1, netip.Prefix{})] == id(dir1) && o[subnet.Key(sn2, netip.Prefix{})] == id(dir2)
+	})
+	n1.stop()
+	n1 = startNode(t, cli, dir1, &fakePlane{mac: backend.MAC{0x0e, 1}})
+	eventually(t, "the first restarted", func() bool { _, k := n1.plane.last(); return k > 0 })
+	if env, err := subnet.ReadEnv(n1.cfg.SubnetFile); err != nil || env.Subnet != env1.Subnet {
+		t.Errorf("the first restarted: %+v, %v; want subnet %s kept", env, err, env1.Subnet)
+	}
+	if o := owners(); len(o) != 2 {
+		t.Errorf("leases after the restart: %v", o)
+	}
 }
 
 // TestDaemonBadConfig: a config the daemon cannot use stops start-up with the key named.

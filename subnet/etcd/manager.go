@@ -85,6 +85,9 @@ type Manager struct {
 	// ownKey is the key of the lease Acquire or Renew last gave this node: the watch never
 	// holds back its removal (see watcher.relisted).
 	ownKey atomic.Pointer[string]
+	// takeovers are, by etcd key, the leases with this node's public IP that this node took
+	// over from another node identity (LeaseAttrs.NodeID). Guarded by mu.
+	takeovers map[string]takeover
 
 	// The pool (Pool): the config GetConfig read last, and how many subnets of its IPv4
 	// and IPv6 ranges hold a key, kept by the watch.
@@ -300,6 +303,30 @@ func (m *Manager) noteOwn(l subnet.Lease) {
 	m.ownKey.Store(&k)
 }
 
+// takeover is a lease this node took over from another node identity, from; left once that
+// node put its value back: it lives, and this node is a clone of it, which leaves it the lease.
+type takeover struct {
+	from string
+	left bool
+}
+
+// noteTakeover notes what this node did with the lease at etcd key.
+func (m *Manager) noteTakeover(key string, t takeover) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.takeovers == nil {
+		m.takeovers = map[string]takeover{}
+	}
+	m.takeovers[key] = t
+}
+
+// takenOver returns what this node did with the lease at etcd key (zero: nothing).
+func (m *Manager) takenOver(key string) takeover {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.takeovers[key]
+}
+
 // isOwn reports whether a lease key is the node's own.
 func (m *Manager) isOwn(k string) bool {
 	own := m.ownKey.Load()
@@ -409,13 +436,31 @@ func (a *acquisition) isOwn(attrs subnet.LeaseAttrs) bool {
 	return attrs.PublicIPv6 == a.req.Attrs.PublicIPv6
 }
 
+// findOwn finds the node's lease among entries: of those with its public address, the one
+// its node identity published (the node restarted), else one without an identity (flanneld
+// published it, or a weftd of old), else one another identity published, which the node
+// takes over (it lost its identity with /run at a reboot: the other is likely itself; if
+// not, the other puts its value back and this node leaves the lease to it: Renew).
 func (a *acquisition) findOwn(entries []entry) (entry, bool) {
+	best, rank := entry{}, 0
 	for _, e := range entries {
-		if e.valErr == nil && a.isOwn(e.lease.Attrs) {
-			return e, true
+		if e.valErr != nil || !a.isOwn(e.lease.Attrs) {
+			continue
+		}
+		r := 1 // another node's identity
+		switch id := e.lease.Attrs.NodeID; {
+		case id == a.req.Attrs.NodeID:
+			r = 3
+		case id == "":
+			r = 2
+		case a.m.takenOver(string(e.kv.Key)) == takeover{from: id, left: true}:
+			continue
+		}
+		if r > rank {
+			best, rank = e, r
 		}
 	}
-	return entry{}, false
+	return best, rank > 0
 }
 
 // claim takes over the node's existing lease: the same subnet and etcd lease, new attributes.
@@ -437,6 +482,11 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 	attrs, err := a.attrsFor(ctx, own.lease.Subnet, own.lease.IPv6Subnet)
 	if err != nil {
 		return subnet.Lease{}, false, nil, err
+	}
+	if id := own.lease.Attrs.NodeID; id != "" && id != attrs.NodeID {
+		m.log.Warn("taking over a lease with this node's public IP that another node identity published (this node's, lost at a reboot? if that node lives, it takes it back and this node gets a lease of its own)",
+			"lease", own.lease.Key(), "published_by", id, "node", attrs.NodeID)
+		m.noteTakeover(key, takeover{from: id})
 	}
 	l := own.lease
 	l.Attrs = attrs
@@ -582,6 +632,12 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (l subnet.Lease, 
 	}
 	if len(resp.Kvs) == 1 {
 		e, _ := m.parse(resp.Kvs[0])
+		if id := e.lease.Attrs.NodeID; e.valErr == nil && id != "" && id != own.Attrs.NodeID && m.takenOver(key) == (takeover{from: id}) {
+			// The node this one took the lease over from put its value back: it lives, and
+			// this node is a clone of it (same public IP). It gets a lease of its own.
+			m.noteTakeover(key, takeover{from: id, left: true})
+			return m.reacquire(ctx, own, "the node whose lease this node took over took it back: this node is a clone of it, with the same public IP")
+		}
 		if e.valErr == nil && e.lease.Attrs.PublicIP == own.Attrs.PublicIP && e.lease.Attrs.PublicIPv6 == own.Attrs.PublicIPv6 {
 			own.Created = e.lease.Created
 			if id := clientv3.LeaseID(e.kv.Lease); id == 0 {
