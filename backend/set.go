@@ -405,7 +405,8 @@ func (p programmed) All() iter.Seq2[string, Peer] {
 	}
 }
 
-// PeerInfo is one peer lease as /status shows it.
+// PeerInfo is one peer lease as /status shows it. It shares nothing the Set changes: a copy
+// stays valid after the Set moves on (Skipped is shared, and never changed by anyone).
 type PeerInfo struct {
 	Key         string
 	Subnet      netip.Prefix
@@ -418,15 +419,26 @@ type PeerInfo struct {
 // Peers lists every peer lease in subnet order, built when asked: nothing per peer is kept
 // for it.
 func (s *Set) Peers() []PeerInfo {
-	out := make([]PeerInfo, 0, len(s.entries))
+	out := s.AppendPeers(make([]PeerInfo, 0, len(s.entries)))
+	SortPeers(out)
+	return out
+}
+
+// AppendPeers appends every peer lease to out, in no particular order: Peers without the
+// sort, for a caller that copies the Set's peers far more often than it shows them.
+func (s *Set) AppendPeers(out []PeerInfo) []PeerInfo {
 	for _, e := range s.entries {
 		out = append(out, PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
 			BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: e.skipped()})
 	}
-	slices.SortFunc(out, func(a, b PeerInfo) int {
+	return out
+}
+
+// SortPeers sorts peers into the order Peers lists them in: by subnet, then key.
+func SortPeers(peers []PeerInfo) {
+	slices.SortFunc(peers, func(a, b PeerInfo) int {
 		return cmp.Or(a.Subnet.Addr().Compare(b.Subnet.Addr()), strings.Compare(a.Key, b.Key))
 	})
-	return out
 }
 
 // Desired is the State for own and every lease in leases (own among them or not), with the
