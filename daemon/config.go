@@ -45,7 +45,10 @@ type Config struct {
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
-	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
+	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails:
+	// long enough for an etcd leader election, short enough that a node cut off from its
+	// datastore says so within seconds (kubelet's readiness probe adds its own
+	// failureThreshold).
 	DatastoreTimeout time.Duration
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
 	NotifySocket string
@@ -82,7 +85,7 @@ func DefaultConfig() Config {
 		HealthzIP:        "127.0.0.1",
 		HealthzPort:      8285,
 		ResyncInterval:   30 * time.Second,
-		DatastoreTimeout: 30 * time.Second,
+		DatastoreTimeout: 5 * time.Second,
 		ProbeInterval:    time.Second,
 		ProbePeers:       4,
 
