@@ -140,7 +140,7 @@ func TestPodNetwork(t *testing.T) {
 					continue
 				}
 				ip := pods[to].Status.PodIP
-				out, err := c.exec(ctx, pods[from].Name, "ping", "-c", "3", "-W", "2", ip)
+				out, err := c.exec(ctx, pods[from].Name, "ping", "-c", "3", "-i", "0.2", "-W", "2", ip)
 				if err != nil {
 					t.Errorf("%s → %s (%s): %v", pods[from].Name, pods[to].Name, ip, err)
 					continue

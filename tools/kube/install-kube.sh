@@ -35,6 +35,11 @@ minor=$(echo "$version" | cut -d. -f2)
 vpkg=k8s.io/component-base/version
 ldflags="-s -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 
+# The programs out of date are built by one go build, which compiles the
+# packages they share once and keeps both cores busy while each links; agnhost,
+# with a version of its own, by another.
+stale=""
+stale_pkgs=""
 for prog in "$@"; do
 	pkg=$(sed -n "s|^[[:space:]]*\(k8s.io/kubernetes/.*/$prog\)\$|\1|p" "$here/go.mod")
 	if [ -z "$pkg" ]; then
@@ -45,23 +50,49 @@ for prog in "$@"; do
 		[ -x "$dir/$prog" ]; then
 		continue
 	fi
-	echo "install-kube: building $prog $version into $dir (minutes, once)"
-	flags=$ldflags
 	if [ "$prog" = agnhost ]; then
-		# agnhost has a version of its own, which its image is tagged with
-		# (test/images/agnhost/VERSION; its Makefile sets main.Version so).
-		src=$(cd "$here" && go mod download k8s.io/kubernetes &&
-			go list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)
-		flags="-s -X main.Version=$(cat "$src/test/images/agnhost/VERSION")"
+		build_agnhost=$pkg
+		continue
 	fi
-	start=$(date +%s)
-	# -mod=readonly keeps a stale go.sum from being rewritten behind our back.
-	# The binary goes to a temporary name first so that an interrupted build
-	# never leaves a truncated program next to a stale stamp.
-	rm -f "$stamp"
-	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -ldflags="$flags" \
-		-o "$dir/$prog.tmp" "$pkg")
-	mv -f "$dir/$prog.tmp" "$dir/$prog"
-	echo "$want" >"$stamp"
-	echo "install-kube: $prog built in $(($(date +%s) - start)) s"
+	stale="$stale $prog"
+	stale_pkgs="$stale_pkgs $pkg"
 done
+
+# install PROG...: moves each built program from the temporary directory into
+# place and stamps it. Binaries go to a temporary directory first so that an
+# interrupted build never leaves a truncated program next to a stale stamp.
+tmp="$dir/.build.tmp"
+install_built() {
+	for p in "$@"; do
+		mv -f "$tmp/$p" "$dir/$p"
+		tool_current ".weft-$p-stamp" "$here/go.mod" "$here/go.sum" "$here/install-kube.sh" || true
+		echo "$want" >"$stamp"
+	done
+}
+
+if [ -n "$stale" ]; then
+	echo "install-kube: building$stale $version into $dir (minutes, once)"
+	start=$(date +%s)
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	# -mod=readonly keeps a stale go.sum from being rewritten behind our back.
+	# shellcheck disable=SC2086 # one word per package
+	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -ldflags="$ldflags" \
+		-o "$tmp/" $stale_pkgs)
+	# shellcheck disable=SC2086
+	install_built $stale
+	echo "install-kube:$stale built in $(($(date +%s) - start)) s"
+fi
+if [ -n "${build_agnhost:-}" ]; then
+	echo "install-kube: building agnhost into $dir (minutes, once)"
+	start=$(date +%s)
+	# agnhost has a version of its own, which its image is tagged with
+	# (test/images/agnhost/VERSION; its Makefile sets main.Version so).
+	src=$(cd "$here" && go mod download k8s.io/kubernetes &&
+		go list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath \
+		-ldflags="-s -X main.Version=$(cat "$src/test/images/agnhost/VERSION")" -o "$tmp/" "$build_agnhost")
+	install_built agnhost
+	echo "install-kube: agnhost built in $(($(date +%s) - start)) s"
+fi
+rm -rf "$tmp"
