@@ -34,7 +34,7 @@ var e2eSkips = []E2ESkip{
 		"accepts every TCP connection, whatever the address, so a pass would prove nothing, and the underlay has no way out"},
 	{`IPv6|\[Feature:IPv6DualStack\]|[Dd]ual[- ][Ss]tack`, "IPv6: the cluster is IPv4 only (dist/net-conf.json)"},
 	{`SCTP`, "this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP): protocol not supported)"},
-	{`\[Disruptive\]`, "restarts or cuts off the nodes' components over SSH, which these nodes do not run"},
+	{`\[Disruptive\]`, "restarts kube-proxy or the API server over SSH, which this cluster's machines do not run"},
 	{`\[Flaky\]`, "marked flaky by Kubernetes"},
 	{`should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes`,
 		"expects a node's own connection to a NodePort with externalTrafficPolicy Local to reach an endpoint on " +
