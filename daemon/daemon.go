@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -26,7 +25,8 @@ import (
 type Deps struct {
 	Manager subnet.Manager
 	// Plane programs the IPv4 family; PlaneV6 the IPv6 family, when the network enables it
-	// and the OS's data plane carries it (nil: it does not).
+	// and the data plane carries it (nil: it does not). Their Capabilities (Plane's, else
+	// PlaneV6's) are what the network config is checked against and the backends built with.
 	Plane      backend.Plane
 	PlaneV6    backend.Plane
 	Interfaces func() ([]netif.Interface, error)
@@ -34,10 +34,8 @@ type Deps struct {
 	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
 	// nil: --iface-can-reach is refused.
 	RouteTo func(netip.Addr) (string, netip.Addr, error)
-	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
-	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
-	GOOS string
-	// Pinger sends the overlay probes (Config.ProbeInterval); nil: no probes.
+	// Pinger sends the overlay probes (Config.ProbeInterval) where the plane's Capabilities
+	// have them; nil: no probes.
 	Pinger probe.Pinger
 	// Events is told what the operator should see of the node; nil: nothing is told (etcd
 	// mode). An *events.Recorder posts only while its Run runs: Run starts it beside
@@ -91,8 +89,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			OnRelist:       m.watchRelists.Inc,
 		})
 	}
-	if runtime.GOOS == "linux" && cfg.ProbeInterval > 0 {
-		// Probes through HNS are not written yet: Windows nodes go without.
+	if capabilities(deps).Probes && cfg.ProbeInterval > 0 {
 		if icmp, err := probe.ListenICMP(); err != nil {
 			log.Warn("no overlay probes: cannot open ICMP sockets", "err", err)
 		} else {
@@ -120,10 +117,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	defer wg.Wait()
 	defer cancel()
 
-	if deps.GOOS == "" {
-		deps.GOOS = runtime.GOOS
-	}
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, goos: deps.GOOS,
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, caps: capabilities(deps),
 		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
@@ -151,10 +145,21 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		return err
 	}
 	d.health.update(func(h *health) { h.offloadStatus = d.offloadStatus })
-	if deps.Pinger != nil && cfg.ProbeInterval > 0 {
+	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {
 		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
 	return d.loop(ctx, &wg)
+}
+
+// capabilities are those of the data plane deps has: the IPv4 family's, else the IPv6
+// family's (an IPv6-only node's planes may be IPv6's alone); none without a plane.
+func capabilities(deps Deps) backend.Capabilities {
+	for _, p := range []backend.Plane{deps.Plane, deps.PlaneV6} {
+		if p != nil {
+			return p.Capabilities()
+		}
+	}
+	return backend.Capabilities{}
 }
 
 type daemon struct {
@@ -164,7 +169,7 @@ type daemon struct {
 	health *health
 	m      *metrics
 	events Events
-	goos   string
+	caps   backend.Capabilities // the data plane's
 
 	net *subnet.Config
 	ext netif.External
@@ -223,7 +228,11 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	planes := map[backend.Family]backend.Plane{backend.IPv4: deps.Plane, backend.IPv6: deps.PlaneV6}
 	for _, f := range backend.Families(d.net) {
 		if planes[f] == nil {
-			return &subnet.ConfigError{Key: "EnableIPv6", Value: "true", Reason: "weftd's data plane on " + d.goos + " carries no IPv6"}
+			key := "EnableIPv4"
+			if f == backend.IPv6 {
+				key = "EnableIPv6"
+			}
+			return &subnet.ConfigError{Key: key, Value: "true", Reason: fmt.Sprintf("weftd's data plane carries no %s: it was given no plane for that family", f)}
 		}
 	}
 	ifs, err := deps.Interfaces()
@@ -240,7 +249,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	node := backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, Addr6: d.ext.Addr6, MTU: d.ext.MTU,
 		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP, PublicIPv6: d.ext.PublicIPv6}
 	for _, f := range backend.Families(d.net) {
-		b, err := backend.NewFor(d.net, node, d.goos, f)
+		b, err := backend.NewFor(d.net, node, d.caps, f)
 		if err != nil {
 			return err
 		}
@@ -355,7 +364,7 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 			return nil, true, err
 		}
 		if err == nil {
-			if err = cfg.CheckFor(d.goos); err != nil {
+			if err = d.caps.Check(cfg); err != nil {
 				return nil, true, err
 			}
 		}

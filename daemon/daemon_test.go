@@ -26,6 +26,7 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
@@ -41,6 +42,7 @@ type fakePlane struct {
 	mac      backend.MAC
 	mismatch error // the first incremental Update that did not lead to the State
 	watching atomic.Int32
+	caps     *backend.Capabilities // nil: the netlink plane's
 }
 
 // applied is one Apply: what the plane held after it.
@@ -50,6 +52,13 @@ type applied struct {
 }
 
 func (p *fakePlane) Prepare(context.Context, *backend.State) (backend.MAC, error) { return p.mac, nil }
+
+func (p *fakePlane) Capabilities() backend.Capabilities {
+	if p.caps != nil {
+		return *p.caps
+	}
+	return linux.Capabilities()
+}
 
 // Apply counts a route change for every peer that changed, as a real plane writes only
 // differences.
