@@ -27,5 +27,12 @@
 // namespace with all their descendants (containerd's shims re-parent themselves, and the
 // containers are the shims' children), before e2e/cluster removes the namespaces.
 //
+// The images come without a registry: built here, written as image archives and imported
+// into each node's containerd. BaseImages makes the pause image and weft's; E2EImages those
+// the e2e tests run, named as the e2e framework of tools/kube's release expects them:
+// agnhost (built from k8s.io/kubernetes, with the tools its image holds from Debian's
+// packages), busybox (Debian's busybox-static), the pause image under the framework's tag,
+// and CoreDNS (tools/coredns), which DeployCoreDNS deploys as kubeadm does.
+//
 // The package is Linux-only; on other systems it holds only this documentation.
 package kubecluster

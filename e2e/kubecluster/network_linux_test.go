@@ -1,16 +1,10 @@
 package kubecluster
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -149,7 +140,7 @@ func TestPodNetwork(t *testing.T) {
 					continue
 				}
 				ip := pods[to].Status.PodIP
-				out, err := c.exec(ctx, pods[from].Name, "ping", "-c", "3", "-W", "2", ip)
+				out, err := c.exec(ctx, pods[from].Name, "ping", "-c", "3", "-i", "0.2", "-W", "2", ip)
 				if err != nil {
 					t.Errorf("%s → %s (%s): %v", pods[from].Name, pods[to].Name, ip, err)
 					continue
@@ -410,70 +401,12 @@ func scrapeNodes(ctx context.Context, t *testing.T, c *Cluster, names []string) 
 	t.Fatalf("prometheus did not scrape weft on every node with %d peers programmed: %s", want, last)
 }
 
-// BusyBoxImage is the name Kubernetes' e2e framework gives its busybox image.
-const BusyBoxImage = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
-
-// needTestImages imports the images the network tests run into every node: busybox, from
-// Debian's busybox-static, with its applets as links.
+// needTestImages imports the images the network tests run into every node: busybox
+// (BusyBoxArchive), the one that needs no build.
 func needTestImages(ctx context.Context, t *testing.T, c *Cluster) {
 	t.Helper()
-	bin, err := exec.LookPath("busybox")
+	out, err := BusyBoxArchive(ctx, t.TempDir())
 	if err != nil {
-		t.Fatalf("busybox: %v", err)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	list, err := exec.Command(bin, "--list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	hdr := func(h *tar.Header) {
-		h.ModTime = time.Unix(0, 0)
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hdr(&tar.Header{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir})
-	hdr(&tar.Header{Name: "tmp/", Mode: 0o1777, Typeflag: tar.TypeDir})
-	hdr(&tar.Header{Name: "bin/busybox", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg})
-	if _, err := tw.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range strings.Fields(string(list)) {
-		if a != "busybox" {
-			hdr(&tar.Header{Name: "bin/" + a, Linkname: "busybox", Typeflag: tar.TypeSymlink})
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Env = []string{"PATH=/bin"}
-	cfg.Config.Cmd = []string{"sh"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "busybox.tar")
-	if err := writeArchive(out, BusyBoxImage, img); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ImportImages(ctx, out); err != nil {

@@ -246,13 +246,13 @@ func (n *Node) kubeletConfig() string {
   "readOnlyPort": 0,
   "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
   "authorization": {"mode": "AlwaysAllow"},
-  "clusterDomain": "cluster.local",
+  "clusterDomain": %q,
   "clusterDNS": [%q],
   "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"},
   "imageGCHighThresholdPercent": 100,
   "imageGCLowThresholdPercent": 99
 }
-`, n.cgroup.rel, n.IP, n.c.opts.DNSServiceIP)
+`, n.cgroup.rel, n.IP, ClusterDomain, n.c.opts.DNSServiceIP)
 }
 
 // startKubelet starts the node's kubelet and waits for its /healthz.
