@@ -63,7 +63,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, RouteTo: routeTo, metrics: m}
 	if cfg.KubeSubnetMgr {
 		rec := newEventRecorder(log, m)
-		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m, rec)
+		km, err := newKubeManager(ctx, &cfg, log, m, rec)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -73,10 +73,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 		wg.Go(func() { rec.Run(ctx, km.PostEvent) })
 		deps.Manager, deps.Events = km, rec
 	} else {
-		cli, err := etcd.NewClient(etcd.ClientConfig{
-			Endpoints: cfg.EtcdEndpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
-			Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
-		})
+		cli, err := etcd.NewClient(cfg.EtcdClient())
 		if err != nil {
 			return err
 		}
@@ -239,25 +236,19 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
-	choice := netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, CanReach: d.cfg.IfaceCanReach, RouteTo: deps.RouteTo, PublicIP: d.cfg.PublicIP,
-		PublicIPv6: d.cfg.PublicIPv6, IPv4: d.net.EnableIPv4, IPv6: d.net.EnableIPv6}
-	if d.ext, err = netif.Pick(choice, ifs, deps.DefaultIf); err != nil {
+	if d.ext, err = netif.Pick(d.cfg.Choice(d.net, deps.RouteTo), ifs, deps.DefaultIf); err != nil {
 		return err
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP,
 		"addr6", d.ext.Addr6, "public_ipv6", d.ext.PublicIPv6, "mtu", d.ext.MTU)
-	node := backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, Addr6: d.ext.Addr6, MTU: d.ext.MTU,
-		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP, PublicIPv6: d.ext.PublicIPv6}
-	for _, f := range backend.Families(d.net) {
-		b, err := backend.NewFor(d.net, node, d.caps, f)
-		if err != nil {
-			return err
-		}
-		d.stacks = append(d.stacks, &stack{b: b, plane: planes[f]})
-		if d.mtu == 0 || b.MTU() < d.mtu {
-			d.mtu = b.MTU()
-		}
+	bs, mtu, err := NewBackends(d.net, d.ext, d.caps)
+	if err != nil {
+		return err
 	}
+	for _, b := range bs {
+		d.stacks = append(d.stacks, &stack{b: b, plane: planes[b.Family()]})
+	}
+	d.mtu = mtu
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type
 		if d.ext.Addr.IsValid() {
@@ -443,14 +434,7 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (
 }
 
 func (d *daemon) writeEnv() error {
-	var network, network6 netip.Prefix
-	if d.net.EnableIPv4 {
-		network = d.net.Network
-	}
-	if d.net.EnableIPv6 {
-		network6 = d.net.IPv6Network
-	}
-	env := subnet.NewEnv(network, d.own.Subnet, network6, d.own.IPv6Subnet, d.mtu, d.cfg.IPMasq)
+	env := Env(d.net, d.own, d.mtu, d.cfg.IPMasq)
 	if err := subnet.WriteEnv(d.cfg.SubnetFile, env); err != nil {
 		d.m.errors.WithLabelValues("write_subnet_env").Inc()
 		return fmt.Errorf("write %s: %w", d.cfg.SubnetFile, err)
