@@ -152,7 +152,8 @@ type PeerChange struct {
 }
 
 // Plane is a node's data plane: the kernel over netlink on Linux, HNS on Windows. Every
-// method takes a context, so a stopping daemon never waits on a slow system.
+// method that talks to the system takes a context, so a stopping daemon never waits on a
+// slow system.
 type Plane interface {
 	// Prepare makes (or adopts) the device st needs for its own subnet and returns the MAC
 	// to publish as the node's VTEP MAC (zero for host-gw). It runs inside the lease
@@ -170,6 +171,10 @@ type Plane interface {
 	Watch(ctx context.Context, drift func()) error
 	// Close releases the plane's handles; what it programmed stays.
 	Close() error
+	// Capabilities are what the plane can carry, and its defaults. The States it is given
+	// are made from a config that Capabilities().Check accepted: the plane need not check
+	// them again.
+	Capabilities() Capabilities
 }
 
 // SubnetKeeper is a Plane whose device outlives weftd and serves one subnet, so that a lease

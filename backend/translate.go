@@ -10,14 +10,6 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// VXLANOverhead is what VXLAN encapsulation adds to a packet over an IPv4 underlay: outer
-// IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14) headers.
-const VXLANOverhead = 50
-
-// VXLAN6Overhead is the same over an IPv6 underlay (a 40-byte outer header); the kernel
-// refuses a larger MTU on a VXLAN device bound to an IPv6 underlay.
-const VXLAN6Overhead = 70
-
 // VXLANDeviceName is flannel's name for the IPv4 overlay device of a VNI.
 func VXLANDeviceName(vni uint32) string { return "flannel." + strconv.FormatUint(uint64(vni), 10) }
 
@@ -87,27 +79,23 @@ func (n Node) addr(f Family) (local, public netip.Addr) {
 }
 
 // Backend translates leases for one node under one network config, for one IP family: a
-// dual-stack node has one per family. It is built once, by New or NewFor.
+// dual-stack node has one per family. It is built once, by NewFor.
 type Backend struct {
-	cfg     *subnet.Config
-	node    Node
-	fam     Family
-	network netip.Prefix // the family's cluster network
-	bits    int          // the length of the family's node subnets
-	public  netip.Addr   // the node's public address in the family
-	dev     *VXLANDevice // vxlan only
-	mtu     int
+	cfg      *subnet.Config
+	node     Node
+	fam      Family
+	network  netip.Prefix // the family's cluster network
+	bits     int          // the length of the family's node subnets
+	public   netip.Addr   // the node's public address in the family
+	dev      *VXLANDevice // vxlan only
+	mtu      int
+	overhead int // what encapsulation takes of the underlay's MTU
 }
 
-// New builds the IPv4 backend: NewFor(cfg, node, goos, IPv4).
-func New(cfg *subnet.Config, node Node, goos string) (*Backend, error) {
-	return NewFor(cfg, node, goos, IPv4)
-}
-
-// NewFor builds the backend cfg names for the family f of node on the OS goos, whose
-// defaults differ (the VNI) and whose data plane must be able to carry it
-// (subnet.Config.CheckFor has said so).
-func NewFor(cfg *subnet.Config, node Node, goos string, f Family) (*Backend, error) {
+// NewFor builds the backend cfg names for the family f of node, on a data plane with the
+// capabilities caps, whose defaults it takes (the VNI, the encapsulation's overhead) and
+// which must be able to carry it (caps.Check has said so).
+func NewFor(cfg *subnet.Config, node Node, caps Capabilities, f Family) (*Backend, error) {
 	b := &Backend{cfg: cfg, node: node, fam: f, network: f.Network(cfg), bits: f.SubnetLen(cfg)}
 	local, public := node.addr(f)
 	b.public = public
@@ -117,15 +105,16 @@ func NewFor(cfg *subnet.Config, node Node, goos string, f Family) (*Backend, err
 		if cfg.Backend.MTU > 0 {
 			underlay = cfg.Backend.MTU // flanneld reads Backend.MTU as the underlay's
 		}
-		overhead, name := VXLANOverhead, VXLANDeviceName
+		name := VXLANDeviceName
 		if f == IPv6 {
-			overhead, name = VXLAN6Overhead, VXLAN6DeviceName
+			name = VXLAN6DeviceName
 		}
-		b.mtu = underlay - overhead
+		b.overhead = caps.Overhead(cfg.Backend.Type, f)
+		b.mtu = underlay - b.overhead
 		if b.mtu < f.MinMTU() {
-			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes over %s", node.Underlay, underlay, overhead, f)
+			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes over %s", node.Underlay, underlay, b.overhead, f)
 		}
-		vni := cfg.Backend.VNIFor(goos)
+		vni := caps.VNI(cfg.Backend)
 		b.dev = &VXLANDevice{Name: name(vni), VNI: vni, Port: cfg.Backend.Port, Local: local,
 			Underlay: node.Underlay, MTU: b.mtu, Learning: cfg.Backend.Learning, GBP: cfg.Backend.GBP}
 	case subnet.BackendHostGW:
@@ -147,6 +136,10 @@ func (b *Backend) Type() string { return b.cfg.Backend.Type }
 
 // MTU is the pods' MTU, for subnet.env.
 func (b *Backend) MTU() int { return b.mtu }
+
+// Overhead is what the backend's encapsulation takes of the underlay's MTU (0 for host-gw):
+// MTU is the underlay's (Backend.MTU, else the interface's) less this.
+func (b *Backend) Overhead() int { return b.overhead }
 
 // Config is the network config the backend was built for.
 func (b *Backend) Config() *subnet.Config { return b.cfg }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -311,7 +310,7 @@ func expect(n node) (expectation, error) {
 		return expectation{}, fmt.Errorf("no lease carries this node's public IP %s", n.ext.PublicIP)
 	}
 	cfg, ext := n.cfg, n.ext
-	b, err := backend.New(cfg, backend.Node{Underlay: ext.Name, Addr: ext.Addr, MTU: ext.MTU, Connected: ext.Connected, PublicIP: ext.PublicIP}, runtime.GOOS)
+	b, err := backend.NewFor(cfg, backend.Node{Underlay: ext.Name, Addr: ext.Addr, MTU: ext.MTU, Connected: ext.Connected, PublicIP: ext.PublicIP}, linux.Capabilities(), backend.IPv4)
 	if err != nil {
 		return expectation{}, err
 	}

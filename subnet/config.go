@@ -17,14 +17,9 @@ const (
 	BackendHostGW = "host-gw"
 )
 
-// VXLAN limits and the Windows rules (HNS accepts only VNI >= 4096 on UDP port 4789).
-const (
-	MaxVNI            = 1<<24 - 1
-	DefaultVNILinux   = 1
-	DefaultVNIWindows = 4096
-	WindowsVXLANPort  = 4789
-	MaxVNIWindows     = 1<<16 - 1
-)
+// MaxVNI is the largest VNI VXLAN carries (24 bits); a data plane may carry fewer (see
+// backend.Capabilities).
+const MaxVNI = 1<<24 - 1
 
 // maxSubnetBits bounds how many subnets a network may hold (2^62), so that subnet indexes
 // fit in 64 bits. Only IPv6 can reach it, with tiny subnets in a huge network.
@@ -60,8 +55,8 @@ type BackendConfig struct {
 	Type string // lower-cased, as flanneld looks backends up and names them in leases
 
 	// vxlan
-	VNI           *uint32 // nil: the OS default (see VNIFor)
-	Port          uint16  // 0: the kernel default (8472) on Linux, 4789 on Windows
+	VNI           *uint32 // nil: the data plane's default (backend.Capabilities.VNI)
+	Port          uint16  // 0: the data plane's default (8472 on Linux, 4789 on Windows)
 	MTU           int     // 0: derived from the external interface
 	GBP           bool
 	Learning      bool
@@ -71,17 +66,6 @@ type BackendConfig struct {
 	// Windows
 	Name          string // HNS network name
 	DNSServerList string // host-gw on Windows
-}
-
-// VNIFor returns the configured VNI, or the default of goos ("windows" or anything else).
-func (b BackendConfig) VNIFor(goos string) uint32 {
-	if b.VNI != nil {
-		return *b.VNI
-	}
-	if goos == "windows" {
-		return DefaultVNIWindows
-	}
-	return DefaultVNILinux
 }
 
 // ConfigError names the key of net-conf.json that is wrong, its value and why.
@@ -410,30 +394,6 @@ func (be *BackendConfig) setHostGW(raw rawHostGW) error {
 		if _, err := netip.ParseAddr(s); err != nil {
 			return configErr("Backend.DNSServerList", be.DNSServerList, "%q is not an IP address", s)
 		}
-	}
-	return nil
-}
-
-// CheckFor refuses what the data plane of goos cannot do: HNS only takes VXLAN networks
-// with VNI 4096 or more on UDP port 4789.
-func (c *Config) CheckFor(goos string) error {
-	if goos != "windows" || c.Backend.Type != BackendVXLAN {
-		return nil
-	}
-	if vni := c.Backend.VNIFor(goos); vni < DefaultVNIWindows || vni > MaxVNIWindows {
-		return configErr("Backend.VNI", fmt.Sprint(vni), "Windows needs a VNI from %d to %d (HNS keeps it in 16 bits)", DefaultVNIWindows, MaxVNIWindows)
-	}
-	if c.EnableIPv6 {
-		return configErr("EnableIPv6", "true", "not available with vxlan on Windows: HNS Overlay networks cannot carry IPv6 between pods (host-gw, an L2Bridge network, can)")
-	}
-	if c.Backend.DirectRouting {
-		return configErr("Backend.DirectRouting", "true", "not available on Windows: HNS overlay networks always encapsulate")
-	}
-	if c.Backend.GBP {
-		return configErr("Backend.GBP", "true", "not available on Windows")
-	}
-	if p := c.Backend.Port; p != 0 && p != WindowsVXLANPort {
-		return configErr("Backend.Port", fmt.Sprint(p), "Windows only carries VXLAN on UDP port %d", WindowsVXLANPort)
 	}
 	return nil
 }

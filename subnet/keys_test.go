@@ -62,7 +62,7 @@ func flannelKeys() []flannelKey {
 		// flanneld looks the type up lower-cased.
 		{"*", "Type", `"Host-GW"`, "", func(c *Config) bool { return c.Backend.Type == BackendHostGW }},
 
-		{"vxlan", "VNI", `4096`, "", func(c *Config) bool { return c.Backend.VNIFor("linux") == 4096 }},
+		{"vxlan", "VNI", `4096`, "", func(c *Config) bool { return vni(c.Backend) == 4096 }},
 		{"vxlan", "Port", `4789`, "", func(c *Config) bool { return c.Backend.Port == 4789 }},
 		{"vxlan", "MTU", `1400`, "", func(c *Config) bool { return c.Backend.MTU == 1400 }},
 		{"vxlan", "GBP", `true`, "", func(c *Config) bool { return c.Backend.GBP }},
@@ -169,7 +169,7 @@ func TestParseConfigIgnored(t *testing.T) {
 	}
 	// Of two spellings of one key the last wins, as in flanneld's encoding/json.
 	c := mustConfig(t, `{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","Vni":1,"VNI":2,"vni":3}}`)
-	if c.Backend.VNIFor("linux") != 3 {
-		t.Errorf("VNI %d, want the last one's, 3", c.Backend.VNIFor("linux"))
+	if vni(c.Backend) != 3 {
+		t.Errorf("VNI %d, want the last one's, 3", vni(c.Backend))
 	}
 }
