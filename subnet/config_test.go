@@ -120,7 +120,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fd00::/56","IPv6SubnetMin":"fd00::1"}`, "IPv6SubnetMin", "fd00::1"},
 		{`{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fd00::/8","IPv6SubnetLen":120}`, "IPv6SubnetLen", "120"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"udp"}}`, "Backend.Type", "udp"},
-		{`{"Network":"10.0.0.0/16","Backend":{"Type":"WireGuard"}}`, "Backend.Type", "WireGuard"},
+		{`{"Network":"10.0.0.0/16","Backend":{"Type":"IPIP"}}`, "Backend.Type", "IPIP"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan-gbp"}}`, "Backend.Type", "vxlan-gbp"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":1}}`, "Backend.Type", ""},
 		{`{"Network":"10.0.0.0/16"}`, "Backend", ""},
