@@ -57,8 +57,10 @@ type State struct {
 	// Underlay is the external interface: host-gw and DirectRouting routes go out of it,
 	// and on Windows the HNS network is bound to its adapter.
 	Underlay string
-	// Device is the overlay device; nil for host-gw.
+	// Device is the overlay device; nil for host-gw and wireguard.
 	Device *VXLANDevice
+	// WireGuard is the WireGuard device; nil for the other backends.
+	WireGuard *WireGuardDevice
 	// Masquerade: pod traffic leaving the network is masqueraded (--ip-masq).
 	Masquerade bool
 	// Peers are the peers to program, by lease key.
@@ -98,7 +100,7 @@ func (s *State) family() Family {
 // DeviceAddresses are the addresses the overlay device holds: the own subnet's first
 // address, alone (<subnet>.0/32, <subnet>::/128), as flannel gives it.
 func (s *State) DeviceAddresses() []netip.Prefix {
-	if s.Device == nil || !s.Own.IsValid() {
+	if (s.Device == nil && s.WireGuard == nil) || !s.Own.IsValid() {
 		return nil
 	}
 	return []netip.Prefix{netip.PrefixFrom(s.Own.Masked().Addr(), s.Own.Addr().BitLen())}
@@ -124,6 +126,10 @@ type Peer struct {
 	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
 	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
 	VTEPMAC MAC
+	// WGKey and WGPort are a wireguard peer's public key and UDP port (its Endpoint is
+	// PublicIP:WGPort); zero for the other backends.
+	WGKey  Key
+	WGPort uint16
 }
 
 // IsValid reports whether p is a peer at all: the zero Peer stands for none.
@@ -226,6 +232,7 @@ const (
 	SkipBadData      = "bad_backend_data"
 	SkipVNI          = "vni_mismatch"
 	SkipDuplicateMAC = "duplicate_vtep_mac"
+	SkipDuplicateKey = "duplicate_wireguard_key"
 	SkipNotOnLink    = "not_on_link"
 	SkipMalformed    = "malformed" // the datastore's value could not be read at all
 )
@@ -233,7 +240,7 @@ const (
 // SkipCodes lists every Skip* code, for counters that start each at zero.
 func SkipCodes() []string {
 	return []string{SkipBackendType, SkipNoSubnet, SkipOutside, SkipOverlapsOwn, SkipOverlapsPeer, SkipBadPublicIP,
-		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipNotOnLink, SkipMalformed}
+		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipDuplicateKey, SkipNotOnLink, SkipMalformed}
 }
 
 // Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",

@@ -23,6 +23,8 @@ type Capabilities struct {
 	OS     string
 	VXLAN  VXLANCapabilities
 	HostGW HostGWCapabilities
+	// WireGuard is the plane's wireguard backend.
+	WireGuard WireGuardCapabilities
 	// Probes: ICMP echoes sent to the peers' addresses go through what the plane programmed,
 	// so the overlay probes tell whether a peer is reachable through it.
 	Probes bool
@@ -55,6 +57,17 @@ type HostGWCapabilities struct {
 	IPv6 Feature
 }
 
+// WireGuardCapabilities are what the plane's wireguard backend carries.
+type WireGuardCapabilities struct {
+	// Has: the plane runs WireGuard at all.
+	Has Feature
+	// IPv6: the pods' IPv6 in separate mode, over flannel-wg-v6.
+	IPv6 Feature
+	// SingleTunnelDualStack: Mode auto, ipv4 or ipv6 in a network with IPv6, where one
+	// device carries both families. In an IPv4-only network every mode is one IPv4 device.
+	SingleTunnelDualStack Feature
+}
+
 // Feature is something a data plane has or lacks.
 type Feature struct {
 	Has bool
@@ -78,6 +91,21 @@ func (c Capabilities) Check(cfg *subnet.Config) error {
 	case subnet.BackendHostGW:
 		if cfg.EnableIPv6 && !c.HostGW.IPv6.Has {
 			return lacks("EnableIPv6", "true", c.HostGW.IPv6, "with host-gw ")
+		}
+	case subnet.BackendWireGuard:
+		w := c.WireGuard
+		if !w.Has.Has {
+			return lacks("Backend.Type", subnet.BackendWireGuard, w.Has, "")
+		}
+		if cfg.EnableIPv6 && be.Mode != subnet.WGSeparate && !w.SingleTunnelDualStack.Has {
+			return lacks("Backend.Mode", be.Mode, w.SingleTunnelDualStack, "with IPv6 ")
+		}
+		if cfg.EnableIPv6 && !w.IPv6.Has {
+			return lacks("EnableIPv6", "true", w.IPv6, "with wireguard ")
+		}
+		if cfg.EnableIPv4 && cfg.EnableIPv6 && be.Mode == subnet.WGSeparate && be.ListenPort == be.ListenPortV6 {
+			return &subnet.ConfigError{Key: "Backend.ListenPortV6", Value: fmt.Sprint(be.ListenPortV6),
+				Reason: "is ListenPort too: in separate mode flannel-wg and flannel-wg-v6 each need a port of their own"}
 		}
 	case subnet.BackendVXLAN:
 		v := c.VXLAN
@@ -126,6 +154,8 @@ func (c Capabilities) Port(be subnet.BackendConfig) uint16 {
 // family f: VXLAN's headers, nothing for host-gw.
 func (c Capabilities) Overhead(typ string, f Family) int {
 	switch {
+	case typ == subnet.BackendWireGuard:
+		return WGOverhead
 	case typ != subnet.BackendVXLAN:
 		return 0
 	case f == IPv6:

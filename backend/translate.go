@@ -68,6 +68,9 @@ type Node struct {
 	// --public-ipv6, else Addr and Addr6).
 	PublicIP   netip.Addr
 	PublicIPv6 netip.Addr
+	// WireGuardKey is the node's WireGuard private key, one for both families as flannel
+	// keeps it (wireguard only).
+	WireGuardKey Key
 }
 
 // addr is the node's address in family f, and the one it publishes.
@@ -88,6 +91,8 @@ type Backend struct {
 	bits     int          // the length of the family's node subnets
 	public   netip.Addr   // the node's public address in the family
 	dev      *VXLANDevice // vxlan only
+	wg       *WireGuardDevice
+	wgPublic Key // wg's public key
 	mtu      int
 	overhead int // what encapsulation takes of the underlay's MTU
 }
@@ -117,6 +122,33 @@ func NewFor(cfg *subnet.Config, node Node, caps Capabilities, f Family) (*Backen
 		vni := caps.VNI(cfg.Backend)
 		b.dev = &VXLANDevice{Name: name(vni), VNI: vni, Port: cfg.Backend.Port, Local: local,
 			Underlay: node.Underlay, MTU: b.mtu, Learning: cfg.Backend.Learning, GBP: cfg.Backend.GBP}
+	case subnet.BackendWireGuard:
+		be := cfg.Backend
+		underlay := node.MTU
+		if be.MTU > 0 {
+			underlay = be.MTU
+		}
+		b.overhead = WGOverhead
+		b.mtu = underlay - WGOverhead
+		if b.mtu < f.MinMTU() {
+			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for WireGuard's %d bytes over %s", node.Underlay, underlay, WGOverhead, f)
+		}
+		if node.WireGuardKey.IsZero() {
+			return nil, fmt.Errorf("no WireGuard private key for the %s device", f)
+		}
+		dev := &WireGuardDevice{Name: WGDeviceName, ListenPort: be.ListenPort, MTU: b.mtu,
+			PrivateKey: node.WireGuardKey, Keepalive: be.PersistentKeepalive}
+		if f == IPv6 {
+			dev.Name, dev.ListenPort = WG6DeviceName, be.ListenPortV6
+		}
+		if be.PSK != "" {
+			psk, err := ParseKey(be.PSK)
+			if err != nil {
+				return nil, &subnet.ConfigError{Key: "Backend.PSK", Reason: "not a WireGuard key"}
+			}
+			dev.PSK = psk
+		}
+		b.wg, b.wgPublic = dev, node.WireGuardKey.PublicKey()
 	case subnet.BackendHostGW:
 		if public != local {
 			return nil, fmt.Errorf("the public %s address %s differs from %s's address %s: host-gw routes to peers by their public IPs, which must be on the interface", f, public, node.Underlay, local)
@@ -152,6 +184,10 @@ func (b *Backend) State(own netip.Prefix, masquerade bool) *State {
 		dev := *b.dev
 		st.Device = &dev
 	}
+	if b.wg != nil {
+		wg := *b.wg
+		st.WireGuard = &wg
+	}
 	return st
 }
 
@@ -170,6 +206,9 @@ func (b *Backend) AddAttrs(a *subnet.LeaseAttrs, vtep MAC) {
 	var data json.RawMessage
 	if b.dev != nil {
 		data = VXLANData{VNI: b.dev.VNI, VtepMAC: vtep}.Encode()
+	}
+	if b.wg != nil {
+		data = WireGuardData{PublicKey: b.wgPublic, Port: b.wg.ListenPort}.Encode()
 	}
 	if b.fam == IPv6 {
 		a.PublicIPv6, a.BackendV6Data = b.public, data
@@ -207,6 +246,7 @@ func (b *Backend) half(l subnet.Lease) (netip.Prefix, netip.Addr, json.RawMessag
 type candidate struct {
 	peer Peer
 	mac  MAC // the VTEP MAC it claims (vxlan), also when DirectRouting routes around it
+	key  Key // the WireGuard public key it claims (wireguard)
 	skip *Skipped
 }
 
@@ -231,6 +271,18 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 			shown = l.Attrs.BadPublicIPv6
 		}
 		return fail(SkipBadPublicIP, fmt.Sprintf("public %s address %q is not a unicast %s address", b.fam, shown, b.fam))
+	}
+	if b.wg != nil {
+		d, err := DecodeWireGuardData(data)
+		if err != nil {
+			return fail(SkipBadData, err.Error())
+		}
+		if d.Port == 0 {
+			// flannel before v0.22 published no port: its peers dial their own.
+			d.Port = b.wg.ListenPort
+		}
+		c.key, c.peer.WGKey, c.peer.WGPort = d.PublicKey, d.PublicKey, d.Port
+		return c
 	}
 	if b.dev == nil { // host-gw
 		if !OnLink(b.node.Connected, ip) {
@@ -261,6 +313,7 @@ type ownClaims struct {
 	subnet  netip.Prefix
 	ip      netip.Addr
 	mac     MAC
+	wgKey   Key
 }
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
@@ -270,6 +323,9 @@ func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 		if d, err := DecodeVXLANData(data); err == nil {
 			o.mac = d.VtepMAC
 		}
+	}
+	if b.wg != nil {
+		o.wgKey = b.wgPublic
 	}
 	return o
 }
@@ -296,6 +352,9 @@ func (o ownClaims) clash(key string, c candidate) *Skipped {
 	case c.mac != MAC{} && c.mac == o.mac:
 		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, ClashesWith: o.key,
 			Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
+	case !c.key.IsZero() && c.key == o.wgKey:
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateKey, ClashesWith: o.key,
+			Reason: fmt.Sprintf("WireGuard public key %s is this node's", o.wgKey)}
 	}
 	return nil
 }

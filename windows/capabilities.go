@@ -30,6 +30,9 @@ func Capabilities() backend.Capabilities {
 			Overhead6:     backend.VXLAN6Overhead,
 		},
 		HostGW: backend.HostGWCapabilities{IPv6: backend.Feature{Has: true}},
+		// flanneld's wireguard backend is not built for Windows: a node there stops on such a
+		// config, and so does weftd, saying so.
+		WireGuard: backend.WireGuardCapabilities{Has: backend.Feature{Why: "flanneld has no WireGuard backend on Windows either; run Linux nodes, or vxlan or host-gw"}},
 	}
 }
 
