@@ -19,6 +19,7 @@ import (
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
+	"github.com/weftnet/weft/wgkey"
 )
 
 // Deps are what Run works with; tests put their own in.
@@ -243,7 +244,16 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP,
 		"addr6", d.ext.Addr6, "public_ipv6", d.ext.PublicIPv6, "mtu", d.ext.MTU)
-	bs, mtu, err := NewBackends(d.net, d.ext, d.caps)
+	var wgKey backend.Key
+	if d.net.Backend.Type == subnet.BackendWireGuard {
+		k, created, err := wgkey.Load(d.cfg.WireGuardKeyFile)
+		if err != nil {
+			return err
+		}
+		wgKey = k
+		d.log.Info("WireGuard key", "file", d.cfg.WireGuardKeyFile, "created", created, "public_key", k.PublicKey().String())
+	}
+	bs, mtu, err := NewBackends(d.net, d.ext, d.caps, wgKey)
 	if err != nil {
 		return err
 	}

@@ -58,10 +58,11 @@ func (c Config) Choice(net *subnet.Config, routeTo func(netip.Addr) (string, net
 
 // NewBackends builds the backend of each family net enables (IPv4 first) for a node whose
 // external interface is ext, on a data plane of capabilities caps, and returns the pods'
-// MTU with them: the smallest the families' backends allow.
-func NewBackends(net *subnet.Config, ext netif.External, caps backend.Capabilities) ([]*backend.Backend, int, error) {
+// MTU with them: the smallest the families' backends allow. wgKey is the node's WireGuard
+// private key (wireguard only).
+func NewBackends(net *subnet.Config, ext netif.External, caps backend.Capabilities, wgKey backend.Key) ([]*backend.Backend, int, error) {
 	node := backend.Node{Underlay: ext.Name, Addr: ext.Addr, Addr6: ext.Addr6, MTU: ext.MTU,
-		Connected: ext.Connected, PublicIP: ext.PublicIP, PublicIPv6: ext.PublicIPv6}
+		Connected: ext.Connected, PublicIP: ext.PublicIP, PublicIPv6: ext.PublicIPv6, WireGuardKey: wgKey}
 	var bs []*backend.Backend
 	mtu := 0
 	for _, f := range backend.Families(net) {
