@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // wireguardNet is a wireguard network with flanneld's defaults (separate mode, ports 51820
@@ -63,5 +65,38 @@ func TestWireGuardPodToPod(t *testing.T) {
 		if !strings.Contains(n.LogTail(200), "user-space WireGuard device") && !strings.Contains(n.LogTail(200), "kernel's WireGuard device") {
 			t.Errorf("node %s: the log does not say which WireGuard runs", n.Name)
 		}
+	}
+}
+
+// TestWireGuardRestartAndDrift: weftd restarted under a 10 ms ping on the user-space device,
+// which dies with weftd: the loss is logged (the stop, the start and a new handshake), and
+// traffic flows again with the same key; then flannel-wg deleted by hand comes back, with
+// its peers, and traffic flows again.
+func TestWireGuardRestartAndDrift(t *testing.T) {
+	bins := needBinaries(t)
+	c := newCluster(t, bins, wireguardNet)
+	nodes := startNodes(t, c, "n1", "n2", "n3")
+	pods := onePodEach(t, c, nodes)
+	pingAll(t, pods)
+	keyBefore := leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData
+
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		// About 62 pings a second here: 600 outlast the restart and a handshake's retry.
+		sent, recv := restartUnderPing(t, nodes[0], pods[1], pods[0].IP, sig, 600, 10*time.Millisecond)
+		t.Logf("user-space WireGuard, weftd restarted with %v: %d of %d pings lost",
+			sig, sent-recv, sent)
+		if recv == 0 {
+			t.Errorf("no ping answered across the restart")
+		}
+		pingAll(t, pods)
+	}
+	if after := leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData; string(after) != string(keyBefore) {
+		t.Errorf("the restarts changed the node's lease data: %s, then %s", keyBefore, after)
+	}
+
+	nodeExec(t, nodes[1], "ip", "link", "del", "flannel-wg")
+	pingAll(t, pods)
+	if route := nodeExec(t, nodes[1], "ip", "route", "show", "10.244.0.0/16"); !strings.Contains(route, "dev flannel-wg") {
+		t.Errorf("node %s: route of the network after the device came back: %q", nodes[1].Name, route)
 	}
 }

@@ -119,6 +119,14 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
+		if u := w.user[d.Name]; u != nil {
+			// Deleted under weftd: what ran it goes too, its socket first, so that the new
+			// device can serve its own.
+			w.log.Info("the user-space WireGuard device was deleted: making it again", "dev", d.Name)
+			u.uapi.Close()
+			u.dev.Close()
+			delete(w.user, d.Name)
+		}
 		if err := w.createDevice(d); err != nil {
 			return err
 		}
