@@ -204,6 +204,12 @@ type TxChecksumOffloader interface {
 	SetTxChecksumOffload(ctx context.Context, dev string, on bool) error
 }
 
+// WireGuardRunner is a Plane that runs WireGuard devices, and says how.
+type WireGuardRunner interface {
+	// Implementation is "kernel" or "user space" for the device dev it made, "" for none.
+	Implementation(dev string) string
+}
+
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*
 // constants (a metric label), Reason says it for a human.
 type Skipped struct {

@@ -289,6 +289,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 			}
 			macs[i] = mac
 		}
+		d.wireGuardStatus()
 		return d.attrs(macs), nil
 	}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
@@ -811,6 +812,23 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 	return changes, err
 }
 
+// wireGuardStatus puts the WireGuard devices, and which WireGuard runs each, in /status.
+func (d *daemon) wireGuardStatus() {
+	var wgs []status.WireGuard
+	for _, st := range d.stacks {
+		dev := st.b.StateFor(subnet.Lease{}, false).WireGuard
+		r, ok := st.plane.(backend.WireGuardRunner)
+		if dev == nil || !ok {
+			continue
+		}
+		wgs = append(wgs, status.WireGuard{Device: dev.Name, ListenPort: int(dev.ListenPort),
+			PublicKey: dev.PrivateKey.PublicKey().String(), Implementation: r.Implementation(dev.Name)})
+	}
+	if wgs != nil {
+		d.health.update(func(h *health) { h.status.WireGuard = wgs })
+	}
+}
+
 // recreateDevice brings back a family's overlay device deleted under the daemon. A new
 // device has a new MAC, which peers must learn: the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
@@ -819,6 +837,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		return fmt.Errorf("data plane: %w", err)
 	}
 	d.setUpOffload(ctx, st)
+	d.wireGuardStatus()
 	attrs := d.own.Attrs
 	st.b.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/status"
 )
 
 // wireguardNet is a wireguard network with flanneld's defaults (separate mode, ports 51820
@@ -64,6 +66,17 @@ func TestWireGuardPodToPod(t *testing.T) {
 	for _, n := range nodes {
 		if !strings.Contains(n.LogTail(200), "user-space WireGuard device") && !strings.Contains(n.LogTail(200), "kernel's WireGuard device") {
 			t.Errorf("node %s: the log does not say which WireGuard runs", n.Name)
+		}
+		code, body, err := n.Get("/status")
+		var st status.Node
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+			t.Fatalf("node %s: /status: %d %v %s", n.Name, code, err, body)
+		}
+		if len(st.WireGuard) != 1 || st.WireGuard[0].Device != "flannel-wg" || keys[st.WireGuard[0].PublicKey] != n.Name ||
+			(st.WireGuard[0].Implementation != "kernel" && st.WireGuard[0].Implementation != "user space") {
+			t.Errorf("node %s: /status wireguard: %+v", n.Name, st.WireGuard)
+		} else {
+			t.Logf("node %s: %s runs in %s", n.Name, st.WireGuard[0].Device, st.WireGuard[0].Implementation)
 		}
 	}
 }
