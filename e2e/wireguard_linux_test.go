@@ -1,14 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
+	"net/netip"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weftnet/weft/status"
+	"github.com/weftnet/weft/subnet"
 )
 
 // wireguardNet is a wireguard network with flanneld's defaults (separate mode, ports 51820
@@ -112,4 +117,58 @@ func TestWireGuardRestartAndDrift(t *testing.T) {
 	if route := nodeExec(t, nodes[1], "ip", "route", "show", "10.244.0.0/16"); !strings.Contains(route, "dev flannel-wg") {
 		t.Errorf("node %s: route of the network after the device came back: %q", nodes[1].Name, route)
 	}
+}
+
+// TestWireGuardHostileLeases: wireguard leases with a key that is none, a port out of range,
+// or a node's public key are skipped and counted by reason on every node, and the pods keep
+// reaching each other.
+func TestWireGuardHostileLeases(t *testing.T) {
+	bins := needBinaries(t)
+	c := newCluster(t, bins, wireguardNet)
+	nodes := startNodes(t, c, "n1", "n2")
+	pods := onePodEach(t, c, nodes)
+	pingAll(t, pods)
+	var data struct{ PublicKey string }
+	if err := json.Unmarshal(leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData, &data); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for sn, v := range map[string]string{
+		"10.244.250.0/24": `{"PublicIP":"192.0.2.50","BackendType":"wireguard","BackendData":{"PublicKey":"not a key","Port":51820}}`,
+		"10.244.251.0/24": `{"PublicIP":"192.0.2.51","BackendType":"wireguard","BackendData":{"PublicKey":"HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=","Port":70000}}`,
+		"10.244.252.0/24": `{"PublicIP":"192.0.2.52","BackendType":"wireguard","BackendData":{"PublicKey":"` + data.PublicKey + `","Port":51820}}`,
+	} {
+		key := c.EtcdPrefix() + "/subnets/" + subnet.Lease{Subnet: netip.MustParsePrefix(sn)}.Key()
+		if _, err := c.Etcd().Put(ctx, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int{"bad_backend_data": 2, "duplicate_wireguard_key": 1}
+	for _, n := range nodes {
+		deadline := time.Now().Add(convergeTimeout)
+		for {
+			got := map[string]int{}
+			for line := range strings.Lines(mustGet(t, n, "/metrics")) {
+				for code := range want {
+					if strings.HasPrefix(line, `weft_peer_leases_skipped_total{reason="`+code+`"}`) {
+						f := strings.Fields(line)
+						got[code], _ = strconv.Atoi(f[len(f)-1])
+					}
+				}
+			}
+			// n1 sees its own key in the third lease; n2 sees a key of another node's:
+			// either way a key already claimed, by an older lease.
+			if maps.Equal(got, want) {
+				t.Logf("node %s skipped %v", n.Name, got)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: skipped %v, want %v", n.Name, got, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	pingAll(t, pods)
+	stream(t, pods[0], pods[1])
 }
