@@ -89,7 +89,7 @@ func TestWireGuardPodToPod(t *testing.T) {
 // TestWireGuardRestartAndDrift: weftd restarted under a 10 ms ping on the user-space device,
 // which dies with weftd: the loss is logged (the stop, the start and a new handshake), and
 // traffic flows again with the same key; then flannel-wg deleted by hand comes back, with
-// its peers, and traffic flows again.
+// its peers, and so does its route deleted by hand; traffic flows again.
 func TestWireGuardRestartAndDrift(t *testing.T) {
 	bins := needBinaries(t)
 	c := newCluster(t, bins, wireguardNet)
@@ -113,6 +113,8 @@ func TestWireGuardRestartAndDrift(t *testing.T) {
 	}
 
 	nodeExec(t, nodes[1], "ip", "link", "del", "flannel-wg")
+	pingAll(t, pods)
+	nodeExec(t, nodes[2], "ip", "route", "del", "10.244.0.0/16")
 	pingAll(t, pods)
 	if route := nodeExec(t, nodes[1], "ip", "route", "show", "10.244.0.0/16"); !strings.Contains(route, "dev flannel-wg") {
 		t.Errorf("node %s: route of the network after the device came back: %q", nodes[1].Name, route)
@@ -170,5 +172,33 @@ func TestWireGuardHostileLeases(t *testing.T) {
 		}
 	}
 	pingAll(t, pods)
+	stream(t, pods[0], pods[1])
+}
+
+// TestWireGuardDualStack: three weftd nodes in a dual-stack wireguard network (separate mode):
+// each lease carries the same public key in BackendData (port 51820) and BackendV6Data (port
+// 51821), flannel-wg-v6 carries the pods' IPv6 over the IPv6 underlay, and every pod reaches
+// every other over both families.
+func TestWireGuardDualStack(t *testing.T) {
+	bins := needBinaries(t)
+	c := newCluster(t, bins, backend{"wireguard", `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"` + ipv6Network + `","Backend":{"Type":"wireguard"}}`})
+	nodes := startNodes(t, c, "n1", "n2", "n3")
+	for _, n := range nodes {
+		l := leaseOf(t, c, mustSubnet(t, n))
+		var d4, d6 struct {
+			PublicKey string
+			Port      int
+		}
+		if json.Unmarshal(l.Attrs.BackendData, &d4) != nil || json.Unmarshal(l.Attrs.BackendV6Data, &d6) != nil ||
+			d4.PublicKey == "" || d4.PublicKey != d6.PublicKey || d4.Port != 51820 || d6.Port != 51821 || l.Attrs.PublicIPv6 != n.IP6 {
+			t.Errorf("node %s lease %s: %s %s %s", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data, l.Attrs.PublicIPv6)
+		}
+		if route := nodeExec(t, n, "ip", "-6", "route", "show", ipv6Network); !strings.Contains(route, "dev flannel-wg-v6") {
+			t.Errorf("node %s: route of the IPv6 network: %q, want it through flannel-wg-v6", n.Name, route)
+		}
+	}
+	pods := onePodEach(t, c, nodes)
+	pingAll(t, pods)
+	pingAll6(t, pods)
 	stream(t, pods[0], pods[1])
 }

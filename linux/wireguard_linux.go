@@ -38,9 +38,10 @@ type WireGuard struct {
 	user   map[string]*userDevice // the devices this process runs, by name
 	kernel *bool                  // whether the kernel has WireGuard; nil until asked
 	// peers is what the last Apply programmed, by lease key: the incremental Apply's base.
-	peers  map[string]backend.Peer
-	dev    *backend.WireGuardDevice
-	ownNet netip.Prefix
+	peers   map[string]backend.Peer
+	dev     *backend.WireGuardDevice
+	ownNet  netip.Prefix
+	network netip.Prefix // routed through dev
 }
 
 var _ backend.Plane = (*WireGuard)(nil)
@@ -243,7 +244,7 @@ func (w *WireGuard) Apply(ctx context.Context, st *backend.State, u backend.Upda
 		ch = backend.Changes{}
 	}
 	dev := *st.WireGuard
-	w.dev, w.ownNet = &dev, st.Own
+	w.dev, w.ownNet, w.network = &dev, st.Own, st.Network()
 	w.peers = map[string]backend.Peer{}
 	for k, p := range st.Peers.All() {
 		w.peers[k] = p
@@ -277,8 +278,7 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 	}
 	if n := st.Network(); n.IsValid() {
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(n), Scope: netlink.SCOPE_LINK}
-		have, err := w.h.RouteListFiltered(netlinkFamily(n), &netlink.Route{Dst: ipNet(n)}, netlink.RT_FILTER_DST)
-		if err != nil || len(have) != 1 || have[0].LinkIndex != r.LinkIndex || have[0].Gw != nil {
+		if !w.routed(n, link.Attrs().Index) {
 			if err := w.h.RouteReplace(r); err != nil {
 				errs = append(errs, fmt.Errorf("routing %s through %s: %w", n, d.Name, err))
 			} else {
@@ -373,13 +373,24 @@ func peerConfig(p backend.Peer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
 
 // peerMatches reports whether the device's peer have is p as peerConfig programs it.
 func peerMatches(have wgtypes.Peer, p backend.Peer, d *backend.WireGuardDevice) bool {
-	if have.Endpoint == nil || have.Endpoint.AddrPort() != netip.AddrPortFrom(p.PublicIP, p.WGPort) ||
+	if have.Endpoint == nil {
+		return false
+	}
+	// wgctrl reads IPv4 endpoints as IPv4-mapped IPv6 addresses.
+	ep := have.Endpoint.AddrPort()
+	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != netip.AddrPortFrom(p.PublicIP, p.WGPort) ||
 		have.PersistentKeepaliveInterval != d.Keepalive || have.PresharedKey != wgtypes.Key(d.PSK) || len(have.AllowedIPs) != 1 {
 		return false
 	}
 	a, ok := netip.AddrFromSlice(have.AllowedIPs[0].IP)
 	ones, _ := have.AllowedIPs[0].Mask.Size()
 	return ok && netip.PrefixFrom(a.Unmap(), ones) == p.Subnet.Masked()
+}
+
+// routed reports whether the network n is routed through the device of index dev, alone.
+func (w *WireGuard) routed(n netip.Prefix, dev int) bool {
+	have, err := w.h.RouteListFiltered(netlinkFamily(n), &netlink.Route{Dst: ipNet(n)}, netlink.RT_FILTER_DST)
+	return err == nil && len(have) == 1 && have[0].LinkIndex == dev && have[0].Gw == nil
 }
 
 func netlinkFamily(p netip.Prefix) int {
@@ -390,8 +401,8 @@ func netlinkFamily(p netip.Prefix) int {
 }
 
 // Watch reports the netlink Plane's drift, and the WireGuard device's: the device gone or
-// down, its route gone, and (looked at every resyncEvery, since no notification tells of
-// them) its peers or key changed behind the plane's back.
+// down, the network's route deleted, and (looked at every wgCheckEvery, since no
+// notification tells of them) its peers or key changed behind the plane's back.
 func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -406,6 +417,10 @@ func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 	links := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{Namespace: &w.ns}); err != nil {
 		return fmt.Errorf("subscribing to links: %w", err)
+	}
+	routes := make(chan netlink.RouteUpdate, 256)
+	if err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{Namespace: &w.ns}); err != nil {
+		return fmt.Errorf("subscribing to routes: %w", err)
 	}
 	tick := time.NewTicker(wgCheckEvery)
 	defer tick.Stop()
@@ -425,6 +440,16 @@ func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 			if ours && (u.Header.Type == unix.RTM_DELLINK || u.Link.Attrs().Flags&unix.IFF_UP == 0) {
 				report()
 			}
+		case u, ok := <-routes:
+			if !ok {
+				return <-errc
+			}
+			w.mu.Lock()
+			ours := u.Type == unix.RTM_DELROUTE && w.network.IsValid() && u.Dst != nil && prefixOf(u.Dst) == w.network
+			w.mu.Unlock()
+			if ours {
+				report()
+			}
 		case <-tick.C:
 			if w.drifted() {
 				report()
@@ -436,12 +461,17 @@ func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 // wgCheckEvery is how often Watch compares the device's peers with what it programmed.
 const wgCheckEvery = 10 * time.Second
 
-// drifted reports whether the device's key, port or peers differ from the last Apply's.
+// drifted reports whether the device's route, key, port or peers differ from the last
+// Apply's.
 func (w *WireGuard) drifted() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dev == nil || w.wg == nil {
 		return false
+	}
+	link, err := w.h.LinkByName(w.dev.Name)
+	if err != nil || !w.routed(w.network, link.Attrs().Index) {
+		return true
 	}
 	dev, err := w.wg.Device(w.dev.Name)
 	if err != nil {
