@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,5 +202,55 @@ func TestWireGuardDualStack(t *testing.T) {
 	pods := onePodEach(t, c, nodes)
 	pingAll(t, pods)
 	pingAll6(t, pods)
+	stream(t, pods[0], pods[1])
+}
+
+// TestWireGuardFromFlanneld: a node whose lease and key file are as flanneld's wireguard
+// backend leaves them (its own key, written as flanneld writes it; the lease as flanneld
+// publishes it; no subnet.env) starts weftd with the same subnet and the same key, and its
+// pods reach the others': the peers need nothing new.
+func TestWireGuardFromFlanneld(t *testing.T) {
+	bins := needBinaries(t)
+	c := newCluster(t, bins, wireguardNet)
+	nodes := startNodes(t, c, "n1", "n2")
+	n := nodes[0]
+	sn := mustSubnet(t, n)
+	if _, err := n.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// flanneld's key: the private key in base64 alone, readable by root alone.
+	const priv = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
+	const pub = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
+	keyFile := filepath.Join(n.Dir, "wgkey")
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, []byte(priv), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(n.SubnetFile); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease := `{"PublicIP":"` + n.IP.String() + `","PublicIPv6":null,"BackendType":"wireguard","BackendData":{"PublicKey":"` + pub + `","Port":51820}}`
+	if _, err := c.Etcd().Put(ctx, c.EtcdPrefix()+"/subnets/"+subnet.Lease{Subnet: sn}.Key(), lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSubnet(t, n); got != sn {
+		t.Errorf("weftd took subnet %s; flanneld's lease is %s", got, sn)
+	}
+	var data struct{ PublicKey string }
+	if err := json.Unmarshal(leaseOf(t, c, sn).Attrs.BackendData, &data); err != nil || data.PublicKey != pub {
+		t.Errorf("lease key %q (%v), want flanneld's %s", data.PublicKey, err, pub)
+	}
+	pods := onePodEach(t, c, nodes)
+	pingAll(t, pods)
 	stream(t, pods[0], pods[1])
 }
