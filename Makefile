@@ -100,7 +100,7 @@ lint:
 
 ## bench: the Go benchmarks, with allocations; then, as root, the black-box benchmark of weftd
 ## beside flanneld (e2e/bench; a table of cold starts, RSS, event latency, bulk join, Kubernetes
-## mode, pod-to-pod TCP throughput with the VXLAN checksum offload on and off, about 9 minutes). make bench BENCHFLAGS=--quick is a short run; --only=weftd skips
+## mode, pod-to-pod TCP throughput over VXLAN with its checksum offload on and off, and over WireGuard, about 9 minutes). make bench BENCHFLAGS=--quick is a short run; --only=weftd skips
 ## flanneld; weft-bench --help lists the rest. Kept out of `make test`.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
