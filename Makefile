@@ -77,19 +77,23 @@ cross:
 	GOOS=windows $(GO) build $(PKGS)
 	GOOS=windows $(GO) test -count=1 -exec=true -run='^$$' $(PKGS) >/dev/null
 
-## wine: the Windows tests of ./windows/... run under Wine (wine64 and mingw installed as root on first use)
+## wine: the Windows tests of ./windows/... and of the HNS simulator (internal/hnssim) run under Wine
+## (wine64 and mingw installed as root on first use)
 ## As a plain user without Wine installed they cannot run: say so instead of failing.
 wine:
 	@if [ "$$(id -u)" -ne 0 ] && ! tools/wine/setup.sh 2>/dev/null; then \
 	  echo "wine: Windows tests not run: wine64/mingw are missing and only root can install them"; \
 	else \
-	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/...; \
+	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/... ./internal/hnssim/; \
 	fi
 
-## lint: formatting and vet on both operating systems (tools/wincni, a Windows program, on Windows)
+## lint: formatting, the imports' groups (the standard library, then other modules, then weft's
+## own: doc_test.go's TestImportGroups, over every module of the tree) and vet on both operating
+## systems (tools/wincni, a Windows program, on Windows)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -count=1 -run '^TestImport' .
 	$(GO) vet $(PKGS)
 	GOOS=windows $(GO) vet $(PKGS)
 	cd tools/wincni && GOOS=windows $(GO) vet ./...

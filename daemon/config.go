@@ -1,7 +1,3 @@
-// Package daemon is weftd's lifecycle: it reads the network config, picks the external
-// interface and public IP, leases the node's subnet, writes subnet.env, and keeps the data
-// plane converged to the leases it watches, renewing its own lease, until it is told to stop.
-// Stopping leaves everything programmed, so traffic flows on while the daemon restarts.
 package daemon
 
 import (
@@ -49,7 +45,10 @@ type Config struct {
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
-	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
+	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails:
+	// long enough for an etcd leader election, short enough that a node cut off from its
+	// datastore says so within seconds (kubelet's readiness probe adds its own
+	// failureThreshold).
 	DatastoreTimeout time.Duration
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
 	NotifySocket string
@@ -86,7 +85,7 @@ func DefaultConfig() Config {
 		HealthzIP:        "127.0.0.1",
 		HealthzPort:      8285,
 		ResyncInterval:   30 * time.Second,
-		DatastoreTimeout: 30 * time.Second,
+		DatastoreTimeout: 5 * time.Second,
 		ProbeInterval:    time.Second,
 		ProbePeers:       4,
 

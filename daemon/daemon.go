@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/netif"
-	"github.com/weftnet/weft/probe"
 	"io/fs"
 	"log/slog"
 	"net/netip"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			}
 			return err
 		}
-		wg.Go(func() { rec.Run(ctx, km.PostEvent) })
+		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
 	} else {
 		cli, err := etcd.NewClient(cfg.EtcdClient())
@@ -120,7 +120,11 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check
 	}
-	d.health = newHealth(cfg, d.m, check)
+	var probe func(context.Context) error
+	if p, ok := deps.Manager.(subnet.Prober); ok {
+		probe = p.Probe
+	}
+	d.health = newHealth(cfg, d.m, check, probe)
 	d.health.peers = d.peerStatus
 	d.m.peers.count = d.peerCounts
 	d.m.ready = func() bool { return d.health.readyz() == nil }
@@ -172,11 +176,16 @@ type daemon struct {
 	ext netif.External
 	own subnet.Lease
 	mtu int // the pods' MTU: the smallest the families' backends allow
+	// nodeID is the node's identity (subnet.LoadNodeID), published with its lease in etcd
+	// mode; empty in Kubernetes mode, where the Node object is the node's.
+	nodeID string
 
-	// stacks are the families the network enables, IPv4 first; made by setUp. mu guards
-	// their sets, which the loop changes and /status and /metrics read.
-	stacks []*stack
-	mu     sync.Mutex
+	// stacks are the families the network enables, IPv4 first; made by setUp. Only the loop
+	// touches them; readers get view, which the loop publishes after each change of their
+	// sets (viewStale: not yet).
+	stacks    []*stack
+	view      atomic.Pointer[peersView]
+	viewStale bool
 
 	pending map[string]time.Time // lease keys changed since the last convergence: when first seen
 
@@ -184,7 +193,13 @@ type daemon struct {
 	inStore   bool              // the own lease is in the datastore
 	synced    bool              // the first watch batch arrived
 	lastRenew time.Time
-	notified  bool // systemd was told weftd is ready
+	// A renewal runs beside the loop (renewer), which goes on applying the leases meanwhile:
+	// a datastore without a quorum holds one for its whole timeout. renewing says one is
+	// under way; toRenew asks for one, renewed brings its result back.
+	renewing bool
+	toRenew  chan subnet.Lease
+	renewed  chan renewal
+	notified bool // systemd was told weftd is ready
 	// startupDone is when the first convergence ended.
 	startupDone time.Time
 	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
@@ -195,7 +210,7 @@ type daemon struct {
 type stack struct {
 	b     *backend.Backend
 	plane backend.Plane
-	set   *backend.Set // guarded by daemon.mu
+	set   *backend.Set
 
 	result  backend.Result // peer changes not yet applied
 	full    bool           // the next Apply must be a full one
@@ -259,6 +274,16 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		}
 	})
 
+	if !d.cfg.KubeSubnetMgr {
+		path := subnet.NodeIDFile(d.cfg.SubnetFile)
+		var made bool
+		if d.nodeID, made, err = subnet.LoadNodeID(path); err != nil {
+			return err
+		}
+		if made {
+			d.log.Info("made a node identity", "id", d.nodeID, "path", path)
+		}
+	}
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
 	req := subnet.AcquireRequest{Attrs: d.attrs(nil)}
@@ -291,13 +316,12 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
-	d.mu.Lock() // /status may be asked already
 	for _, st := range d.stacks {
 		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
 		st.full = true
 		st.off = newOffload(st)
 	}
-	d.mu.Unlock()
+	d.publish()
 	for _, st := range d.stacks {
 		d.setUpOffload(ctx, st)
 	}
@@ -330,7 +354,7 @@ func (d *daemon) held() (sn, sn6 netip.Prefix) {
 // attrs are the lease attributes the node publishes: each stack's half, from its backend and
 // the VTEP MAC of its device in macs (by stack; nil: zero MACs).
 func (d *daemon) attrs(macs []backend.MAC) subnet.LeaseAttrs {
-	var a subnet.LeaseAttrs
+	a := subnet.LeaseAttrs{NodeID: d.nodeID}
 	for i, st := range d.stacks {
 		var mac backend.MAC
 		if macs != nil {
@@ -387,9 +411,11 @@ func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subne
 // take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
 const startupEchoes = 2 * time.Second
 
-// requestTimeout bounds one datastore request (an acquisition may take several round trips
-// and, on Windows, the HNS network's creation), so that a hung connection is retried rather
-// than waited on forever.
+// requestTimeout bounds one call of the datastore (an acquisition may take several round
+// trips, a wait for the podCIDR and, on Windows, the HNS network's creation), so that none is
+// waited on forever. The managers bound each round trip much shorter (etcd.Options'
+// RequestTimeout, ListTimeout; kube's requestTimeout): a request that hangs fails within
+// seconds and is retried.
 const requestTimeout = 2 * time.Minute
 
 // timed runs one datastore request, recording its latency and counting its failure.
@@ -479,6 +505,8 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	events := make(chan []subnet.Event, 16)
 	watchDone := make(chan error, 1)
 	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
+	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
+	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
 	for _, st := range d.stacks {
 		wg.Go(func() {
@@ -546,16 +574,20 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		case <-retryConverge.C:
 			d.setFull()
 		case <-renew.C:
-			d.renew(ctx)
+			d.startRenew()
+		case r := <-d.renewed:
+			d.renewing = false
+			d.finishRenew(r)
 			renew.Reset(d.renewIn())
 		}
 		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
 		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
-			d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
-			d.renew(ctx)
-			renew.Reset(d.renewIn())
+			if !d.renewing {
+				d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
+			}
+			d.startRenew()
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			err := d.converge(ctx)
@@ -564,6 +596,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				retryConverge.Reset(time.Second)
 			}
 			d.events.Dataplane(err)
+		}
+		if d.viewStale {
+			// After the convergence, so that a peer the view shows is one the data plane
+			// was given, and copying the sets delays no event.
+			d.publish()
 		}
 	}
 }
@@ -579,7 +616,7 @@ func (d *daemon) setFull() {
 func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
 	before := d.skippedSoFar()
-	d.mu.Lock()
+	d.viewStale = true
 	for _, ev := range batch {
 		k := ev.Lease.Key()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
@@ -599,7 +636,6 @@ func (d *daemon) take(batch []subnet.Event) {
 			}
 		}
 	}
-	d.mu.Unlock()
 	d.noteSkipped(before)
 	d.noteContested()
 }
@@ -647,19 +683,59 @@ func (d *daemon) renewIn() time.Duration {
 	return max(time.Until(d.own.Expiration)-d.cfg.RenewMargin, time.Second)
 }
 
-// renew renews the own lease, publishing d.own's attributes, and follows a change of the
-// subnet.
-func (d *daemon) renew(ctx context.Context) {
-	d.lastRenew = time.Now()
-	l, err := timed(d, "renew", func() (subnet.Lease, error) {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-		return d.sm.Renew(rctx, d.own)
-	})
-	if err != nil {
-		d.m.renewals.WithLabelValues("error").Inc()
-		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
+// renewal is what one renewal of the own lease asked and got.
+type renewal struct {
+	asked subnet.Lease
+	got   subnet.Lease
+	err   error
+}
+
+// renewer renews the own lease each time the loop asks, until ctx is done.
+func (d *daemon) renewer(ctx context.Context) {
+	for {
+		var own subnet.Lease
+		select {
+		case <-ctx.Done():
+			return
+		case own = <-d.toRenew:
+		}
+		l, err := timed(d, "renew", func() (subnet.Lease, error) {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return d.sm.Renew(rctx, own)
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case d.renewed <- renewal{asked: own, got: l, err: err}:
+		}
+	}
+}
+
+// startRenew has the own lease renewed, publishing d.own's attributes, unless a renewal is
+// under way; the loop takes its result (finishRenew) when it comes.
+func (d *daemon) startRenew() {
+	if d.renewing {
 		return
+	}
+	d.renewing, d.lastRenew = true, time.Now()
+	d.toRenew <- d.own
+}
+
+// finishRenew takes a renewal's result: the own lease, and a change of the subnet followed.
+func (d *daemon) finishRenew(r renewal) {
+	if r.err != nil {
+		d.m.renewals.WithLabelValues("error").Inc()
+		d.log.Error("renewing the lease failed", "lease", r.asked.Key(), "err", r.err)
+		return
+	}
+	l := r.got
+	// The device was made again meanwhile (recreateDevice): the renewal published the
+	// attributes of the old one. The lease is kept with the new ones, which the next renewal,
+	// asked now, publishes.
+	stale := !r.asked.Attrs.Equal(d.own.Attrs)
+	if stale {
+		l.Attrs = d.own.Attrs
 	}
 	changed := !l.SameSubnets(d.own)
 	if changed {
@@ -674,6 +750,9 @@ func (d *daemon) renew(ctx context.Context) {
 			d.log.Error("rewriting subnet.env", "err", err)
 		}
 	}
+	if stale {
+		d.startRenew()
+	}
 }
 
 // setOwn makes l the own lease: every peer is weighed against it again.
@@ -683,13 +762,12 @@ func (d *daemon) setOwn(l subnet.Lease) {
 	}
 	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) || l.Created != d.own.Created { // not just a new expiry
 		before := d.skippedSoFar()
-		d.mu.Lock()
+		d.viewStale = true
 		for _, st := range d.stacks {
 			if st.set.SetOwn(l, &st.result) {
 				st.full = true
 			}
 		}
-		d.mu.Unlock()
 		d.noteSkipped(before)
 		d.noteContested()
 	}
@@ -779,18 +857,14 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 		u.Peers = st.result.Changes
 	}
 	st.result = backend.Result{}
-	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
 	changes, err := st.plane.Apply(ctx, st.set.State(), u)
 	st.probeApplied(u)
-	d.mu.Unlock()
 	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
 		if err = d.recreateDevice(ctx, st); err == nil {
 			var more backend.Changes
-			d.mu.Lock()
 			more, err = st.plane.Apply(ctx, st.set.State(), backend.Update{Full: true})
 			st.probeApplied(backend.Update{Full: true})
-			d.mu.Unlock()
 			changes = changes.Add(more)
 		}
 	}
@@ -804,10 +878,7 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 // recreateDevice brings back a family's overlay device deleted under the daemon. A new
 // device has a new MAC, which peers must learn: the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
-	d.mu.Lock()
-	state := st.set.State()
-	d.mu.Unlock()
-	mac, err := st.plane.Prepare(ctx, state)
+	mac, err := st.plane.Prepare(ctx, st.set.State())
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
@@ -818,54 +889,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		l := d.own
 		l.Attrs = attrs
 		d.setOwn(l)
-		d.renew(ctx) // Renew sees attributes differing from the stored ones and publishes ours
+		d.startRenew() // Renew sees attributes differing from the stored ones and publishes ours
 	}
 	return nil
-}
-
-// peerStatus describes every peer for /status, each family's half apart, from the sets, when
-// asked.
-func (d *daemon) peerStatus() []status.Peer {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []status.Peer
-	for _, st := range d.stacks {
-		if st.set == nil {
-			return nil
-		}
-		for _, p := range st.set.Peers() {
-			ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
-				BackendType: p.BackendType, State: "programmed"}
-			if st.fam() == backend.IPv6 {
-				ps.Family = st.fam().String()
-			}
-			if p.VTEPMAC != (backend.MAC{}) {
-				ps.BackendData = backend.VXLANData{VNI: st.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
-			}
-			if p.Skipped != nil {
-				ps.State, ps.Reason, ps.ClashesWith = "skipped", p.Skipped.Reason, p.Skipped.ClashesWith
-			}
-			out = append(out, ps)
-		}
-	}
-	return out
-}
-
-// peerCounts counts the peer leases by backend type and state, for weft_peers when scraped:
-// by their halves of the first family (IPv4 unless the network is IPv6 only).
-func (d *daemon) peerCounts() map[[2]string]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := map[[2]string]int{}
-	if len(d.stacks) == 0 || d.stacks[0].set == nil {
-		return n
-	}
-	for _, p := range d.stacks[0].set.Peers() {
-		state := "programmed"
-		if p.Skipped != nil {
-			state = "skipped"
-		}
-		n[[2]string{p.BackendType, state}]++
-	}
-	return n
 }

@@ -13,17 +13,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 )
 
 // health is what the daemon's HTTP endpoints report. The main loop writes it, the
-// handlers read it.
+// handlers read it. Its lock is held to read or write its fields only, never across I/O, so
+// that a handler answers whatever the loop is doing (the peers come from the loop's view).
 type health struct {
 	cfg     Config
-	check   func() error // the datastore's cheap reachability check; nil when it has none
+	check   func() error                // the datastore's cheap reachability check; nil when it has none
+	probe   func(context.Context) error // asks the datastore whether it answers; nil when it cannot
 	metrics *metrics
-	peers   func() []status.Peer // the peers, from the daemon's model, when asked; set before serving
+	peers   func() []status.Peer // the peers, from the loop's last published view; set before serving
 	// The overlay probes' summary and their view for /status, when probes run.
 	overlay       func() probe.Summary
 	overlayStatus func() (*status.Overlay, []status.Unreachable)
@@ -43,8 +46,8 @@ type health struct {
 	status        status.Node
 }
 
-func newHealth(cfg Config, m *metrics, check func() error) *health {
-	return &health{cfg: cfg, metrics: m, check: check, lastBeat: time.Now()}
+func newHealth(cfg Config, m *metrics, check func() error, probe func(context.Context) error) *health {
+	return &health{cfg: cfg, metrics: m, check: check, probe: probe, lastBeat: time.Now()}
 }
 
 func (h *health) update(f func(h *health)) {
@@ -53,21 +56,42 @@ func (h *health) update(f func(h *health)) {
 	f(h)
 }
 
-// watchDatastore samples the datastore's reachability every second until ctx is done.
+// probeEvery is how often the datastore is probed (subnet.Prober), and how long a probe may
+// wait for its answer: a datastore that stops answering is known within twice this, and
+// /readyz says so --datastore-timeout later.
+const probeEvery = 2 * time.Second
+
+// watchDatastore samples the datastore's reachability every second (Checker) and probes it
+// every probeEvery (Prober), until ctx is done.
 func (h *health) watchDatastore(ctx context.Context) {
-	if h.check == nil {
+	if h.check == nil && h.probe == nil {
 		return
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var probed time.Time
+	var probeErr error // the last probe's, until the next
 	for {
-		err := h.check()
+		now := time.Now()
+		var err error
+		if h.check != nil {
+			err = h.check()
+		}
+		if h.probe != nil && now.Sub(probed) >= probeEvery {
+			pctx, cancel := context.WithTimeout(ctx, probeEvery)
+			probed, probeErr = now, h.probe(pctx)
+			cancel()
+		}
+		if err == nil {
+			err = probeErr
+		}
 		h.update(func(h *health) {
 			switch {
 			case err == nil:
 				h.brokenSince, h.brokenErr = time.Time{}, nil
 			case h.brokenSince.IsZero():
-				h.brokenSince, h.brokenErr = time.Now(), err
+				// A probe that got no answer was sent when unreachable: from then.
+				h.brokenSince, h.brokenErr = now, err
 			default:
 				h.brokenErr = err
 			}
@@ -132,7 +156,7 @@ func (h *health) statusJSON() status.Node {
 		st.NotReady = err.Error()
 	}
 	if h.peers != nil {
-		st.Peers = h.peers() // not under h.mu: the daemon's lock is taken first elsewhere
+		st.Peers = h.peers()
 	}
 	if overlayStatus != nil {
 		st.Overlay, st.Unreachable = overlayStatus()
