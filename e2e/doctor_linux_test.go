@@ -18,7 +18,8 @@ import (
 // account), IPv4, dual-stack and IPv6-only, vxlan and host-gw. On a healthy node it finds no
 // problem and has checked every family's routes; with weftd stopped and the route to the
 // peer's subnet of the last family deleted, it finds exactly that (with its family) and
-// weftd not answering.
+// weftd not answering. weftctl leases lists both nodes' leases from the same datastore (in
+// Kubernetes mode by Node).
 func TestDoctorModes(t *testing.T) {
 	bins := needBinaries(t)
 	tools := buildTools(t)
@@ -102,6 +103,23 @@ func TestDoctorModes(t *testing.T) {
 				}) {
 					t.Errorf("no route check of family %q found the route to the peer", fam)
 				}
+			}
+
+			// weftctl leases reads the same datastore with weftd's flags for it.
+			largs := []string{"leases", "-o", "json"}
+			for _, a := range n1.WeftdArgs() {
+				for _, p := range []string{"--etcd-", "--kube-", "--kubeconfig-", "--net-config-"} {
+					if strings.HasPrefix(a, p) {
+						largs = append(largs, a)
+					}
+				}
+			}
+			out, stderr, code := tools.weftctlEnv(t, n1, env, largs...)
+			var rows []ctl.LeaseRow
+			if err := json.Unmarshal([]byte(out), &rows); err != nil || code != 0 || len(rows) != 2 {
+				t.Errorf("weftctl %s: exit %d, %v, %d leases; want the two nodes'\n%s%s", strings.Join(largs, " "), code, err, len(rows), out, stderr)
+			} else if m.kube && (rows[0].Key != "n1" || rows[1].Key != "n2") {
+				t.Errorf("weftctl leases in Kubernetes mode: keys %q %q, want the Nodes n1 and n2", rows[0].Key, rows[1].Key)
 			}
 
 			if _, err := n1.Stop(syscall.SIGTERM); err != nil {
