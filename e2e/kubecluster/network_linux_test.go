@@ -114,9 +114,10 @@ func (c *Cluster) exec(ctx context.Context, pod string, argv ...string) (string,
 // TestPodNetwork deploys weft on three nodes and checks what flannel's users check on a
 // cluster (issue 19, item 4): pods on different nodes ping and stream TCP to each other, a
 // ClusterIP Service and a NodePort reach a pod on another node through kube-proxy, weft's
-// Events are on the Node, `kubectl exec` runs weftctl in a weft pod, a real Prometheus scrapes
-// every node as the README says, and a rolling restart of the DaemonSet loses no packet of
-// two pods pinging each other every 10 ms and keeps each node's podCIDR and VTEP MAC.
+// Events are on the Node, `kubectl exec` runs weftctl status and doctor in a weft pod (the
+// doctor finds no problem), a real Prometheus scrapes every node as the README says, and a
+// rolling restart of the DaemonSet loses no packet of two pods pinging each other every 10 ms
+// and keeps each node's podCIDR and VTEP MAC.
 func TestPodNetwork(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -244,6 +245,23 @@ func TestPodNetwork(t *testing.T) {
 			if !strings.Contains(status, want) {
 				t.Errorf("weftctl status in %s does not show %s:\n%s", out, want, status)
 			}
+		}
+	})
+
+	// weftctl doctor in a weft pod, given weftd's arguments of the DaemonSet as the README
+	// says: its service account, NODE_NAME and WEFTD_HEALTHZ_IP are the pod's.
+	t.Run("WeftctlDoctor", func(t *testing.T) {
+		pod, err := c.Kubectl(ctx, "get", "pods", "-n", "kube-flannel", "-l", "app.kubernetes.io/name=weft",
+			"--field-selector=spec.nodeName=node3", "-o", "jsonpath={.items[0].metadata.name}")
+		if err != nil || pod == "" {
+			t.Fatalf("the weft pod of node3: %q, %v", pod, err)
+		}
+		out, err := c.Kubectl(ctx, "exec", "-n", "kube-flannel", pod, "-c", "weftd", "--",
+			"weftctl", "doctor", "--kube-subnet-mgr", "--net-config-path=/etc/kube-flannel/net-conf.json", "--ip-masq")
+		if err != nil || !strings.Contains(out, "no problems found") || !strings.Contains(out, ", Node node3") {
+			t.Errorf("weftctl doctor in %s: %v\n%s", pod, err, out)
+		} else {
+			t.Logf("weftctl doctor in %s:\n%s", pod, out)
 		}
 	})
 
