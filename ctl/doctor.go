@@ -330,7 +330,7 @@ func (n node) ownNode() (subnet.Lease, error) {
 	i := slices.IndexFunc(n.entries, func(e Entry) bool { return e.Key == n.nodeName })
 	switch {
 	case i < 0:
-		return subnet.Lease{}, fmt.Errorf("Node %s publishes no lease (it needs a podCIDR, and weftd's annotations)", n.nodeName)
+		return subnet.Lease{}, fmt.Errorf("the Node %s publishes no lease (it needs a podCIDR, and weftd's annotations)", n.nodeName)
 	case n.entries[i].Err != nil:
 		return subnet.Lease{}, fmt.Errorf("the lease of Node %s cannot be read: %w", n.nodeName, n.entries[i].Err)
 	}

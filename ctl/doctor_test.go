@@ -565,7 +565,7 @@ func TestDiagnoseKube(t *testing.T) {
 	}
 	n = kubeNode()
 	n.nodeName = "other"
-	if got := failures(diagnose(n)); len(got) != 1 || !strings.HasPrefix(got[0], "lease: Node other publishes no lease") {
+	if got := failures(diagnose(n)); len(got) != 1 || !strings.HasPrefix(got[0], "lease: the Node other publishes no lease") {
 		t.Errorf("no lease: %q", got)
 	}
 	n = kubeNode()
