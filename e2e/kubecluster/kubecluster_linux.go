@@ -141,6 +141,9 @@ func (c *Cluster) startControlPlane() error {
 			"--endpoint-reconciler-type=lease",
 			"--service-cluster-ip-range=" + serviceCIDR,
 			"--allow-privileged=true",
+			// kubectl exec, logs and port-forward reach a kubelet at its node's address:
+			// the nodes' names resolve nowhere here.
+			"--kubelet-preferred-address-types=InternalIP",
 		},
 	})
 	if err != nil {
