@@ -165,8 +165,20 @@ type Pings struct {
 // StartPings starts, in each pod, one busybox ping of each other pod's address every
 // PingInterval, in the background of the pod's container (kubectl exec returns at once; the
 // ping outlives it), its output in a file there.
+//
+// What ping reports is not all the network's doing: busybox's ping reads its replies through
+// a raw socket with a receive buffer of some 14 KB (it sets SO_RCVBUF itself), which every
+// ICMP packet reaching the pod fills, so a ping starved of CPU for a few tens of
+// milliseconds loses replies that did arrive. So the pods' own network namespaces also count
+// (nftables counters, set up from the host) the requests that leave and the replies that
+// come in, per peer: PingResult's NetSent and NetReceived.
 func (c *Cluster) StartPings(ctx context.Context, pods []PodState) (*Pings, error) {
 	p := &Pings{c: c, start: time.Now()}
+	for _, from := range pods {
+		if err := c.countPings(ctx, from, pods); err != nil {
+			return p, err
+		}
+	}
 	for _, from := range pods {
 		for _, to := range pods {
 			if from.Name == to.Name {
@@ -201,6 +213,10 @@ type PingResult struct {
 	Sent, Lost int
 	// Gaps are the runs of consecutive unanswered requests.
 	Gaps []PingGap
+	// NetSent and NetReceived count the echo requests to the peer that left the pod's
+	// network namespace, and the replies from it that came in, whether ping read them or
+	// not (see StartPings).
+	NetSent, NetReceived int
 }
 
 // PingGap is a run of Len unanswered requests from sequence number Seq on, sent about At:
@@ -213,7 +229,11 @@ type PingGap struct {
 
 // Describe says what the pair saw, its gaps' times relative to origin.
 func (r PingResult) Describe(origin time.Time) string {
-	s := fmt.Sprintf("%s -> %s: %d sent, %d lost", r.From, r.To, r.Sent, r.Lost)
+	s := fmt.Sprintf("%s -> %s: %d sent, %d lost on the network (%d requests, %d replies)", r.From, r.To,
+		r.Sent, r.NetSent-r.NetReceived, r.NetSent, r.NetReceived)
+	if len(r.Gaps) > 0 {
+		s += fmt.Sprintf("; ping missed %d", r.Lost)
+	}
 	for i, g := range r.Gaps {
 		sep := ", "
 		if i == 0 {
@@ -243,12 +263,100 @@ func (p *Pings) Stop(ctx context.Context) ([]PingResult, error) {
 			continue
 		}
 		r.From, r.To = pair.From.Name, pair.To.Name
+		if r.NetSent, r.NetReceived, err = p.c.pingCounters(ctx, pair.From, pair.To.IP); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		for i, g := range r.Gaps {
 			r.Gaps[i].At = pair.started.Add(time.Duration(float64(stopped.Sub(pair.started)) * float64(g.Seq) / float64(r.Sent)))
 		}
 		results = append(results, r)
 	}
 	return results, errors.Join(errs...)
+}
+
+// pingTable is the nftables table that counts a pod's pings, in its network namespace.
+const pingTable = "weft-e2e-ping"
+
+// podNetns returns the path of the network namespace of the pod's sandbox: that of the
+// sandbox's process (containerd's tasks are the host's processes).
+func (c *Cluster) podNetns(ctx context.Context, pod PodState) (string, error) {
+	n := c.node(pod.Node)
+	if n == nil {
+		return "", fmt.Errorf("pod %s: on %q, not a node of this cluster", pod.Name, pod.Node)
+	}
+	out, err := n.Ctr(ctx, "tasks", "list")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		// TASK PID STATUS
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == pod.Sandbox {
+			return "/proc/" + f[1] + "/ns/net", nil
+		}
+	}
+	return "", fmt.Errorf("pod %s: no task of its sandbox %s on node %s:\n%s", pod.Name, pod.Sandbox, n.Name, out)
+}
+
+// countPings sets up, in from's network namespace, counters of the echo requests to and
+// replies from each other pod.
+func (c *Cluster) countPings(ctx context.Context, from PodState, pods []PodState) error {
+	netns, err := c.podNetns(ctx, from)
+	if err != nil {
+		return err
+	}
+	cmds := [][]string{
+		{"add", "table", "inet", pingTable},
+		{"add", "chain", "inet", pingTable, "out", "{ type filter hook output priority 0; }"},
+		{"add", "chain", "inet", pingTable, "in", "{ type filter hook input priority 0; }"},
+	}
+	for _, to := range pods {
+		if to.Name != from.Name {
+			cmds = append(cmds,
+				[]string{"add", "rule", "inet", pingTable, "out", "ip", "daddr", to.IP.String(), "icmp", "type", "echo-request", "counter"},
+				[]string{"add", "rule", "inet", pingTable, "in", "ip", "saddr", to.IP.String(), "icmp", "type", "echo-reply", "counter"})
+		}
+	}
+	for _, cmd := range cmds {
+		if _, err := runOut(ctx, append([]string{"nsenter", "--net=" + netns, "nft"}, cmd...)); err != nil {
+			return fmt.Errorf("pod %s: counting pings: %w", from.Name, err)
+		}
+	}
+	return nil
+}
+
+// pingCounter matches a counting rule as nft lists it: "ip daddr 10.244.1.2 icmp type
+// echo-request counter packets 12 bytes 1008".
+var pingCounter = regexp.MustCompile(`ip (daddr|saddr) (\S+) icmp type (echo-request|echo-reply) counter packets (\d+)`)
+
+// pingCounters reads the counters countPings set up in from's network namespace for peer.
+func (c *Cluster) pingCounters(ctx context.Context, from PodState, peer netip.Addr) (sent, received int, err error) {
+	netns, err := c.podNetns(ctx, from)
+	if err != nil {
+		return 0, 0, err
+	}
+	out, err := runOut(ctx, []string{"nsenter", "--net=" + netns, "nft", "list", "table", "inet", pingTable})
+	if err != nil {
+		return 0, 0, fmt.Errorf("pod %s: reading the ping counters: %w", from.Name, err)
+	}
+	found := 0
+	for _, m := range pingCounter.FindAllStringSubmatch(out, -1) {
+		if m[2] != peer.String() {
+			continue
+		}
+		n, _ := strconv.Atoi(m[4]) // \d+
+		if m[3] == "echo-request" {
+			sent = n
+		} else {
+			received = n
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("pod %s: %d counters for %s in:\n%s", from.Name, found, peer, out)
+	}
+	return sent, received, nil
 }
 
 // pingReply matches a reply line of busybox's ping: "64 bytes from 10.244.1.2: seq=12

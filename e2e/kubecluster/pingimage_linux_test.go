@@ -12,7 +12,7 @@ func pingImageArchive(t *testing.T, work string) (string, string) {
 	t.Helper()
 	const ref = "weft.local/busybox:e2e"
 	files := []imageFile{{Path: "/bin/busybox", Src: "/bin/busybox", Mode: 0o755}, {Path: "/tmp", Mode: os.ModeDir | os.ModeSticky | 0o777}}
-	for _, p := range []string{"sh", "ping", "sleep", "cat", "kill"} {
+	for _, p := range []string{"sh", "ping", "sleep", "cat", "kill", "readlink", "ls"} {
 		files = append(files, imageFile{Path: "/bin/" + p, Link: "busybox"})
 	}
 	img, err := hostFilesImage(files, nil)
