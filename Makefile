@@ -9,6 +9,10 @@ BIN      := bin
 CNI_BIN  := .cache/cni/bin
 KUBE_BIN := .cache/kube/bin
 HELM_BIN := .cache/helm/bin
+CONTAINERD_BIN := .cache/containerd/bin
+# The Kubernetes programs e2e/kubecluster's cluster runs (kube-apiserver alone serves the
+# Kubernetes-mode tests), built once from tools/kube's module and cached with a stamp.
+KUBE_PROGRAMS := kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl
 IMAGE    ?= .cache/image/weft
 IMAGE_ARCH ?= amd64
 # The image's version (its tag and every binary's --version) and time, both from the
@@ -43,7 +47,8 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
-	tools/kube/install-kube.sh $(KUBE_BIN)
+	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS)
+	tools/containerd/install-containerd.sh $(CONTAINERD_BIN)
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	GOOS=windows tools/flannel/install-flanneld.sh .cache/flannel-windows
@@ -59,11 +64,12 @@ e2e: deps
 
 ## conformance: a Kubernetes cluster from real parts on this machine (root; issue 19): the
 ## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
-## mount namespaces (e2e/kubecluster). Builds the Kubernetes programs and containerd once (cached
-## with a stamp, many minutes cold). Not in `make test` yet.
+## mount namespaces (e2e/kubecluster), every test of it, the long ones too. `make test` runs its
+## core (TestPodNetwork). The long ones also need agnhost and CoreDNS (built once, cached).
 conformance:
-	tools/kube/install-kube.sh $(KUBE_BIN) kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl
-	tools/containerd/install-containerd.sh .cache/containerd/bin
+	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS) agnhost
+	tools/containerd/install-containerd.sh $(CONTAINERD_BIN)
+	tools/coredns/install-coredns.sh .cache/coredns/bin
 	WEFT_KUBE_CLUSTER=1 $(GO) test -count=1 -timeout 30m -v ./e2e/kubecluster/
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)
@@ -71,19 +77,23 @@ cross:
 	GOOS=windows $(GO) build $(PKGS)
 	GOOS=windows $(GO) test -count=1 -exec=true -run='^$$' $(PKGS) >/dev/null
 
-## wine: the Windows tests of ./windows/... run under Wine (wine64 and mingw installed as root on first use)
+## wine: the Windows tests of ./windows/... and of the HNS simulator (internal/hnssim) run under Wine
+## (wine64 and mingw installed as root on first use)
 ## As a plain user without Wine installed they cannot run: say so instead of failing.
 wine:
 	@if [ "$$(id -u)" -ne 0 ] && ! tools/wine/setup.sh 2>/dev/null; then \
 	  echo "wine: Windows tests not run: wine64/mingw are missing and only root can install them"; \
 	else \
-	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/...; \
+	  tools/wine/setup.sh && GOOS=windows $(GO) test -count=1 -exec $(CURDIR)/tools/wine/exec.sh ./windows/... ./internal/hnssim/; \
 	fi
 
-## lint: formatting and vet on both operating systems (tools/wincni, a Windows program, on Windows)
+## lint: formatting, the imports' groups (the standard library, then other modules, then weft's
+## own: doc_test.go's TestImportGroups, over every module of the tree) and vet on both operating
+## systems (tools/wincni, a Windows program, on Windows)
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -count=1 -run '^TestImport' .
 	$(GO) vet $(PKGS)
 	GOOS=windows $(GO) vet $(PKGS)
 	cd tools/wincni && GOOS=windows $(GO) vet ./...

@@ -225,6 +225,12 @@ const (
 	SkipMalformed    = "malformed" // the datastore's value could not be read at all
 )
 
+// SkipCodes lists every Skip* code, for counters that start each at zero.
+func SkipCodes() []string {
+	return []string{SkipBackendType, SkipNoSubnet, SkipOutside, SkipOverlapsOwn, SkipOverlapsPeer, SkipBadPublicIP,
+		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipNotOnLink, SkipMalformed}
+}
+
 // Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",
 // "fdb", "address", "masquerade", "forward", "hns_policy", "hns_endpoint".
 type Changes map[string]int

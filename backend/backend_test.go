@@ -388,6 +388,65 @@ func TestSetKeepsLastGood(t *testing.T) {
 	}
 }
 
+// TestSnapshot: a Snapshot shows the peers as they were when taken, while the Set goes on
+// changing (a value replaced, a lease removed, a lease newly skipped), and can be read on
+// another goroutine meanwhile (go test -race holds that part).
+func TestSnapshot(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	s := NewSet(b, lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01")), false)
+	var r Result
+	s.Put(lease("10.244.2.0/24", "192.0.2.11", vxData("0e:00:00:00:00:02")), &r)
+	s.Put(lease("10.244.3.0/24", "192.0.2.12", vxData("0e:00:00:00:00:03")), &r)
+	s.Put(lease("10.244.4.0/24", "192.0.2.13", `{"VNI":1,"VtepMAC":""}`), &r) // skipped
+	show := func(peers []PeerInfo) string {
+		var b strings.Builder
+		for _, p := range peers {
+			fmt.Fprintf(&b, "%s %s %s %s", p.Key, p.PublicIP, p.VTEPMAC, p.BackendType)
+			if p.Skipped != nil {
+				fmt.Fprintf(&b, " skipped %s", p.Skipped.Code)
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	}
+	snap := s.Snapshot()
+	want := show(s.Peers())
+	if got := show(snap.Peers()); got != want || snap.Len() != 3 {
+		t.Fatalf("snapshot of %d:\n%s\nwant the Set's\n%s", snap.Len(), got, want)
+	}
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			n := 0
+			for range snap.All() {
+				n++
+			}
+			if n != 3 {
+				t.Errorf("a reader saw %d peers in the snapshot, want 3", n)
+				return
+			}
+		}
+	}()
+	for i := range 50 {
+		s.Put(lease("10.244.2.0/24", fmt.Sprintf("192.0.2.%d", 100+i), vxData("0e:00:00:00:00:22")), &r)
+		s.Remove("10.244.3.0-24", &r)
+		s.Put(lease("10.244.3.0/24", "192.0.2.12", vxData("0e:00:00:00:00:03")), &r)
+		s.Put(lease("10.244.5.0/24", "192.0.2.12", vxData("0e:00:00:00:00:05")), &r) // skipped: 10.244.3.0's public IP
+		s.Remove("10.244.5.0-24", &r)
+	}
+	<-done
+	s.Remove("10.244.3.0-24", &r)
+	s.Put(lease("10.244.6.0/24", "192.0.2.16", vxData("0e:00:00:00:00:06")), &r)
+	if show(s.Peers()) == want {
+		t.Fatal("the Set did not change")
+	}
+	if got := show(snap.Peers()); got != want {
+		t.Errorf("snapshot after the Set changed:\n%s\nwant what it was\n%s", got, want)
+	}
+}
+
 func TestDataRoundTrip(t *testing.T) {
 	d := VXLANData{VNI: 4096, VtepMAC: MAC{0xc6, 0xd2, 0x32, 0x6f, 0x8f, 0x44}}
 	if got := string(d.Encode()); got != `{"VNI":4096,"VtepMAC":"c6:d2:32:6f:8f:44"}` {

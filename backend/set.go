@@ -417,11 +417,50 @@ type PeerInfo struct {
 
 // Peers lists every peer lease in subnet order, built when asked: nothing per peer is kept
 // for it.
-func (s *Set) Peers() []PeerInfo {
-	out := make([]PeerInfo, 0, len(s.entries))
+func (s *Set) Peers() []PeerInfo { return s.Snapshot().Peers() }
+
+// Snapshot is the peer leases of a Set at one moment, which other goroutines may read while
+// the Set's owner changes the Set: Set.Snapshot costs a slice of two pointers a lease. It
+// shares what a Set never changes of a lease once put (its key, type and translation; a new
+// value is a new entry) and copies the rest, whether and why the lease is skipped (Skipped
+// values are never changed either).
+type Snapshot struct{ peers []snapPeer }
+
+type snapPeer struct {
+	e       *entry
+	skipped *Skipped
+}
+
+// Snapshot takes a Snapshot of s.
+func (s *Set) Snapshot() Snapshot {
+	peers := make([]snapPeer, 0, len(s.entries))
 	for _, e := range s.entries {
-		out = append(out, PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
-			BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: e.skipped()})
+		peers = append(peers, snapPeer{e: e, skipped: e.skipped()})
+	}
+	return Snapshot{peers: peers}
+}
+
+// Len is the number of peer leases, usable or not.
+func (sn Snapshot) Len() int { return len(sn.peers) }
+
+// All yields every peer lease, in no order.
+func (sn Snapshot) All() iter.Seq[PeerInfo] {
+	return func(yield func(PeerInfo) bool) {
+		for _, p := range sn.peers {
+			e := p.e
+			if !yield(PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
+				BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: p.skipped}) {
+				return
+			}
+		}
+	}
+}
+
+// Peers lists every peer lease in subnet order, then key order.
+func (sn Snapshot) Peers() []PeerInfo {
+	out := make([]PeerInfo, 0, len(sn.peers))
+	for p := range sn.All() {
+		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b PeerInfo) int {
 		return cmp.Or(a.Subnet.Addr().Compare(b.Subnet.Addr()), strings.Compare(a.Key, b.Key))

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/weftnet/weft/subnet"
 )
 

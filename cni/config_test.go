@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 func TestParseConfigDefaults(t *testing.T) {
@@ -97,7 +98,7 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		for _, goos := range []OS{Linux, Windows} {
 			for _, ev := range []subnet.Env{env(true), dualEnv(), v6Env()} {
-				d, err := BuildDelegate(goos, conf, ev, HNSNetwork{})
+				d, err := BuildDelegate(goos, conf, ev, hnsfile.Network{})
 				if err != nil {
 					t.Fatalf("%s: ParseConfig accepted %q, but BuildDelegate fails: %v", goos, data, err)
 				}

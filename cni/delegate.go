@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // OS picks the delegate's flavour: flannel's plugin builds a different one on each system.
@@ -34,7 +35,7 @@ type Delegate struct {
 // BuildDelegate makes the delegate configuration for a pod from the plugin's configuration
 // and the node's subnet.env, as flannel's plugin does; on Windows, what hns knows (see
 // ReadHNSNetwork) adds the network name, the delegate type and the source VIP.
-func BuildDelegate(goos OS, conf Config, env subnet.Env, hns HNSNetwork) (Delegate, error) {
+func BuildDelegate(goos OS, conf Config, env subnet.Env, hns hnsfile.Network) (Delegate, error) {
 	d := maps.Clone(conf.Delegate)
 	if d == nil {
 		d = map[string]json.RawMessage{}
@@ -108,13 +109,13 @@ func linuxDelegate(d map[string]json.RawMessage, conf Config, env subnet.Env) er
 // windowsDelegate: ipMasq is the delegate's job on Windows (outbound NAT of the pod
 // network), so it follows FLANNEL_IPMASQ itself; the IPAM is flannel's plain host-local over
 // the node subnet, less the addresses that are not the pods' to have.
-func windowsDelegate(d map[string]json.RawMessage, conf Config, env subnet.Env, hns HNSNetwork) error {
+func windowsDelegate(d map[string]json.RawMessage, conf Config, env subnet.Env, hns hnsfile.Network) error {
 	name := conf.Name
 	if hns.Name != "" {
 		name = hns.Name
 	}
 	d["name"] = mustJSON(name)
-	typ := hns.delegateType()
+	typ := delegateType(hns)
 	if typ == "" {
 		typ = "win-bridge"
 	}
@@ -141,7 +142,7 @@ func windowsDelegate(d map[string]json.RawMessage, conf Config, env subnet.Env, 
 			// given an address that is sure to be right.
 			return &Error{Code: types.ErrTryAgainLater,
 				Msg: fmt.Sprintf("the source VIP %s of %s is not in the node subnet %s of subnet.env %s",
-					hns.SourceVIP, SourceVIPFile, sn, conf.SubnetFile)}
+					hns.SourceVIP, hnsfile.SourceVIPFile, sn, conf.SubnetFile)}
 		}
 		reserved = append(reserved, hns.SourceVIP)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // env is a subnet.env as weftd writes it for 10.244.1.0/24 of 10.244.0.0/16.
@@ -120,7 +121,7 @@ func TestFlannelCompatLinux(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := BuildDelegate(Linux, conf, tc.env, HNSNetwork{})
+			d, err := BuildDelegate(Linux, conf, tc.env, hnsfile.Network{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +144,7 @@ func TestDelegateWindows(t *testing.T) {
 		name string
 		conf string
 		env  subnet.Env
-		hns  HNSNetwork
+		hns  hnsfile.Network
 		want string
 	}{{
 		// sig-windows-tools' flannel configuration for vxlan.
@@ -175,21 +176,21 @@ func TestDelegateWindows(t *testing.T) {
 		name: "overlay from the source VIP",
 		conf: `{"cniVersion":"1.0.0","name":"flannel.4096","type":"weft"}`,
 		env:  env(false),
-		hns:  HNSNetwork{SourceVIP: netip.MustParseAddr("10.244.1.254")},
+		hns:  hnsfile.Network{SourceVIP: netip.MustParseAddr("10.244.1.254")},
 		want: `{"cniVersion":"1.0.0","name":"flannel.4096","type":"win-overlay","ipMasq":false,"ipMasqNetwork":"10.244.0.0/16",
 			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.2","rangeEnd":"10.244.1.253"}]]}}`,
 	}, {
-		name: "overlay from HNSFile",
+		name: "overlay from hnsfile.NetworkFile",
 		conf: `{"cniVersion":"1.0.0","name":"weft","type":"weft"}`,
 		env:  env(true),
-		hns:  HNSNetwork{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.1.254")},
+		hns:  hnsfile.Network{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.1.254")},
 		want: `{"cniVersion":"1.0.0","name":"flannel.4096","type":"win-overlay","ipMasq":true,"ipMasqNetwork":"10.244.0.0/16",
 			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.2","rangeEnd":"10.244.1.253"}]]}}`,
 	}, {
-		name: "l2bridge from HNSFile",
+		name: "l2bridge from hnsfile.NetworkFile",
 		conf: `{"cniVersion":"1.0.0","name":"weft","type":"weft"}`,
 		env:  env(true),
-		hns:  HNSNetwork{Name: "cbr0", Type: "l2bridge"},
+		hns:  hnsfile.Network{Name: "cbr0", Type: "l2bridge"},
 		want: `{"cniVersion":"1.0.0","name":"cbr0","type":"win-bridge","ipMasq":true,"ipMasqNetwork":"10.244.0.0/16",
 			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.3"}]]}}`,
 	}, {
@@ -197,7 +198,7 @@ func TestDelegateWindows(t *testing.T) {
 		name: "configured type and a VIP inside the range",
 		conf: `{"cniVersion":"1.0.0","name":"weft","type":"weft","delegate":{"type":"sdnoverlay"}}`,
 		env:  env(true),
-		hns:  HNSNetwork{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.1.100")},
+		hns:  hnsfile.Network{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.1.100")},
 		want: `{"cniVersion":"1.0.0","name":"flannel.4096","type":"sdnoverlay","ipMasq":true,"ipMasqNetwork":"10.244.0.0/16",
 			"ipam":{"type":"host-local","ranges":[[
 				{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.2","rangeEnd":"10.244.1.99"},
@@ -225,7 +226,7 @@ func TestDelegateWindowsStaleVIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = BuildDelegate(Windows, conf, env(true),
-		HNSNetwork{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.2.254")})
+		hnsfile.Network{Name: "flannel.4096", Type: "Overlay", SourceVIP: netip.MustParseAddr("10.244.2.254")})
 	ce := ToCNI(err)
 	if ce == nil || ce.Code != 11 || !strings.Contains(ce.Msg, "10.244.2.254") || !strings.Contains(ce.Msg, "/run/flannel/subnet.env") {
 		t.Errorf("error %#v; want code 11 naming the VIP and subnet.env", ce)

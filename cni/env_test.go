@@ -2,7 +2,6 @@ package cni
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 const fullEnv = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
@@ -68,72 +68,41 @@ func TestReadEnv(t *testing.T) {
 	}
 }
 
+// TestReadHNSNetwork: the plugin reads what weftd describes of the HNS network, and reports a
+// file that says nothing usable as a decoding failure, one it cannot read as an I/O failure.
 func TestReadHNSNetwork(t *testing.T) {
 	dir := tempDir(t)
 	subnetFile := filepath.Join(dir, "subnet.env")
-	n, err := ReadHNSNetwork(subnetFile)
-	if err != nil || n != (HNSNetwork{}) {
+	netFile, vipFile := hnsfile.Paths(subnetFile)
+	if n, err := ReadHNSNetwork(subnetFile); err != nil || n != (hnsfile.Network{}) {
 		t.Errorf("no files: %+v, %v; want zero, nil", n, err)
 	}
-	write := func(name, content string) {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if content == "" {
-			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-				t.Fatal(err)
-			}
-			return
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, tc := range []struct {
-		hns, vip string // file contents, "" for no file
-		want     string // the error, or the network read as "name type vip"
-	}{
-		// What windows.WriteSourceVIP writes.
-		{"", `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}` + "\n", "  10.244.1.254"},
-		{"", `{"ip":"10.244.1.253"}`, "  10.244.1.253"},
-		{`{"name":"flannel.4096","type":"Overlay"}`, `{"ip4":{"ip":"10.244.1.254/24"}}`, "flannel.4096 Overlay 10.244.1.254"},
-		{`{"name":"cbr0","type":"L2Bridge"}`, "", "cbr0 L2Bridge invalid IP"},
-		{`{"name":"x","type":"Transparent"}`, "", `hns.json: type "Transparent": want Overlay or L2Bridge`},
-		{`{"type":"Overlay"}`, "", "hns.json: no name"},
-		{`{"name":`, "", "hns.json is malformed"},
-		{"", `{"ip4":{"ip":"10.1"}}`, `sourceVip.json: ip4.ip "10.1"`},
-		{"", `{"ip4":{}}`, `sourceVip.json: ip4.ip ""`},
-		{"", `[`, "sourceVip.json is malformed"},
-	} {
-		write(HNSFile, tc.hns)
-		write(SourceVIPFile, tc.vip)
-		n, err := ReadHNSNetwork(subnetFile)
-		got := fmt.Sprintf("%s %s %s", n.Name, n.Type, n.SourceVIP)
-		if err != nil {
-			got = err.Error()
-		}
-		if !strings.Contains(got, tc.want) {
-			t.Errorf("%s and %s: %s; want %s", tc.hns, tc.vip, got, tc.want)
-		}
-	}
-}
-
-// TestReadsWhatWeftdWrites: the files weftd on Windows writes next to subnet.env are what the
-// plugin reads.
-func TestReadsWhatWeftdWrites(t *testing.T) {
-	dir := t.TempDir()
-	subnetFile := filepath.Join(dir, "subnet.env")
 	sn := netip.MustParsePrefix("10.244.1.0/24")
-	if err := windows.WriteNetworkFile(filepath.Join(dir, HNSFile), "flannel.4096", windows.NetworkOverlay); err != nil {
+	if err := hnsfile.WriteNetwork(netFile, "flannel.4096", hnsfile.Overlay); err != nil {
 		t.Fatal(err)
 	}
-	if err := windows.WriteSourceVIP(filepath.Join(dir, SourceVIPFile), sn); err != nil {
+	if err := hnsfile.WriteSourceVIP(vipFile, netip.PrefixFrom(windows.SourceVIP(sn), sn.Bits())); err != nil {
 		t.Fatal(err)
 	}
-	n, err := ReadHNSNetwork(subnetFile)
-	if err != nil {
+	if n, err := ReadHNSNetwork(subnetFile); err != nil || n.Name != "flannel.4096" || delegateType(n) != "win-overlay" || n.SourceVIP != windows.SourceVIP(sn) {
+		t.Errorf("read %+v, %v; want flannel.4096, win-overlay, source VIP %s", n, err, windows.SourceVIP(sn))
+	}
+
+	if err := os.WriteFile(vipFile, []byte("["), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if n.Name != "flannel.4096" || n.Type != HNSOverlay || n.SourceVIP != windows.SourceVIP(sn) {
-		t.Errorf("read %+v, want flannel.4096, %s, source VIP %s", n, HNSOverlay, windows.SourceVIP(sn))
+	_, err := ReadHNSNetwork(subnetFile)
+	if ce := ToCNI(err); ce == nil || ce.Code != types.ErrDecodingFailure || !strings.Contains(ce.Msg, vipFile) {
+		t.Errorf("a malformed %s: %#v; want code %d naming it", hnsfile.SourceVIPFile, ce, types.ErrDecodingFailure)
+	}
+	if err := os.Remove(vipFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(vipFile, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadHNSNetwork(subnetFile)
+	if ce := ToCNI(err); ce == nil || ce.Code != types.ErrIOFailure || !strings.Contains(ce.Msg, vipFile) {
+		t.Errorf("a %s that is a directory: %#v; want code %d naming it", hnsfile.SourceVIPFile, ce, types.ErrIOFailure)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // Args are the parts of a CNI invocation the plugin uses.
@@ -56,7 +57,7 @@ func (p *Plugin) Add(ctx context.Context, args Args) (types.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var hns HNSNetwork
+	var hns hnsfile.Network
 	if p.OS == Windows {
 		if hns, err = ReadHNSNetwork(conf.SubnetFile); err != nil {
 			return nil, err
@@ -160,7 +161,7 @@ func (p *Plugin) kept(args Args) (conf Config, id string, stored []byte, err err
 }
 
 // Status reports whether pods can be added: an error with CodeNotAvailable while subnet.env
-// (or, on Windows, HNSFile) is missing or unusable.
+// (or, on Windows, hnsfile.NetworkFile) is missing or unusable.
 func (p *Plugin) Status(_ context.Context, args Args) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // recorder is a Delegator that records what it is asked to run; the real delegates run in
@@ -287,14 +289,14 @@ func TestStatus(t *testing.T) {
 	wantCode(t, "STATUS without subnet.env", p.Status(ctx, n.args("", "")), CodeNotAvailable, n.subnetFile, "not written")
 
 	n.writeEnv(fullEnv)
-	if err := os.WriteFile(filepath.Join(filepath.Dir(n.subnetFile), HNSFile), []byte("{"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(filepath.Dir(n.subnetFile), hnsfile.NetworkFile), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Status(ctx, n.args("", "")); err != nil {
-		t.Errorf("STATUS on Linux with a bad %s: %v; want it ignored", HNSFile, err)
+		t.Errorf("STATUS on Linux with a bad %s: %v; want it ignored", hnsfile.NetworkFile, err)
 	}
 	p.OS = Windows
-	wantCode(t, "STATUS on Windows with a bad "+HNSFile, p.Status(ctx, n.args("", "")), CodeNotAvailable, HNSFile)
+	wantCode(t, "STATUS on Windows with a bad "+hnsfile.NetworkFile, p.Status(ctx, n.args("", "")), CodeNotAvailable, hnsfile.NetworkFile)
 }
 
 // TestWindowsAdd: on Windows weftd's source VIP file makes the delegate win-overlay with the
@@ -302,7 +304,7 @@ func TestStatus(t *testing.T) {
 func TestWindowsAdd(t *testing.T) {
 	n := newNode(t)
 	vip := `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}`
-	if err := os.WriteFile(filepath.Join(filepath.Dir(n.subnetFile), SourceVIPFile), []byte(vip), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(filepath.Dir(n.subnetFile), hnsfile.SourceVIPFile), []byte(vip), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rec := &recorder{}

@@ -9,12 +9,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weftnet/weft/internal/buildinfo"
-	"github.com/weftnet/weft/internal/flagenv"
 	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/internal/buildinfo"
+	"github.com/weftnet/weft/internal/flagenv"
 )
 
 // Exit statuses of Main.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weftnet/weft/status"
 	"io"
 	"net/http"
 	"net/netip"
@@ -18,6 +17,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/status"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 )
 

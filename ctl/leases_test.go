@@ -29,7 +29,7 @@ func TestWriteLeases(t *testing.T) {
 		{Key: "/coreos.com/network/subnets/" + own.Key(), Lease: own},
 	}
 	rows := leaseRows(entries)
-	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","SubnetMax":"10.244.9.0","EnableIPv6":true,"IPv6Network":"fd00::/60"}`))
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","SubnetMax":"10.244.9.0","EnableIPv6":true,"IPv6Network":"fd00::/60","Backend":{"Type":"vxlan"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestLeasesFromEtcd(t *testing.T) {
 	put("10.244.1.0-24", `{"PublicIP":"192.0.2.11","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"0a:00:00:00:00:01"}}`, clientv3.WithLease(grant.ID))
 	put("10.244.2.0-24", `{"PublicIP":"192.0.2.12","BackendType":"host-gw","BackendData":null}`)
 	put("10.244.3.0-24", `not json`)
-	if _, err := cli.Put(ctx, prefix+"/config", `{"Network":"10.244.0.0/16"}`); err != nil {
+	if _, err := cli.Put(ctx, prefix+"/config", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`); err != nil {
 		t.Fatal(err)
 	}
 

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weftnet/weft/internal/flagenv"
-	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +14,9 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/internal/flagenv"
+	"github.com/weftnet/weft/status"
 )
 
 // defaultAddr is weftd's default --healthz-ip and --healthz-port.

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/weftnet/weft/status"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/status"
 )
 
 func testStatus(now time.Time) status.Node {

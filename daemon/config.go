@@ -1,7 +1,3 @@
-// Package daemon is weftd's lifecycle: it reads the network config, picks the external
-// interface and public IP, leases the node's subnet, writes subnet.env, and keeps the data
-// plane converged to the leases it watches, renewing its own lease, until it is told to stop.
-// Stopping leaves everything programmed, so traffic flows on while the daemon restarts.
 package daemon
 
 import (

@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"flag"
-	"github.com/weftnet/weft/internal/flagenv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftnet/weft/internal/flagenv"
 )
 
 func parse(t *testing.T, args []string, env map[string]string) (Config, error) {

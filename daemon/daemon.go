@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/netif"
-	"github.com/weftnet/weft/probe"
 	"io/fs"
 	"log/slog"
 	"net/netip"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			}
 			return err
 		}
-		wg.Go(func() { rec.Run(ctx, km.PostEvent) })
+		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
 	} else {
 		cli, err := etcd.NewClient(etcd.ClientConfig{
@@ -171,10 +171,12 @@ type daemon struct {
 	own subnet.Lease
 	mtu int // the pods' MTU: the smallest the families' backends allow
 
-	// stacks are the families the network enables, IPv4 first; made by setUp. mu guards
-	// their sets, which the loop changes and /status and /metrics read.
-	stacks []*stack
-	mu     sync.Mutex
+	// stacks are the families the network enables, IPv4 first; made by setUp. Only the loop
+	// touches them; readers get view, which the loop publishes after each change of their
+	// sets (viewStale: not yet).
+	stacks    []*stack
+	view      atomic.Pointer[peersView]
+	viewStale bool
 
 	pending map[string]time.Time // lease keys changed since the last convergence: when first seen
 
@@ -193,7 +195,7 @@ type daemon struct {
 type stack struct {
 	b     *backend.Backend
 	plane backend.Plane
-	set   *backend.Set // guarded by daemon.mu
+	set   *backend.Set
 
 	result  backend.Result // peer changes not yet applied
 	full    bool           // the next Apply must be a full one
@@ -216,6 +218,9 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	var err error
 	if d.net, err = d.waitConfig(ctx); err != nil {
 		return err
+	}
+	for _, k := range d.net.Ignored {
+		d.log.Warn("network config key ignored: flanneld v0.28 does not read it either (a misspelt key, or one of another backend type?)", "key", k)
 	}
 	planes := map[backend.Family]backend.Plane{backend.IPv4: deps.Plane, backend.IPv6: deps.PlaneV6}
 	for _, f := range backend.Families(d.net) {
@@ -288,13 +293,12 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
-	d.mu.Lock() // /status may be asked already
 	for _, st := range d.stacks {
 		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
 		st.full = true
 		st.off = newOffload(st)
 	}
-	d.mu.Unlock()
+	d.publish()
 	for _, st := range d.stacks {
 		d.setUpOffload(ctx, st)
 	}
@@ -569,6 +573,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			}
 			d.events.Dataplane(err)
 		}
+		if d.viewStale {
+			// After the convergence, so that a peer the view shows is one the data plane
+			// was given, and copying the sets delays no event.
+			d.publish()
+		}
 	}
 }
 
@@ -583,7 +592,7 @@ func (d *daemon) setFull() {
 func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
 	before := d.skippedSoFar()
-	d.mu.Lock()
+	d.viewStale = true
 	for _, ev := range batch {
 		k := ev.Lease.Key()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
@@ -603,7 +612,6 @@ func (d *daemon) take(batch []subnet.Event) {
 			}
 		}
 	}
-	d.mu.Unlock()
 	d.noteSkipped(before)
 	d.noteContested()
 }
@@ -687,13 +695,12 @@ func (d *daemon) setOwn(l subnet.Lease) {
 	}
 	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) || l.Created != d.own.Created { // not just a new expiry
 		before := d.skippedSoFar()
-		d.mu.Lock()
+		d.viewStale = true
 		for _, st := range d.stacks {
 			if st.set.SetOwn(l, &st.result) {
 				st.full = true
 			}
 		}
-		d.mu.Unlock()
 		d.noteSkipped(before)
 		d.noteContested()
 	}
@@ -783,18 +790,14 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 		u.Peers = st.result.Changes
 	}
 	st.result = backend.Result{}
-	d.mu.Lock() // the plane reads the State, which only the loop changes, but /status reads it too
 	changes, err := st.plane.Apply(ctx, st.set.State(), u)
 	st.probeApplied(u)
-	d.mu.Unlock()
 	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
 		if err = d.recreateDevice(ctx, st); err == nil {
 			var more backend.Changes
-			d.mu.Lock()
 			more, err = st.plane.Apply(ctx, st.set.State(), backend.Update{Full: true})
 			st.probeApplied(backend.Update{Full: true})
-			d.mu.Unlock()
 			changes = changes.Add(more)
 		}
 	}
@@ -808,10 +811,7 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 // recreateDevice brings back a family's overlay device deleted under the daemon. A new
 // device has a new MAC, which peers must learn: the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
-	d.mu.Lock()
-	state := st.set.State()
-	d.mu.Unlock()
-	mac, err := st.plane.Prepare(ctx, state)
+	mac, err := st.plane.Prepare(ctx, st.set.State())
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}
@@ -825,51 +825,4 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		d.renew(ctx) // Renew sees attributes differing from the stored ones and publishes ours
 	}
 	return nil
-}
-
-// peerStatus describes every peer for /status, each family's half apart, from the sets, when
-// asked.
-func (d *daemon) peerStatus() []status.Peer {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []status.Peer
-	for _, st := range d.stacks {
-		if st.set == nil {
-			return nil
-		}
-		for _, p := range st.set.Peers() {
-			ps := status.Peer{Key: p.Key, Subnet: p.Subnet.String(), PublicIP: p.PublicIP.String(),
-				BackendType: p.BackendType, State: "programmed"}
-			if st.fam() == backend.IPv6 {
-				ps.Family = st.fam().String()
-			}
-			if p.VTEPMAC != (backend.MAC{}) {
-				ps.BackendData = backend.VXLANData{VNI: st.set.State().Device.VNI, VtepMAC: p.VTEPMAC}.Encode()
-			}
-			if p.Skipped != nil {
-				ps.State, ps.Reason, ps.ClashesWith = "skipped", p.Skipped.Reason, p.Skipped.ClashesWith
-			}
-			out = append(out, ps)
-		}
-	}
-	return out
-}
-
-// peerCounts counts the peer leases by backend type and state, for weft_peers when scraped:
-// by their halves of the first family (IPv4 unless the network is IPv6 only).
-func (d *daemon) peerCounts() map[[2]string]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := map[[2]string]int{}
-	if len(d.stacks) == 0 || d.stacks[0].set == nil {
-		return n
-	}
-	for _, p := range d.stacks[0].set.Peers() {
-		state := "programmed"
-		if p.Skipped != nil {
-			state = "skipped"
-		}
-		n[[2]string{p.BackendType, state}]++
-	}
-	return n
 }

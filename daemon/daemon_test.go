@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/netif"
-	"github.com/weftnet/weft/status"
 	"io"
 	"log/slog"
 	"maps"
@@ -26,6 +24,8 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/netif"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
@@ -41,6 +41,20 @@ type fakePlane struct {
 	mac      backend.MAC
 	mismatch error // the first incremental Update that did not lead to the State
 	watching atomic.Int32
+	gate     *gate // the next Apply waits at it; nil: none does
+}
+
+// gate holds an Apply: it closes entered once it is in the plane, then waits for release, as
+// a plane whose I/O takes long (a full Apply through HNS) does.
+type gate struct{ entered, release chan struct{} }
+
+// holdNext makes the next Apply wait at a gate until release is closed.
+func (p *fakePlane) holdNext() *gate {
+	g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+	p.mu.Lock()
+	p.gate = g
+	p.mu.Unlock()
+	return g
 }
 
 // applied is one Apply: what the plane held after it.
@@ -54,6 +68,14 @@ func (p *fakePlane) Prepare(context.Context, *backend.State) (backend.MAC, error
 // Apply counts a route change for every peer that changed, as a real plane writes only
 // differences.
 func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
+	p.mu.Lock()
+	g := p.gate
+	p.gate = nil
+	p.mu.Unlock()
+	if g != nil {
+		close(g.entered)
+		<-g.release
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0

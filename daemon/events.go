@@ -49,6 +49,11 @@ func (noEvents) PeersUnreachable(_ int, _ []string) {}
 // newEventRecorder is weftd's event recorder in Kubernetes mode: the defaults (at most one
 // Event of a reason a minute), failed posts logged to log, every post counted in m.
 func newEventRecorder(log *slog.Logger, m *metrics) *events.Recorder {
+	for _, reason := range append(events.Reasons(), noticeReasons()...) {
+		for _, r := range []string{"success", "error"} {
+			m.nodeEvents.WithLabelValues(reason, r)
+		}
+	}
 	return events.New(events.Options{Logger: log, OnPost: func(e events.Event, err error) {
 		m.nodeEvents.WithLabelValues(e.Reason, result(err)).Inc()
 	}})

@@ -13,17 +13,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 )
 
 // health is what the daemon's HTTP endpoints report. The main loop writes it, the
-// handlers read it.
+// handlers read it. Its lock is held to read or write its fields only, never across I/O, so
+// that a handler answers whatever the loop is doing (the peers come from the loop's view).
 type health struct {
 	cfg     Config
 	check   func() error // the datastore's cheap reachability check; nil when it has none
 	metrics *metrics
-	peers   func() []status.Peer // the peers, from the daemon's model, when asked; set before serving
+	peers   func() []status.Peer // the peers, from the loop's last published view; set before serving
 	// The overlay probes' summary and their view for /status, when probes run.
 	overlay       func() probe.Summary
 	overlayStatus func() (*status.Overlay, []status.Unreachable)
@@ -132,7 +134,7 @@ func (h *health) statusJSON() status.Node {
 		st.NotReady = err.Error()
 	}
 	if h.peers != nil {
-		st.Peers = h.peers() // not under h.mu: the daemon's lock is taken first elsewhere
+		st.Peers = h.peers()
 	}
 	if overlayStatus != nil {
 		st.Overlay, st.Unreachable = overlayStatus()

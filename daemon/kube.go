@@ -5,9 +5,14 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"math"
 	"net/netip"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
 )
@@ -111,11 +116,20 @@ func kubeManagerConfig(k KubeConfig, log *slog.Logger, m *metrics, ev Events) ku
 	}
 }
 
+// eventSink is where the events Recorder posts in Kubernetes mode: each events.Event becomes
+// what a core/v1 Event says, which km creates about the node's Node.
+func eventSink(km *kube.Manager) events.Sink {
+	return func(ctx context.Context, e events.Event) error {
+		return km.PostEvent(ctx, &corev1.Event{Type: e.Type, Reason: e.Reason, Message: e.Message,
+			Count: int32(min(e.Count, math.MaxInt32)), FirstTimestamp: metav1.NewTime(e.First), LastTimestamp: metav1.NewTime(e.Last)})
+	}
+}
+
 // setReady tells the datastore that the node's network works, when the datastore wants to
 // know (Kubernetes: NetworkUnavailable=False). It reports whether that is done; on a failure
 // the caller tries again after its next convergence.
 func setReady(ctx context.Context, sm subnet.Manager, log *slog.Logger) bool {
-	r, ok := sm.(kube.Readier)
+	r, ok := sm.(subnet.Readier)
 	if !ok {
 		return true
 	}

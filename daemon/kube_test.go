@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weftnet/weft/netif"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/internal/kubetest"
+	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
@@ -203,7 +203,7 @@ func (k kubeCluster) runWith(t *testing.T, conf string, deps Deps, tweak func(*C
 	ctx, cancel := context.WithCancel(context.Background())
 	var posting sync.WaitGroup
 	if rec, ok := deps.Events.(*events.Recorder); ok {
-		posting.Go(func() { rec.Run(ctx, km.PostEvent) })
+		posting.Go(func() { rec.Run(ctx, eventSink(km)) })
 	}
 	done := make(chan error, 1)
 	go func() { done <- RunWith(ctx, cfg, log, deps) }()

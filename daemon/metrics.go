@@ -6,7 +6,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/buildinfo"
+	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -160,6 +162,15 @@ func newMetrics() *metrics {
 	}
 	for _, op := range []string{"get_config", "acquire", "renew", "converge", "write_subnet_env"} {
 		m.errors.WithLabelValues(op)
+	}
+	for _, op := range []string{"get_config", "acquire", "renew"} {
+		m.datastoreLatency.WithLabelValues(op)
+	}
+	for _, code := range backend.SkipCodes() {
+		m.skipped.WithLabelValues(code)
+	}
+	for _, r := range probe.Results() {
+		m.probes.WithLabelValues(r[0], r[1])
 	}
 	return m
 }

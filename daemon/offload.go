@@ -27,12 +27,22 @@ const (
 	NoticeTransportBack    = "OverlayTransportRestored"    // the peer passes TCP or UDP again
 )
 
+// noticeReasons lists the reasons of every Notice the daemon tells.
+func noticeReasons() []string {
+	return []string{NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBroken, NoticeTransportBack,
+		NoticePathMTUShort, NoticePathMTUWhole}
+}
+
 // offload is the transmit checksum offload of one family's overlay device, which the family's
 // Transport checks decide on (--vxlan-tx-checksum-offload).
 type offload struct {
 	dev   string
 	plane backend.TxChecksumOffloader
 
+	// sw serializes the decisions to switch the offload and the I/O that does it, from the
+	// loop and the Transport's goroutines; mu guards the fields, which /status reads and
+	// which change under both, so that a reader never waits for the device.
+	sw     sync.Mutex
 	mu     sync.Mutex
 	known  bool   // on has been read
 	on     bool   // the device offloads transmit checksums
@@ -42,7 +52,7 @@ type offload struct {
 }
 
 // newOffload is the offload of st's device, nil when there is none to switch: host-gw, or
-// a data plane that cannot. The caller holds d.mu.
+// a data plane that cannot.
 func newOffload(st *stack) *offload {
 	dev := st.set.State().Device
 	pl, ok := st.plane.(backend.TxChecksumOffloader)
@@ -50,6 +60,13 @@ func newOffload(st *stack) *offload {
 		return nil
 	}
 	return &offload{dev: dev.Name, plane: pl}
+}
+
+// set changes the fields by f, for the holder of o.sw.
+func (o *offload) set(f func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f()
 }
 
 // setUpOffload brings the device's offload in line with the flag and what weftd decided
@@ -61,14 +78,14 @@ func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
 	if o == nil {
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.sw.Lock()
+	defer o.sw.Unlock()
 	switch {
 	case d.cfg.TxChecksumOffload == OffloadOff || o.auto:
 		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
 			d.log.Error("turning transmit checksum offload off failed", "dev", o.dev, "err", err)
 		} else if !o.auto {
-			o.reason = "turned off by --vxlan-tx-checksum-offload=off"
+			o.set(func() { o.reason = "turned off by --vxlan-tx-checksum-offload=off" })
 		}
 	case d.cfg.TxChecksumOffload == OffloadOn:
 		if on, err := o.plane.TxChecksumOffload(o.dev); err == nil && !on {
@@ -84,10 +101,12 @@ func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
 		d.log.Warn("reading transmit checksum offload", "dev", o.dev, "err", err)
 		return
 	}
-	if !on && o.reason == "" {
-		o.reason = "found off (by an earlier run of weftd, or by hand)"
-	}
-	o.known, o.on = true, on
+	o.set(func() {
+		if !on && o.reason == "" {
+			o.reason = "found off (by an earlier run of weftd, or by hand)"
+		}
+		o.known, o.on = true, on
+	})
 	d.m.offload.WithLabelValues(o.dev).Set(boolGauge(on))
 	d.log.Info("transmit checksum offload", "dev", o.dev, "on", on, "mode", d.cfg.TxChecksumOffload)
 }
@@ -119,8 +138,8 @@ func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target
 		d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: what})
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
+	o.sw.Lock()
+	defer o.sw.Unlock()
 	switch {
 	case o.known && !o.on:
 		msg := what + ", though transmit checksum offload is off on " + o.dev + ": offload off did not help; something else drops them (a firewall, the peer's side?)"
@@ -136,8 +155,10 @@ func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target
 			d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: fmt.Sprintf("%s: turning transmit checksum offload off on %s failed: %v", what, o.dev, err)})
 			return
 		}
-		o.known, o.on, o.auto, o.cause = true, false, true, t.Key
-		o.reason = "turned off by weftd: " + what
+		o.set(func() {
+			o.known, o.on, o.auto, o.cause = true, false, true, t.Key
+			o.reason = "turned off by weftd: " + what
+		})
 		d.m.offload.WithLabelValues(o.dev).Set(0)
 		d.m.offloadChanges.Inc()
 		msg := what + ", the signature of corrupted checksums: turned transmit checksum offload off on " + o.dev + "; checking the peer again"

@@ -34,8 +34,8 @@ func (d *daemon) startProbes(ctx context.Context, wg *sync.WaitGroup, pinger pro
 		fam := st.fam()
 		st.prober = probe.New(cfg, pinger, probe.Hooks{
 			Result: func(outcome string, rtt time.Duration) {
-				d.m.probes.WithLabelValues("icmp", outcome).Inc()
-				if outcome == "ok" {
+				d.m.probes.WithLabelValues(probe.KindICMP, outcome).Inc()
+				if outcome == probe.OutcomeOK {
 					d.m.probeRTT.Observe(rtt.Seconds())
 				}
 			},
@@ -139,7 +139,7 @@ func (d *daemon) overlaySummary() probe.Summary {
 
 // probeApplied tells the family's Prober what an Apply programmed, and its Transport what
 // of it goes through the overlay: every peer after a full one, the changed peers after an
-// incremental one. The caller holds d.mu.
+// incremental one.
 func (st *stack) probeApplied(u backend.Update) {
 	if st.prober == nil {
 		return

@@ -39,6 +39,7 @@ import (
 	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // The files under test, relative to dist/ (the test's working directory).
@@ -706,7 +707,7 @@ func checkLinuxCNI(t *testing.T, data map[string]string) {
 	node := testSubnet(t, net)
 	env := subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, true)
 	conf := weftEntry(t, []byte(data["cni-conf.json"]))
-	d, err := cni.BuildDelegate(cni.Linux, conf, env, cni.HNSNetwork{})
+	d, err := cni.BuildDelegate(cni.Linux, conf, env, hnsfile.Network{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -738,7 +739,7 @@ func checkWindowsCNI(t *testing.T, data map[string]string) {
 	node := testSubnet(t, net)
 	list := []byte(data["cni-conf-windows.json"])
 	conf := weftEntry(t, list)
-	d, err := cni.BuildDelegate(cni.Windows, conf, subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, false), cni.HNSNetwork{})
+	d, err := cni.BuildDelegate(cni.Windows, conf, subnet.NewEnv(net.Network, node, netip.Prefix{}, netip.Prefix{}, 1450, false), hnsfile.Network{})
 	if err != nil {
 		t.Fatal(err)
 	}

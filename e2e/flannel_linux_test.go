@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/weftnet/weft/status"
 	"maps"
 	"net/netip"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/kube"
 )

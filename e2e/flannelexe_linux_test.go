@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/windows"
-	"github.com/weftnet/weft/windows/hnssim"
 )
 
 // needFlanneldExe returns flanneld.exe, built once (cached across runs by its stamp), or
@@ -182,7 +182,7 @@ func vxlanIntended(networkID string) []intended {
 
 // TestFlanneldExeUnderWine: the real flanneld v0.28.10 built for Windows (flanneld.exe,
 // tools/flannel/install-flanneld.sh with GOOS=windows) runs under Wine as the Windows node
-// of the netns cluster, against the simulated HNS (windows/hnssim over windows/hnstest),
+// of the netns cluster, against the simulated HNS (internal/hnssim over windows/hnstest),
 // beside Linux nodes running weftd (and flanneld, where it can be built), vxlan with VNI
 // 4096. It is the reference for weftd.exe's Windows behaviour:
 //

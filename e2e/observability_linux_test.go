@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/status"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	"github.com/weftnet/weft/ctl"
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/internal/promtest"
+	"github.com/weftnet/weft/status"
 )
 
 const (

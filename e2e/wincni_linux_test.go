@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftnet/weft/cni"
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnsfile"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
@@ -339,12 +339,12 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hnsFile, err := cni.ReadHNSNetwork(w.SubnetFile)
+	hnsFile, err := hnsfile.Read(w.SubnetFile)
 	if err != nil || hnsFile.Name != pc.network {
-		t.Fatalf("%s next to subnet.env: %+v, %v; want the network %s", cni.HNSFile, hnsFile, err, pc.network)
+		t.Fatalf("%s next to subnet.env: %+v, %v; want the network %s", hnsfile.NetworkFile, hnsFile, err, pc.network)
 	}
 	if pc.overlay != hnsFile.SourceVIP.IsValid() {
-		t.Fatalf("kube-proxy's source VIP %v in %s: want one on overlay only", hnsFile.SourceVIP, cni.SourceVIPFile)
+		t.Fatalf("kube-proxy's source VIP %v in %s: want one on overlay only", hnsFile.SourceVIP, hnsfile.SourceVIPFile)
 	}
 	conf := shippedConflist(t, repo, pc)
 	w.installConflist(t, conf)

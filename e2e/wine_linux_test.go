@@ -15,10 +15,10 @@ import (
 
 	weftbackend "github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/internal/winetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
-	"github.com/weftnet/weft/windows/hnssim"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
@@ -109,7 +109,7 @@ func buildWindowsWeftd(t *testing.T, repo string) string {
 // wineNode is the Windows node of a test: a cluster node whose daemon (weftd.exe or the real
 // flanneld.exe) and other programs run under Wine, in a Wine prefix of the node's own,
 // against a simulated HNS: the in-memory HNS behind the simulated HNS service
-// (windows/hnssim), listening on the node's loopback, which the simulated DLLs that
+// (internal/hnssim), listening on the node's loopback, which the simulated DLLs that
 // tools/wine/setup.sh puts in the prefix call.
 type wineNode struct {
 	*cluster.Node
@@ -426,7 +426,7 @@ func waitRouteVia(t *testing.T, ns []*cluster.Node, sn netip.Prefix, via netip.A
 // running flanneld, a Windows node runs the real weftd.exe (GOOS=windows) under Wine against
 // the same etcd. Its HNS calls go through hcsshim's hcn package and its generated syscalls
 // into our simulated computenetwork.dll and vmcompute.dll, which hand them to the simulated
-// HNS service (windows/hnssim: HNS's schema, HNS's HRESULTs, the in-memory HNS's rules),
+// HNS service (internal/hnssim: HNS's schema, HNS's HRESULTs, the in-memory HNS's rules),
 // listening on the node's loopback. Checked: the Windows node's lease (VNI 4096, its address,
 // the Overlay network's DR MAC as VtepMAC, written once); every Linux node's route, neighbour
 // and FDB entry toward it; the network flannel.4096 with the node's subnet and one

@@ -42,6 +42,12 @@ const (
 	ReasonPeersReachable     = "PeersReachable"
 )
 
+// Reasons lists the Reason* constants, for counters that start each at zero.
+func Reasons() []string {
+	return []string{ReasonLeaseAcquired, ReasonLeaseChanged, ReasonPeerSkipped, ReasonDataplaneError,
+		ReasonDataplaneRecovered, ReasonPeersUnreachable, ReasonPeersReachable}
+}
+
 // Defaults of Options.
 const (
 	DefaultInterval = time.Minute
@@ -73,7 +79,8 @@ type Event struct {
 	First, Last time.Time
 }
 
-// Sink posts an Event: kube.Manager.PostEvent makes it a core/v1 Event on the node's Node.
+// Sink posts an Event: weftd's makes it a core/v1 Event that kube.Manager.PostEvent creates
+// about the node's Node.
 type Sink func(ctx context.Context, e Event) error
 
 // Options tune a Recorder; the zero value is the defaults.

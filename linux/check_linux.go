@@ -156,6 +156,3 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	}
 	return r, nil
 }
-
-// RouteString renders a route as ip-route would show it.
-func RouteString(r Route) string { return routeString(r) }

@@ -74,7 +74,8 @@ func (c Config) withDefaults() Config {
 // Hooks are told of what the Prober sees; each may be nil. They are called from the
 // Prober's goroutines, not under its lock.
 type Hooks struct {
-	// Result: one probe's outcome ("ok", "lost", "error") and, when ok, its round trip.
+	// Result: one probe's outcome (OutcomeOK, OutcomeLost, OutcomeError) and, when ok, its
+	// round trip.
 	Result func(outcome string, rtt time.Duration)
 	// Changed: a peer became unreachable (down) or answers again (!down), and how many are
 	// unreachable now.
@@ -151,21 +152,7 @@ func New(cfg Config, pinger Pinger, hooks Hooks) *Prober {
 }
 
 // Set makes the targets exactly ts (a full resync of the data plane).
-func (p *Prober) Set(ts []Target) {
-	keep := make(map[string]bool, len(ts))
-	for _, t := range ts {
-		keep[t.Key] = true
-	}
-	var gone []Target
-	p.mu.Lock()
-	for k := range p.peers.all() {
-		if !keep[k] {
-			gone = append(gone, Target{Key: k})
-		}
-	}
-	p.mu.Unlock()
-	p.Update(ts, gone)
-}
+func (p *Prober) Set(ts []Target) { setTargets(&p.mu, &p.peers, ts, p.Update) }
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
 // count): the peers an incremental convergence changed. A target whose address changed starts

@@ -3,6 +3,7 @@ package probe
 import (
 	"iter"
 	"slices"
+	"sync"
 )
 
 // table keeps a record of type R for each peer, by key, for many thousands of peers at a small
@@ -132,6 +133,25 @@ func (t *table[R]) rotate() (string, *R, bool) {
 			return t.slots[i].key, &t.slots[i].rec, true
 		}
 	}
+}
+
+// setTargets is the Set of a Prober or a Transport, whose table tab mu guards: it makes the
+// targets exactly ts through their update, which puts ts and removes the peers tab holds
+// beyond them.
+func setTargets[R any](mu *sync.Mutex, tab *table[R], ts []Target, update func(put, removed []Target)) {
+	keep := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		keep[t.Key] = true
+	}
+	var gone []Target
+	mu.Lock()
+	for k := range tab.all() {
+		if !keep[k] {
+			gone = append(gone, Target{Key: k})
+		}
+	}
+	mu.Unlock()
+	update(ts, gone)
 }
 
 // all yields every peer's key and record, in slot order.

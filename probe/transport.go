@@ -47,8 +47,7 @@ func (c TransportConfig) withDefaults() TransportConfig {
 // TransportHooks are told of what a Transport sees; each may be nil. They are called from
 // its goroutines, not under its lock.
 type TransportHooks struct {
-	// Result: one check's outcome ("ok", "lost", "too_big", "error") by kind ("icmp", "tcp",
-	// "udp", and "mtu" for the echo of MTU bytes to the VTEP address).
+	// Result: one check's outcome (Outcome*) by kind (Kind*).
 	Result func(kind, outcome string)
 	// Changed: a peer became broken (it answers ICMP but has passed neither TCP nor UDP
 	// Failures checks in a row), or is still broken when rechecked (see Recheck), or passes
@@ -121,21 +120,7 @@ func NewTransport(cfg TransportConfig, pinger Pinger, checker Checker, hooks Tra
 }
 
 // Set makes the targets exactly ts.
-func (tr *Transport) Set(ts []Target) {
-	keep := make(map[string]bool, len(ts))
-	for _, t := range ts {
-		keep[t.Key] = true
-	}
-	tr.mu.Lock()
-	var gone []Target
-	for k := range tr.peers.all() {
-		if !keep[k] {
-			gone = append(gone, Target{Key: k})
-		}
-	}
-	tr.mu.Unlock()
-	tr.Update(ts, gone)
-}
+func (tr *Transport) Set(ts []Target) { setTargets(&tr.mu, &tr.peers, ts, tr.Update) }
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
 // count). A target whose address changed starts afresh. It costs what it changes, however
@@ -304,13 +289,13 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		return
 	}
 	if tr.hooks.Result != nil {
-		for i, kind := range [3]string{"icmp", "tcp", "udp"} {
+		for i, kind := range [3]string{KindICMP, KindTCP, KindUDP} {
 			tr.hooks.Result(kind, outcomeOf(errs[i]))
 		}
 		if sized {
 			// The echo behind the peer goes unanswered where no pod holds its address: only
 			// its TooBig says something.
-			tr.hooks.Result("mtu", outcomeOf(errs[3]))
+			tr.hooks.Result(KindMTU, outcomeOf(errs[3]))
 		}
 	}
 	lost := func(err error) bool { return errors.Is(err, ErrLost) }
@@ -395,15 +380,44 @@ func (tr *Transport) pathVerdict(small, vtep, behind error) (verdict, int) {
 	return inconclusive, 0
 }
 
+// The kinds and outcomes of the probes that Hooks.Result and TransportHooks.Result are told
+// of, as the metrics label them.
+const (
+	KindICMP = "icmp" // an echo (the Prober's, or the Transport's small one)
+	KindTCP  = "tcp"
+	KindUDP  = "udp"
+	KindMTU  = "mtu" // the Transport's echo of MTU bytes to the VTEP address
+
+	OutcomeOK     = "ok"
+	OutcomeLost   = "lost"    // no answer in time
+	OutcomeTooBig = "too_big" // a router said the packet is too big: sized echoes only
+	OutcomeError  = "error"   // it could not be sent
+)
+
+// Results lists every kind and outcome the hooks can be told of together, for counters that
+// start each at zero.
+func Results() [][2]string {
+	var out [][2]string
+	for _, kind := range []string{KindICMP, KindTCP, KindUDP, KindMTU} {
+		for _, outcome := range []string{OutcomeOK, OutcomeLost, OutcomeError, OutcomeTooBig} {
+			if outcome == OutcomeTooBig && kind != KindMTU {
+				continue
+			}
+			out = append(out, [2]string{kind, outcome})
+		}
+	}
+	return out
+}
+
 // outcomeOf is a probe's outcome as the metrics label it.
 func outcomeOf(err error) string {
 	switch _, tooBig := errors.AsType[*TooBig](err); {
 	case err == nil:
-		return "ok"
+		return OutcomeOK
 	case errors.Is(err, ErrLost):
-		return "lost"
+		return OutcomeLost
 	case tooBig:
-		return "too_big"
+		return OutcomeTooBig
 	}
-	return "error"
+	return OutcomeError
 }

@@ -17,7 +17,7 @@ func mustConfig(t testing.TB, s string) *Config {
 }
 
 func TestAllocatePrefersPrevious(t *testing.T) {
-	r := mustConfig(t, `{"Network":"10.0.0.0/16"}`).IPv4Range()
+	r := mustConfig(t, `{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan"}}`).IPv4Range()
 	p := netip.MustParsePrefix
 	rnd := rand.New(rand.NewPCG(1, 2)).Uint64N
 	if got, err := Allocate(r, nil, p("10.0.77.0/24"), rnd); err != nil || got != p("10.0.77.0/24") {
@@ -41,9 +41,9 @@ func TestAllocatePrefersPrevious(t *testing.T) {
 func TestAllocateAgainstBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 9))
 	for _, conf := range []string{
-		`{"Network":"10.0.0.0/24","SubnetLen":28}`,
-		`{"Network":"10.0.0.0/22","SubnetLen":26,"SubnetMin":"10.0.0.64","SubnetMax":"10.0.2.0"}`,
-		`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/60"}`,
+		`{"Network":"10.0.0.0/24","SubnetLen":28,"Backend":{"Type":"vxlan"}}`,
+		`{"Network":"10.0.0.0/22","SubnetLen":26,"SubnetMin":"10.0.0.64","SubnetMax":"10.0.2.0","Backend":{"Type":"vxlan"}}`,
+		`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/60","Backend":{"Type":"vxlan"}}`,
 	} {
 		c := mustConfig(t, conf)
 		r := c.IPv4Range()
@@ -103,7 +103,7 @@ func TestAllocateAgainstBruteForce(t *testing.T) {
 }
 
 func TestAllocateHugeIPv6Range(t *testing.T) {
-	c := mustConfig(t, `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/8","IPv6SubnetLen":64}`)
+	c := mustConfig(t, `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/8","IPv6SubnetLen":64,"Backend":{"Type":"vxlan"}}`)
 	r := c.IPv6Range()
 	if r.Size() != 1<<56-1 {
 		t.Errorf("size %d, want saturated", r.Size())
@@ -118,7 +118,7 @@ func TestAllocateHugeIPv6Range(t *testing.T) {
 }
 
 func TestAllocateFullRange(t *testing.T) {
-	r := mustConfig(t, `{"Network":"10.0.0.0/16"}`).IPv4Range()
+	r := mustConfig(t, `{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan"}}`).IPv4Range()
 	_, err := Allocate(r, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")}, netip.Prefix{}, rand.Uint64N)
 	if !errors.Is(err, ErrOutOfSubnets) {
 		t.Errorf("err = %v, want ErrOutOfSubnets", err)
@@ -126,7 +126,7 @@ func TestAllocateFullRange(t *testing.T) {
 }
 
 func BenchmarkAllocate(b *testing.B) {
-	r := mustConfig(b, `{"Network":"10.0.0.0/8"}`).IPv4Range()
+	r := mustConfig(b, `{"Network":"10.0.0.0/8","Backend":{"Type":"vxlan"}}`).IPv4Range()
 	taken := make([]netip.Prefix, 0, 5000)
 	for i := range 5000 {
 		taken = append(taken, r.Nth(uint64(i*7%int(r.Size()))))

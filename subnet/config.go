@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -32,8 +32,9 @@ const maxSubnetBits = 62
 
 // Config is the network configuration, validated, with flannel's defaults applied.
 type Config struct {
-	EnableIPv4     bool
-	EnableIPv6     bool
+	EnableIPv4 bool
+	EnableIPv6 bool
+	// EnableNFTables chooses flanneld's rules' kind; weftd's are nftables either way.
 	EnableNFTables bool
 
 	Network   netip.Prefix // IPv4 cluster network; zero when IPv4 is disabled
@@ -47,11 +48,16 @@ type Config struct {
 	IPv6SubnetMax netip.Addr
 
 	Backend BackendConfig
+
+	// Ignored lists the keys of net-conf.json that flanneld v0.28 does not read (for this
+	// Backend.Type), as written ("Backend.Foo" inside Backend), sorted: weft ignores them
+	// too, so that a config flanneld runs with starts weftd, and logs them at start.
+	Ignored []string
 }
 
 // BackendConfig holds the keys of the Backend object. Which keys are accepted depends on Type.
 type BackendConfig struct {
-	Type string
+	Type string // lower-cased, as flanneld looks backends up and names them in leases
 
 	// vxlan
 	VNI           *uint32 // nil: the OS default (see VNIFor)
@@ -96,7 +102,9 @@ func configErr(key, value, format string, args ...any) error {
 	return &ConfigError{Key: key, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
 
-// rawConfig mirrors net-conf.json; pointers tell absent keys from zero values.
+// rawConfig holds the keys of net-conf.json that flanneld v0.28 reads (its subnet.Config);
+// decode reads them as flanneld does. Pointers tell absent keys from zero values; Backend
+// is absent (nil) or the JSON as written, "null" included.
 type rawConfig struct {
 	EnableIPv4     *bool
 	EnableIPv6     *bool
@@ -109,13 +117,14 @@ type rawConfig struct {
 	IPv6SubnetLen  *int
 	IPv6SubnetMin  *string
 	IPv6SubnetMax  *string
-	Networks       json.RawMessage
-	IPv6Networks   json.RawMessage
 	Backend        json.RawMessage
 }
 
-type rawBackend struct {
-	Type          *string
+// rawVXLAN holds the keys flanneld's vxlan backend reads: VNI, Port, MTU, GBP, Learning and
+// DirectRouting on Linux; Name, MacPrefix, VNI, Port, GBP and DirectRouting on Windows. One
+// config serves a cluster's nodes of both, so weft reads them all on every OS, and each OS
+// uses those its flanneld uses.
+type rawVXLAN struct {
 	VNI           *int64
 	Port          *int64
 	MTU           *int64
@@ -124,27 +133,24 @@ type rawBackend struct {
 	DirectRouting *bool
 	MacPrefix     *string
 	Name          *string
+}
+
+// rawHostGW holds the keys flanneld's host-gw backend reads, on Windows only.
+type rawHostGW struct {
+	Name          *string
 	DNSServerList *string
 }
 
-// keys each backend type accepts besides Type.
-var backendKeys = map[string][]string{
-	BackendVXLAN:  {"VNI", "Port", "MTU", "GBP", "Learning", "DirectRouting", "MacPrefix", "Name"},
-	BackendHostGW: {"Name", "DNSServerList"},
-}
-
-// ParseConfig decodes and validates net-conf.json. Unknown keys, values of the wrong type and
-// values weft cannot use are refused with a *ConfigError naming the key and the value.
+// ParseConfig decodes and validates net-conf.json. It reads what flanneld v0.28 reads, as
+// flanneld reads it (key names match case-insensitively, the last of duplicates wins); a key
+// flanneld does not read is ignored and listed in Ignored. A value weft cannot use as flanneld
+// would, a value of the wrong type, and a backend weft does not have are refused with a
+// *ConfigError naming the key, the value and why.
 func ParseConfig(data []byte) (*Config, error) {
 	var raw rawConfig
-	if err := strictDecode(data, &raw, ""); err != nil {
+	ignored, err := decode(data, &raw, "")
+	if err != nil {
 		return nil, err
-	}
-	if len(raw.Networks) > 0 && !isJSONNull(raw.Networks) {
-		return nil, configErr("Networks", compact(raw.Networks), "several IPv4 networks are not supported; use Network")
-	}
-	if len(raw.IPv6Networks) > 0 && !isJSONNull(raw.IPv6Networks) {
-		return nil, configErr("IPv6Networks", compact(raw.IPv6Networks), "several IPv6 networks are not supported; use IPv6Network")
 	}
 
 	cfg := &Config{EnableIPv4: true}
@@ -176,11 +182,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		cfg.IPv6Network, cfg.IPv6SubnetLen, cfg.IPv6SubnetMin, cfg.IPv6SubnetMax = r.network, r.subnetLen, r.min, r.max
 	}
-	be, err := parseBackend(raw.Backend)
+	be, beIgnored, err := parseBackend(raw.Backend)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Backend = be
+	cfg.Ignored = append(ignored, beIgnored...)
 	return cfg, nil
 }
 
@@ -296,43 +303,81 @@ func (f family) bound(k string, s *string, network netip.Prefix, subnetLen int) 
 	return a, nil
 }
 
-func parseBackend(data json.RawMessage) (BackendConfig, error) {
-	be := BackendConfig{Type: BackendVXLAN}
-	if len(data) == 0 || isJSONNull(data) {
-		return be, nil
+// parseBackend reads the Backend object: its Type, then the keys flanneld's backend of that
+// type reads; it returns the keys that backend does not read, which flanneld ignores.
+func parseBackend(data json.RawMessage) (BackendConfig, []string, error) {
+	var be BackendConfig
+	if len(data) == 0 {
+		// flanneld's code then runs its udp backend (its documentation says vxlan): whatever
+		// weft picked, the nodes still on flanneld would run another backend, or fail to start
+		// where their build has no udp. Only the config can say what the cluster runs.
+		return be, nil, configErr("Backend", "", `missing: flanneld v0.28 then falls back to its udp backend (its documentation says vxlan), which weft does not have; set "Backend":{"Type":...} to the backend the cluster's nodes run, e.g. "vxlan"`)
 	}
-	var raw rawBackend
-	if err := strictDecode(data, &raw, "Backend."); err != nil {
-		return be, err
+	if isJSONNull(data) {
+		return be, nil, configErr("Backend", "null", `has no Type (flanneld stops on it too: "unknown backend type"); use {"Type":"vxlan"} or {"Type":"host-gw"}`)
 	}
-	if raw.Type == nil || *raw.Type == "" {
-		return be, configErr("Backend.Type", "", "missing; use %q or %q", BackendVXLAN, BackendHostGW)
+	var head struct{ Type *string }
+	if _, err := decode(data, &head, "Backend."); err != nil {
+		return be, nil, err
 	}
-	be.Type = *raw.Type
-	allowed, ok := backendKeys[be.Type]
-	if !ok {
-		return be, configErr("Backend.Type", *raw.Type, "not supported by weft; use %q or %q", BackendVXLAN, BackendHostGW)
+	if head.Type == nil || *head.Type == "" {
+		return be, nil, configErr("Backend.Type", "", "missing; use %q or %q", BackendVXLAN, BackendHostGW)
 	}
-	present := map[string]bool{
-		"VNI": raw.VNI != nil, "Port": raw.Port != nil, "MTU": raw.MTU != nil, "GBP": raw.GBP != nil,
-		"Learning": raw.Learning != nil, "DirectRouting": raw.DirectRouting != nil,
-		"MacPrefix": raw.MacPrefix != nil, "Name": raw.Name != nil, "DNSServerList": raw.DNSServerList != nil,
-	}
-	for _, k := range []string{"VNI", "Port", "MTU", "GBP", "Learning", "DirectRouting", "MacPrefix", "Name", "DNSServerList"} {
-		if present[k] && !slices.Contains(allowed, k) {
-			return be, configErr("Backend."+k, "", "not a key of the %s backend", be.Type)
+	// flanneld looks its backends up by the lower-cased Type, and publishes that name.
+	be.Type = strings.ToLower(*head.Type)
+	var ignored []string
+	var err error
+	switch be.Type {
+	case BackendVXLAN:
+		var raw rawVXLAN
+		if ignored, err = decode(data, &raw, "Backend.", "Type"); err == nil {
+			err = be.setVXLAN(raw)
 		}
+	case BackendHostGW:
+		var raw rawHostGW
+		if ignored, err = decode(data, &raw, "Backend.", "Type"); err == nil {
+			err = be.setHostGW(raw)
+		}
+	default:
+		err = configErr("Backend.Type", *head.Type, "%s", unsupportedBackend(be.Type))
 	}
+	return be, ignored, err
+}
+
+// unsupportedBackend says why weft refuses a backend type: one flanneld v0.28 has and weft
+// has not, or one flanneld has not either.
+func unsupportedBackend(typ string) string {
+	var why string
+	switch typ {
+	case "wireguard":
+		why = "weft has no WireGuard backend yet (it is coming, in flanneld's formats); keep this cluster's nodes on flanneld until then"
+	case "udp":
+		why = "weft has no udp backend (flanneld's user-space tunnel, for kernels without VXLAN)"
+	case "ipip", "ipsec":
+		why = "weft has no " + typ + " backend"
+	case "extension":
+		why = "weft runs no commands for subnets (flanneld's extension backend)"
+	case "alloc":
+		why = "weft has no alloc backend: it always programs the routes to the other nodes' subnets, which alloc leaves to others"
+	case "tencent-vpc":
+		why = "weft programs no cloud routes (flanneld's tencent-vpc backend)"
+	default:
+		why = "no backend of flanneld v0.28 or weft has this type"
+	}
+	return fmt.Sprintf("%s; weft runs %q and %q, every node of a cluster the same", why, BackendVXLAN, BackendHostGW)
+}
+
+func (be *BackendConfig) setVXLAN(raw rawVXLAN) error {
 	if raw.VNI != nil {
 		if *raw.VNI < 0 || *raw.VNI > MaxVNI {
-			return be, configErr("Backend.VNI", fmt.Sprint(*raw.VNI), "must be between 0 and %d", MaxVNI)
+			return configErr("Backend.VNI", fmt.Sprint(*raw.VNI), "must be between 0 and %d", MaxVNI)
 		}
 		v := uint32(*raw.VNI)
 		be.VNI = &v
 	}
 	if raw.Port != nil {
 		if *raw.Port < 0 || *raw.Port > 65535 {
-			return be, configErr("Backend.Port", fmt.Sprint(*raw.Port), "not a UDP port (0 for the default)")
+			return configErr("Backend.Port", fmt.Sprint(*raw.Port), "not a UDP port (0 for the default)")
 		}
 		be.Port = uint16(*raw.Port)
 	}
@@ -340,7 +385,7 @@ func parseBackend(data json.RawMessage) (BackendConfig, error) {
 		// Backend.MTU is the underlay's (flanneld's meaning): the overlay gets 50 bytes less,
 		// and below 68 not even IPv4 works.
 		if *raw.MTU != 0 && (*raw.MTU < 118 || *raw.MTU > 65535) {
-			return be, configErr("Backend.MTU", fmt.Sprint(*raw.MTU), "must be between 118 and 65535 (the underlay MTU, VXLAN takes 50; 0 for the interface's)")
+			return configErr("Backend.MTU", fmt.Sprint(*raw.MTU), "must be between 118 and 65535 (the underlay MTU, VXLAN takes 50; 0 for the interface's)")
 		}
 		be.MTU = int(*raw.MTU)
 	}
@@ -349,8 +394,13 @@ func parseBackend(data json.RawMessage) (BackendConfig, error) {
 	be.DirectRouting = deref(raw.DirectRouting)
 	be.MacPrefix = deref(raw.MacPrefix)
 	if be.MacPrefix != "" && !validMacPrefix(be.MacPrefix) {
-		return be, configErr("Backend.MacPrefix", be.MacPrefix, `must be two hex bytes such as "0E-2A"`)
+		return configErr("Backend.MacPrefix", be.MacPrefix, `must be two hex bytes such as "0E-2A"`)
 	}
+	be.Name = deref(raw.Name)
+	return nil
+}
+
+func (be *BackendConfig) setHostGW(raw rawHostGW) error {
 	be.Name = deref(raw.Name)
 	be.DNSServerList = deref(raw.DNSServerList)
 	for _, s := range strings.Split(be.DNSServerList, ",") {
@@ -358,10 +408,10 @@ func parseBackend(data json.RawMessage) (BackendConfig, error) {
 			continue
 		}
 		if _, err := netip.ParseAddr(s); err != nil {
-			return be, configErr("Backend.DNSServerList", be.DNSServerList, "%q is not an IP address", s)
+			return configErr("Backend.DNSServerList", be.DNSServerList, "%q is not an IP address", s)
 		}
 	}
-	return be, nil
+	return nil
 }
 
 // CheckFor refuses what the data plane of goos cannot do: HNS only takes VXLAN networks
@@ -388,48 +438,52 @@ func (c *Config) CheckFor(goos string) error {
 	return nil
 }
 
-// strictDecode decodes one JSON object, refusing unknown keys and trailing data, and turns the
-// decoder's errors into ConfigErrors that name the key.
-func strictDecode(data []byte, v any, keyPrefix string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+// decode decodes the JSON object data into the struct v as flanneld decodes net-conf.json:
+// encoding/json's Unmarshal, which matches key names to field names case-insensitively and
+// lets the last of duplicate keys win. It returns the keys that name no field of v nor one of
+// known, prefixed with keyPrefix and sorted: flanneld ignores them. Errors are ConfigErrors
+// naming the key where there is one.
+func decode(data []byte, v any, keyPrefix string, known ...string) ([]string, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(data, &keys); err != nil || keys == nil {
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
+		what := "null"
 		switch {
-		case errors.As(err, &typeErr) && typeErr.Field != "":
-			return configErr(keyPrefix+typeErr.Field, "", "wrong type: a JSON %s cannot be a %s", typeErr.Value, typeErr.Type)
-		case errors.As(err, &typeErr) && keyPrefix == "":
-			return fmt.Errorf("net-conf.json: must be a JSON object, not a %s", typeErr.Value)
-		case errors.As(err, &typeErr):
-			return configErr(strings.TrimSuffix(keyPrefix, "."), "", "must be a JSON object, not a %s", typeErr.Value)
 		case errors.As(err, &syntaxErr):
-			return fmt.Errorf("net-conf.json: invalid JSON at byte %d: %w", syntaxErr.Offset, err)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			if name == "" {
-				name = `""` // the empty key, still named
-			}
-			return configErr(keyPrefix+name, "", "unknown key")
+			return nil, fmt.Errorf("net-conf.json: invalid JSON at byte %d: %w", syntaxErr.Offset, err)
+		case errors.As(err, &typeErr):
+			what = typeErr.Value
+		case err != nil:
+			return nil, fmt.Errorf("net-conf.json: %w", err)
 		}
-		return fmt.Errorf("net-conf.json: %w", err)
+		if keyPrefix == "" {
+			return nil, fmt.Errorf("net-conf.json: must be a JSON object, not JSON %s", what)
+		}
+		return nil, configErr(strings.TrimSuffix(keyPrefix, "."), "", "must be a JSON object, not JSON %s", what)
 	}
-	// A second value or garbage after the object must not be ignored silently.
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("net-conf.json: data after the %sobject", keyPrefix)
+	if err := json.Unmarshal(data, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return nil, configErr(keyPrefix+typeErr.Field, "", "wrong type: a JSON %s cannot be a %s", typeErr.Value, typeErr.Type)
+		}
+		return nil, fmt.Errorf("net-conf.json: %s: %w", strings.TrimSuffix(keyPrefix, "."), err)
 	}
-	return nil
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		known = append(known, t.Field(i).Name)
+	}
+	var ignored []string
+	for k := range keys {
+		if !slices.ContainsFunc(known, func(f string) bool { return strings.EqualFold(k, f) }) {
+			ignored = append(ignored, keyPrefix+k)
+		}
+	}
+	slices.Sort(ignored)
+	return ignored, nil
 }
 
 func isJSONNull(b []byte) bool { return string(bytes.TrimSpace(b)) == "null" }
-
-func compact(b []byte) string {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return string(b)
-	}
-	return buf.String()
-}
 
 func deref[T any](p *T) T {
 	var zero T

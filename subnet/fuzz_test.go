@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/maphash"
+	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -14,6 +16,9 @@ func FuzzParseConfig(f *testing.F) {
 		`{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`,
 		`{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/120"}`,
 		`{"Network":"10.0.0.0/28"}`, `{}`, `{"Backend":null}`, `nope`,
+		`{"network":"10.0.0.0/16","NETWORK":"10.1.0.0/16","Netwrok":1,"backend":{"type":"Host-GW","VNI":"x","name":"cbr0"}}`,
+		`{"Network":"10.0.0.0/16","ſubnetLen":26,"Backend":{"Type":"vxlan","vni":1,"VNI":2,"MacPrefix":"0e:2a","Learning":true,"K":0}}`,
+		`{"Network":"10.0.0.0/16","Backend":{"Type":"wireguard","PSK":"x"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -35,12 +40,62 @@ func FuzzParseConfig(f *testing.F) {
 				t.Errorf("incoherent range %+v in %s from %q", r, network, data)
 			}
 		}
+		// The keys weft ignores are those flanneld's encoding/json ignores.
+		checkIgnored(t, data, new(rawConfig), func() any { return new(rawConfig) })
+		var be struct{ Backend json.RawMessage }
+		_ = json.Unmarshal(data, &be)
+		switch c.Backend.Type {
+		case BackendVXLAN:
+			checkIgnored(t, be.Backend, new(rawVXLAN), func() any {
+				return new(struct {
+					Type *string
+					rawVXLAN
+				})
+			}, "Type")
+		case BackendHostGW:
+			checkIgnored(t, be.Backend, new(rawHostGW), func() any {
+				return new(struct {
+					Type *string
+					rawHostGW
+				})
+			}, "Type")
+		default:
+			t.Errorf("backend %q accepted from %q", c.Backend.Type, data)
+		}
 		check(c.EnableIPv4, c.IPv4Range(), c.Network.String())
 		check(c.EnableIPv6, c.IPv6Range(), c.IPv6Network.String())
 		if c.EnableIPv4 && (!c.Network.Contains(c.SubnetMin) || !c.Network.Contains(c.SubnetMax)) {
 			t.Errorf("bounds outside the network: %+v", c)
 		}
 	})
+}
+
+// checkIgnored checks decode's matching of the keys of the JSON object obj into v (and the
+// names known) against encoding/json's: a key decode ignores sets no field of a fresh
+// newV(), v's type with known's fields, and a key it reads sets one (or fails to, the probe's
+// value being of the wrong type).
+func checkIgnored(t *testing.T, obj []byte, v any, newV func() any, known ...string) {
+	t.Helper()
+	ignored, err := decode(obj, v, "", known...)
+	if err != nil {
+		t.Fatalf("decode(%q) after ParseConfig took it: %v", obj, err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &keys); err != nil {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		probe, err := json.Marshal(map[string]int{k: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newV()
+		err = json.Unmarshal(probe, v)
+		read, ign := err != nil || !reflect.ValueOf(v).Elem().IsZero(), slices.Contains(ignored, k)
+		if read == ign {
+			t.Errorf("key %q of %q: encoding/json reads it: %v, weft ignores it: %v", k, obj, read, ign)
+		}
+	}
 }
 
 func FuzzLeaseAttrs(f *testing.F) {

@@ -77,13 +77,46 @@ type Event struct {
 	Lease Lease
 }
 
+// Sender delivers one Watch's batches to its receiver as Manager.Watch promises: the first
+// batch goes out even when empty (the receiver then knows every lease, though there are
+// none), an empty one after it is dropped.
+type Sender struct {
+	Out  chan<- []Event
+	sent bool // the first batch went out
+}
+
+// Send delivers evs on Out, unless it is empty and not the first, waiting for the receiver
+// until ctx is done.
+func (s *Sender) Send(ctx context.Context, evs []Event) error {
+	if len(evs) == 0 && s.sent {
+		return nil
+	}
+	select {
+	case s.Out <- evs:
+		s.sent = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // ErrNoConfig is returned by GetConfig while the datastore holds no network configuration.
 var ErrNoConfig = errors.New("no network configuration")
+
+// The optional parts of a Manager, which the daemon asks for with a type assertion.
 
 // Checker is implemented by Managers that can tell, without a request, whether their
 // datastore is reachable now. The daemon's readiness uses it.
 type Checker interface {
 	Check() error
+}
+
+// Readier is implemented by Managers whose datastore wants to hear that the node's pod
+// network works (Kubernetes: the Node's NetworkUnavailable condition False). The daemon calls
+// SetReady once the data plane has first converged, and after each convergence while it
+// fails; until then the node keeps whatever it had.
+type Readier interface {
+	SetReady(ctx context.Context) error
 }
 
 // PoolUsage is how much of one family's subnet range (Config.IPv4Range, IPv6Range) is

@@ -2,8 +2,9 @@ package windows
 
 import "errors"
 
-// Client is the part of HNS the plane uses. The hcn adapter (Windows) and MemHNS implement
-// it. Lookups of something that does not exist return an error matching ErrNotFound.
+// Client is the part of HNS the plane uses. The hcn adapter (Windows) and the in-memory HNS
+// of hnstest implement it. Lookups of something that does not exist return an error matching
+// ErrNotFound.
 type Client interface {
 	// Version is HNS's version; features depend on it (RemoteSubnetRoute from 9.2).
 	Version() (Version, error)

@@ -10,8 +10,8 @@ import (
 
 	xwin "golang.org/x/sys/windows"
 
+	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/windows"
-	"github.com/weftnet/weft/windows/hnssim"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // PeerMode says how overlay peers are programmed.
@@ -46,11 +47,11 @@ func ParsePeerMode(s string) (PeerMode, error) {
 type Config struct {
 	Peers PeerMode
 	// SourceVIPFiles are where the overlay's kube-proxy source VIP is written (see
-	// WriteSourceVIP), each time the network is made or adopted: next to subnet.env for the
+	// hnsfile.WriteSourceVIP), each time the network is made or adopted: next to subnet.env for the
 	// weft CNI plugin, and where kube-proxy's start-up reads it.
 	SourceVIPFiles []string
 	// NetworkFile, if set, is where the HNS network's name and type are written for the
-	// weft CNI plugin (see WriteNetworkFile), each time the network is made or adopted.
+	// weft CNI plugin (see hnsfile.WriteNetwork), each time the network is made or adopted.
 	NetworkFile string
 	// BlipTimeout bounds the wait for the host network after HNS makes a network (30 s);
 	// PollInterval is how often it looks (500 ms).
@@ -372,7 +373,7 @@ func (p *Plane) ensureOverlay(ctx context.Context, st *backend.State) (backend.M
 		return backend.MAC{}, fmt.Errorf("network %s: DR MAC %s cannot be a VTEP MAC", name, mac)
 	}
 	for _, path := range p.cfg.SourceVIPFiles {
-		if err := WriteSourceVIP(path, sn); err != nil {
+		if err := hnsfile.WriteSourceVIP(path, netip.PrefixFrom(SourceVIP(sn), sn.Bits())); err != nil {
 			return backend.MAC{}, err
 		}
 	}
@@ -455,7 +456,7 @@ func (p *Plane) writeNetworkFile(n *HostComputeNetwork) error {
 	if p.cfg.NetworkFile == "" {
 		return nil
 	}
-	return WriteNetworkFile(p.cfg.NetworkFile, n.Name, n.Type)
+	return hnsfile.WriteNetwork(p.cfg.NetworkFile, n.Name, string(n.Type))
 }
 
 // Kinds of backend.Changes the plane counts.
@@ -762,14 +763,13 @@ func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error 
 	return errors.Join(errs...)
 }
 
-// Watch implements backend.Plane: HNS tells nobody of changes, so drift is found by the
-// periodic resync; it waits for ctx.
-//
-// HNS tells no one of changes, so the plane looks at its network every WatchInterval (one
-// query): a network that is gone or was made again (HNS restarted: non-persistent networks
-// do not survive it; someone deleted it) is drift, and so is HNS answering again after it
-// was stopped, since what it held may be gone. The daemon's full Apply that follows finds
-// what is missing (a missing network is a MissingDeviceError: Prepare makes it again).
+// Watch implements backend.Plane until ctx is done. HNS tells no one of changes, so the plane
+// looks at its network every WatchInterval (one query): a network that is gone or was made
+// again (HNS restarted: non-persistent networks do not survive it; someone deleted it) is
+// drift, and so is HNS answering again after it was stopped, since what it held may be gone.
+// The daemon's full Apply that follows finds what is missing (a missing network is a
+// MissingDeviceError: Prepare makes it again). A policy or an endpoint changed under a network
+// that stays is left to the daemon's periodic resync.
 func (p *Plane) Watch(ctx context.Context, drift func()) error {
 	stopped := false
 	for {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/weftnet/weft/internal/flagenv"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/internal/buildinfo"
+	"github.com/weftnet/weft/internal/flagenv"
 )
 
 func main() {

@@ -9,6 +9,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // planeFlags are the data plane's own flags on this OS.
@@ -26,20 +27,20 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 }
 
 // newPlane opens HNS (its v2 API) and the host's IP Helper. Next to subnet.env go the files
-// the weft CNI plugin reads (hns.json, sourceVip.json); the source VIP also goes where
-// kube-proxy's start-up reads it. The IPv6 family's plane shares HNS and the host with the
+// the weft CNI plugin reads (package hnsfile); the source VIP also goes where kube-proxy's
+// start-up reads it. The IPv6 family's plane shares HNS and the host with the
 // IPv4 one (one L2Bridge network carries both; Overlay carries no IPv6).
 func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
-	dir := filepath.Dir(cfg.SubnetFile)
-	vips := []string{filepath.Join(dir, "sourceVip.json")}
-	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vips[0] {
+	netFile, vipFile := hnsfile.Paths(cfg.SubnetFile)
+	vips := []string{vipFile}
+	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vipFile {
 		vips = append(vips, f.sourceVIPFile)
 	}
 	host := windows.NewIPHelper()
 	p := windows.New(windows.NewHCN(), host, windows.Config{
 		Peers:          f.hnsPeers,
 		SourceVIPFiles: vips,
-		NetworkFile:    filepath.Join(dir, "hns.json"),
+		NetworkFile:    netFile,
 		HostReady:      host.HostReady,
 	}, log)
 	return p, p.IPv6(), nil

@@ -15,8 +15,10 @@
 // state (netns_mounts_under_state_dir), so that nodes share nothing but the kernel.
 //
 // The host mounts cgroup v1 (hybrid), which the kubelet refuses from 1.35 unless told
-// (failCgroupV1: false); it runs with the cgroupfs driver, without QoS cgroups and without
-// node allocatable enforcement, and with swap allowed: the checks MACHINE.md records.
+// (failCgroupV1: false); it runs with the cgroupfs driver, QoS cgroups under a cgroupRoot of
+// its own node (cgroup_linux.go), without node allocatable enforcement, and with swap allowed:
+// the checks MACHINE.md records. Each node's programs and pods are in that cgroup tree, which
+// Close removes, killing what is left, and which a later run sweeps when a killed run left it.
 //
 // The programs come from tools/kube/install-kube.sh (the Kubernetes ones, at the
 // kube-apiserver's version) and tools/containerd/install-containerd.sh (containerd 2, which a
@@ -24,6 +26,13 @@
 // when it closes: the control plane's processes, and every process of a node's network or mount
 // namespace with all their descendants (containerd's shims re-parent themselves, and the
 // containers are the shims' children), before e2e/cluster removes the namespaces.
+//
+// The images come without a registry: built here, written as image archives and imported
+// into each node's containerd. BaseImages makes the pause image and weft's; E2EImages those
+// the e2e tests run, named as the e2e framework of tools/kube's release expects them:
+// agnhost (built from k8s.io/kubernetes, with the tools its image holds from Debian's
+// packages), busybox (Debian's busybox-static), the pause image under the framework's tag,
+// and CoreDNS (tools/coredns), which DeployCoreDNS deploys as kubeadm does.
 //
 // The package is Linux-only; on other systems it holds only this documentation.
 package kubecluster

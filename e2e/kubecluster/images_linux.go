@@ -1,22 +1,16 @@
 package kubecluster
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -28,53 +22,33 @@ import (
 // PauseArchive builds the pause program (./e2e/kubecluster/pause of the module in repo) and
 // writes an image archive of it named PauseImage to dir/pause.tar, which it returns.
 func PauseArchive(ctx context.Context, repo, dir string) (string, error) {
+	img, err := pauseImage(ctx, repo, dir)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "pause.tar")
+	return out, writeArchive(out, PauseImage, img)
+}
+
+// pauseImage builds the pause program in dir and makes its image.
+func pauseImage(ctx context.Context, repo, dir string) (v1.Image, error) {
 	bin := filepath.Join(dir, "pause")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s", "-o", bin, "./e2e/kubecluster/pause")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the pause program: %w: %s", err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("building the pause program: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return "", fmt.Errorf("reading the pause program: %w", err)
+	t := newFSTree()
+	if err := t.hostFile("/pause", bin); err != nil {
+		return nil, err
 	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(data)),
-		Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-		return "", fmt.Errorf("pause image layer: %w", err)
-	}
-	if _, err := tw.Write(data); err != nil {
-		return "", fmt.Errorf("pause image layer: %w", err)
-	}
-	if err := tw.Close(); err != nil {
-		return "", fmt.Errorf("pause image layer: %w", err)
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar.Bytes())), nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("pause image layer: %w", err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return "", fmt.Errorf("pause image: %w", err)
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return "", fmt.Errorf("pause image: %w", err)
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
 	// 65535, as Kubernetes' pause image: the sandbox needs no privilege.
-	cfg.Config.User = "65535:65535"
-	cfg.Config.Entrypoint = []string{"/pause"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return "", fmt.Errorf("pause image: %w", err)
+	img, err := imageOf(v1.Config{User: "65535:65535", Entrypoint: []string{"/pause"}}, t)
+	if err != nil {
+		return nil, fmt.Errorf("pause image: %w", err)
 	}
-	out := filepath.Join(dir, "pause.tar")
-	return out, writeArchive(out, PauseImage, img)
+	return img, nil
 }
 
 // LayoutArchive writes the linux/amd64 image of the OCI image layout at layoutDir (what
@@ -92,8 +66,13 @@ func LayoutArchive(layoutDir, ref, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image layout %s: %w", layoutDir, err)
 	}
-	out := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+	out := archivePath(dir, ref)
 	return out, writeArchive(out, ref, img)
+}
+
+// archivePath is where in dir the archive of the image named ref goes.
+func archivePath(dir, ref string) string {
+	return filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
 }
 
 // findImage looks through an index, and the indexes it holds, for the image of platform.

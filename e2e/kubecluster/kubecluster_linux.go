@@ -63,6 +63,8 @@ type Cluster struct {
 	controllerManager *process
 	scheduler         *process
 	nodes             []*Node
+	// extra are the cluster's other programs (Prometheus), stopped before the nodes.
+	extra []*process
 
 	// Client is an administrator's client of the API server, usable from this process.
 	Client kubernetes.Interface
@@ -97,6 +99,13 @@ func New(log cluster.Logger, opts Options) (*Cluster, error) {
 	net, err := cluster.New(log, cluster.Options{NetConf: opts.NetConf, Prefix: opts.Prefix})
 	if err != nil {
 		return nil, fmt.Errorf("kubecluster: %w", err)
+	}
+	// The containers of killed runs outlive their namespaces; their cgroups hold them.
+	if err := sweepCgroups(func(prefix string) bool {
+		m, _ := filepath.Glob(netnsPath(prefix + "-*"))
+		return len(m) > 0
+	}); err != nil {
+		log.Logf("kubecluster: sweeping killed runs' cgroups: %v", err)
 	}
 	c := &Cluster{opts: opts, log: log, net: net}
 	// Registered after cluster.New's cleanup, so that it runs first, while the namespaces
@@ -141,9 +150,9 @@ func (c *Cluster) startControlPlane() error {
 			"--endpoint-reconciler-type=lease",
 			"--service-cluster-ip-range=" + serviceCIDR,
 			"--allow-privileged=true",
-			// kubectl exec, logs and port-forward reach a kubelet at its node's address:
-			// the nodes' names resolve nowhere here.
-			"--kubelet-preferred-address-types=InternalIP",
+			// As kubeadm sets it: the nodes' names are in no DNS, and `kubectl exec`,
+			// logs and port-forward go to the kubelet's address.
+			"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		},
 	})
 	if err != nil {
@@ -273,12 +282,22 @@ func (c *Cluster) WaitNodes(ctx context.Context, ok func(*corev1.Node) error) ([
 // and etcd afterwards (New registers both with a *testing.T).
 func (c *Cluster) Close() error {
 	var errs []error
+	for _, p := range c.extra {
+		p.stop()
+	}
+	c.extra = nil
 	for _, n := range c.nodes {
 		if err := n.stop(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	c.nodes = nil
+	if mounts, err := cgroupMounts(); err == nil {
+		g := &cgroupTree{rel: "/" + cgroupBase + "/" + c.net.Prefix(), mounts: mounts}
+		if err := g.remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, p := range []*process{c.scheduler, c.controllerManager} {
 		if p != nil {
 			p.stop()

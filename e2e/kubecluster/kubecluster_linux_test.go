@@ -2,7 +2,6 @@ package kubecluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,16 +16,25 @@ import (
 	"github.com/weftnet/weft/e2e/cluster"
 )
 
-// EnvRun names the variable that turns these tests on (`make conformance` sets it): a cluster
-// takes the Kubernetes programs' builds (minutes, once) and a minute to start.
+// EnvRun names the variable that turns the long tests on (`make conformance` sets it):
+// Kubernetes' own e2e suite, the migration from flannel, the Helm install. The cluster's core
+// (TestPodNetwork) runs in every `make test` as root.
 const EnvRun = "WEFT_KUBE_CLUSTER"
 
-// needCluster skips the test unless it was asked for and can run, and returns the cluster's
-// options with the programs installed (cached after the first time).
-func needCluster(t *testing.T) Options {
+// needLong skips a long test unless it was asked for with EnvRun.
+func needLong(t *testing.T) {
 	t.Helper()
 	if os.Getenv(EnvRun) == "" {
-		t.Skipf("a Kubernetes cluster is tested only when asked: %s=1 (make conformance)", EnvRun)
+		t.Skipf("a long Kubernetes cluster test runs only when asked: %s=1 (make conformance)", EnvRun)
+	}
+}
+
+// needCluster skips the test unless it can run, and returns the cluster's options with the
+// programs installed (built the first time: minutes; cached after).
+func needCluster(t *testing.T) Options {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a Kubernetes cluster is not started in -short mode")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("a Kubernetes cluster needs root (network and mount namespaces)")
@@ -82,71 +90,6 @@ func newCluster(t *testing.T, n int) *Cluster {
 	return c
 }
 
-// TestNodesRegister starts the control plane and three nodes, and checks that each node
-// registers and gets a podCIDR of its own inside the cluster CIDR from the controller-manager.
-// No network plugin is installed yet, so the nodes are not Ready; the test logs why.
-func TestNodesRegister(t *testing.T) {
-	c := newCluster(t, 3)
-	clusterCIDR := netip.MustParsePrefix("10.244.0.0/16")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	start := time.Now()
-	nodes, err := c.WaitNodes(ctx, func(n *corev1.Node) error {
-		if n.Spec.PodCIDR == "" {
-			return errors.New("no podCIDR")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d nodes registered with podCIDRs %v after the last kubelet started", len(nodes), time.Since(start).Round(time.Millisecond))
-	seen := map[netip.Prefix]string{}
-	for _, n := range nodes {
-		cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
-		if err != nil {
-			t.Errorf("node %s: podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err)
-			continue
-		}
-		if cidr.Bits() != 24 || !clusterCIDR.Contains(cidr.Addr()) {
-			t.Errorf("node %s: podCIDR %s, want a /24 inside %s", n.Name, cidr, clusterCIDR)
-		}
-		if other, dup := seen[cidr]; dup {
-			t.Errorf("nodes %s and %s share podCIDR %s", n.Name, other, cidr)
-		}
-		seen[cidr] = n.Name
-		var ready string
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				ready = fmt.Sprintf("%s (%s: %s)", cond.Status, cond.Reason, cond.Message)
-			}
-		}
-		t.Logf("node %s: podCIDR %s, kubelet %s, Ready %s", n.Name, cidr, n.Status.NodeInfo.KubeletVersion, ready)
-	}
-}
-
-// TestWeftDeployed deploys weft as a user does, `kubectl apply -f dist/kubernetes/` with only
-// the image changed to the local one, and waits for every node to turn Ready with
-// NetworkUnavailable cleared.
-func TestWeftDeployed(t *testing.T) {
-	c := newCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	nodes := deployWeft(ctx, t, c)
-	for _, n := range nodes {
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeNetworkUnavailable {
-				t.Logf("node %s: podCIDR %s, NetworkUnavailable %s (%s: %s)", n.Name, n.Spec.PodCIDR, cond.Status, cond.Reason, cond.Message)
-			}
-		}
-	}
-	out, err := c.Kubectl(ctx, "get", "pods", "-A", "-o", "wide")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("pods:\n%s", out)
-}
-
 // deployWeft gives every node the reference CNI plugins a node ships and the base images,
 // then deploys weft (Cluster.DeployWeft) and returns the nodes once their network is ready.
 func deployWeft(ctx context.Context, t *testing.T, c *Cluster) []corev1.Node {
@@ -174,6 +117,28 @@ func deployWeft(ctx context.Context, t *testing.T, c *Cluster) []corev1.Node {
 	nodes, err := c.DeployWeft(ctx, repo, work)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each node has a podCIDR of its own inside the cluster CIDR, from the
+	// controller-manager, which weft took as its subnet.
+	seen := map[netip.Prefix]string{}
+	for _, n := range nodes {
+		cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		if err != nil {
+			t.Fatalf("node %s: podCIDR %q: %v", n.Name, n.Spec.PodCIDR, err)
+		}
+		if cidr.Bits() != 24 || !c.opts.ClusterCIDR.Contains(cidr.Addr()) {
+			t.Errorf("node %s: podCIDR %s, want a /24 inside %s", n.Name, cidr, c.opts.ClusterCIDR)
+		}
+		if other, dup := seen[cidr]; dup {
+			t.Errorf("nodes %s and %s share podCIDR %s", n.Name, other, cidr)
+		}
+		seen[cidr] = n.Name
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeNetworkUnavailable {
+				t.Logf("node %s: podCIDR %s, kubelet %s, NetworkUnavailable %s (%s: %s)", n.Name, cidr,
+					n.Status.NodeInfo.KubeletVersion, cond.Status, cond.Reason, cond.Message)
+			}
+		}
 	}
 	return nodes
 }

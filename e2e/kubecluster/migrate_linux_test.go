@@ -45,7 +45,7 @@ func TestMigrateFromFlannel(t *testing.T) {
 	if _, err := c.DeployFlannel(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
-	before := nodeNetworks(ctx, t, c)
+	before := agentNetworks(ctx, t, c)
 	for _, n := range c.Nodes() {
 		t.Logf("on flannel: node %s: %s", n.Name, before[n.Name])
 		if got := cniConfs(t, n); !slices.Equal(got, []string{"10-flannel.conflist"}) {
@@ -230,7 +230,7 @@ func TestMigrateFromFlannel(t *testing.T) {
 	if got := podsOn(ctx, t, c, "app.kubernetes.io/name=weft", ""); !slices.Equal(got, weftPods) {
 		t.Errorf("weft's pods changed in step 4: before %v, after %v", weftPods, got)
 	}
-	after := nodeNetworks(ctx, t, c)
+	after := agentNetworks(ctx, t, c)
 	for _, n := range c.Nodes() {
 		t.Logf("on weft: node %s: %s", n.Name, after[n.Name])
 		if after[n.Name] != before[n.Name] {
@@ -517,9 +517,9 @@ func waitAgent(ctx context.Context, t *testing.T, c *Cluster, node, want, gone s
 	}
 }
 
-// nodeNetworks describes each node's network as its peers know it: its podCIDR, its lease
+// agentNetworks describes each node's network as its peers know it: its podCIDR, its lease
 // annotations (backend data with the VTEP MAC, public IP) and its VXLAN device's MAC.
-func nodeNetworks(ctx context.Context, t *testing.T, c *Cluster) map[string]string {
+func agentNetworks(ctx context.Context, t *testing.T, c *Cluster) map[string]string {
 	t.Helper()
 	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -38,6 +38,9 @@ type Node struct {
 	containerd *process
 	kubelet    *process
 	kubeProxy  *process
+	// cgroup is the node's cgroup tree, the kubelet's cgroupRoot, under which it makes
+	// kubepods for the pods; system holds the node's programs.
+	cgroup, system *cgroupTree
 }
 
 // nodeMounts are the host paths a node has its own of, each a bind mount of a directory of
@@ -69,6 +72,9 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 		return nil, fmt.Errorf("node %s: default route: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
 	if err := n.makeMountNS(); err != nil {
+		return nil, err
+	}
+	if err := n.makeCgroups(); err != nil {
 		return nil, err
 	}
 	if err := n.startContainerd(); err != nil {
@@ -110,6 +116,33 @@ func (n *Node) makeMountNS() error {
 		return fmt.Errorf("node %s: making its mount namespace: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// makeCgroups makes the node's cgroup tree (cgroup_linux.go).
+func (n *Node) makeCgroups() error {
+	var err error
+	if n.cgroup, err = newCgroupTree("/" + cgroupBase + "/" + n.c.net.Prefix() + "/" + n.Name); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	if n.system, err = n.cgroup.sub("system"); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// run starts one of the node's programs in its namespaces and its system cgroup. The
+// program is moved there as soon as it has started, before it has made any child: nsenter
+// execs it in place, and containerd starts its shims only when asked for a container.
+func (n *Node) run(name, log string, env, argv []string) (*process, error) {
+	p, err := start(name+" of node "+n.Name, filepath.Join(n.Dir, log), env, n.inNode(argv...))
+	if err != nil {
+		return nil, err
+	}
+	if err := n.system.join(p.cmd.Process.Pid); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return p, nil
 }
 
 // netnsPath is the file that names a network namespace made by ip netns.
@@ -173,8 +206,8 @@ func (n *Node) startContainerd() error {
 	}
 	// The shim is looked for on PATH, runc too (Debian's, in /usr/sbin).
 	env := append(os.Environ(), "PATH="+n.c.opts.ContainerdBin+":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	p, err := start("containerd of node "+n.Name, filepath.Join(n.Dir, "containerd.log"), env,
-		n.inNode(filepath.Join(n.c.opts.ContainerdBin, "containerd"), "--config", conf))
+	p, err := n.run("containerd", "containerd.log", env,
+		[]string{filepath.Join(n.c.opts.ContainerdBin, "containerd"), "--config", conf})
 	if err != nil {
 		return err
 	}
@@ -202,7 +235,8 @@ func (n *Node) kubeletConfig() string {
   "kind": "KubeletConfiguration",
   "failCgroupV1": false,
   "cgroupDriver": "cgroupfs",
-  "cgroupsPerQOS": false,
+  "cgroupsPerQOS": true,
+  "cgroupRoot": %q,
   "enforceNodeAllocatable": [],
   "failSwapOn": false,
   "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
@@ -212,13 +246,13 @@ func (n *Node) kubeletConfig() string {
   "readOnlyPort": 0,
   "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
   "authorization": {"mode": "AlwaysAllow"},
-  "clusterDomain": "cluster.local",
+  "clusterDomain": %q,
   "clusterDNS": [%q],
   "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"},
   "imageGCHighThresholdPercent": 100,
   "imageGCLowThresholdPercent": 99
 }
-`, n.IP, n.c.opts.DNSServiceIP)
+`, n.cgroup.rel, n.IP, ClusterDomain, n.c.opts.DNSServiceIP)
 }
 
 // startKubelet starts the node's kubelet and waits for its /healthz.
@@ -227,13 +261,12 @@ func (n *Node) startKubelet() error {
 	if err := os.WriteFile(conf, []byte(n.kubeletConfig()), 0o644); err != nil {
 		return fmt.Errorf("node %s: writing the kubelet's configuration: %w", n.Name, err)
 	}
-	p, err := start("kubelet of node "+n.Name, filepath.Join(n.Dir, "kubelet.log"), nil,
-		n.inNode(filepath.Join(n.c.opts.KubeBin, "kubelet"),
-			"--config="+conf,
-			"--kubeconfig="+n.c.adminKubeconfig,
-			"--hostname-override="+n.Name,
-			"--node-ip="+n.IP.String(),
-			"--v=2"))
+	p, err := n.run("kubelet", "kubelet.log", nil, []string{filepath.Join(n.c.opts.KubeBin, "kubelet"),
+		"--config=" + conf,
+		"--kubeconfig=" + n.c.adminKubeconfig,
+		"--hostname-override=" + n.Name,
+		"--node-ip=" + n.IP.String(),
+		"--v=2"})
 	if err != nil {
 		return err
 	}
@@ -272,18 +305,17 @@ func (n *Node) startKubelet() error {
 // startKubeProxy starts the node's kube-proxy in nftables mode (Debian's nft; no iptables
 // needed), without waiting for it.
 func (n *Node) startKubeProxy() error {
-	p, err := start("kube-proxy of node "+n.Name, filepath.Join(n.Dir, "kube-proxy.log"), nil,
-		n.inNode(filepath.Join(n.c.opts.KubeBin, "kube-proxy"),
-			"--kubeconfig="+n.c.adminKubeconfig,
-			"--hostname-override="+n.Name,
-			"--cluster-cidr="+n.c.opts.ClusterCIDR.String(),
-			"--proxy-mode=nftables",
-			// 0: leave the conntrack table's size alone; it is the host's, not the node's.
-			"--conntrack-max-per-core=0",
-			"--metrics-bind-address=127.0.0.1:10249",
-			"--healthz-bind-address=127.0.0.1:10256",
-			"--nodeport-addresses=primary",
-			"--v=2"))
+	p, err := n.run("kube-proxy", "kube-proxy.log", nil, []string{filepath.Join(n.c.opts.KubeBin, "kube-proxy"),
+		"--kubeconfig=" + n.c.adminKubeconfig,
+		"--hostname-override=" + n.Name,
+		"--cluster-cidr=" + n.c.opts.ClusterCIDR.String(),
+		"--proxy-mode=nftables",
+		// 0: leave the conntrack table's size alone; it is the host's, not the node's.
+		"--conntrack-max-per-core=0",
+		"--metrics-bind-address=127.0.0.1:10249",
+		"--healthz-bind-address=127.0.0.1:10256",
+		"--nodeport-addresses=primary",
+		"--v=2"})
 	if err != nil {
 		return err
 	}
@@ -305,6 +337,11 @@ func (n *Node) stop() error {
 	var errs []error
 	if err := killNamespaces(netnsPath(n.NS), n.MountNS); err != nil {
 		errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+	}
+	if n.cgroup != nil {
+		if err := n.cgroup.remove(); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+		}
 	}
 	// MNT_DETACH: the pin goes even if something still looks at it; the namespace and its
 	// mounts go with the last process and reference.

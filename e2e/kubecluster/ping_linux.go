@@ -359,9 +359,9 @@ func (c *Cluster) pingCounters(ctx context.Context, from PodState, peer netip.Ad
 	return sent, received, nil
 }
 
-// pingReply matches a reply line of busybox's ping: "64 bytes from 10.244.1.2: seq=12
+// busyboxPingReply matches a reply line of busybox's ping: "64 bytes from 10.244.1.2: seq=12
 // ttl=62 time=0.250 ms"; a duplicate ends in "(DUP!)".
-var pingReply = regexp.MustCompile(`^\d+ bytes from [^:]+: seq=(\d+) `)
+var busyboxPingReply = regexp.MustCompile(`^\d+ bytes from [^:]+: seq=(\d+) `)
 
 // parsePing reads a busybox ping's output: the replies' sequence numbers (16 bits, which
 // wrap after 65536 requests) say which requests were answered.
@@ -370,7 +370,7 @@ func parsePing(out string) (PingResult, error) {
 	var last, wraps int
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		m := pingReply.FindStringSubmatch(sc.Text())
+		m := busyboxPingReply.FindStringSubmatch(sc.Text())
 		if m == nil || strings.HasSuffix(sc.Text(), "(DUP!)") {
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/backend"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
 )
 

@@ -2,7 +2,6 @@ package masq
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -56,7 +55,7 @@ func forwardChain() chainSpec {
 type Manager struct {
 	log  *slog.Logger
 	conn *nftables.Conn
-	// mu serialises Ensure and Remove: a Conn buffers one batch at a time,
+	// mu serialises the Ensure methods and Remove: a Conn buffers one batch at a time,
 	// and two batches interleaved would not be the transactions they are
 	// meant to be.
 	mu sync.Mutex
@@ -88,22 +87,13 @@ func NewInNetNS(log *slog.Logger, netnsFd int) (*Manager, error) {
 	return New(log, conn), nil
 }
 
-// Ensure makes weft's tables hold exactly the rules for r, and reports whether
-// it had to change anything. It is meant to be called on every resync: when the
-// kernel already holds the wanted rules it only reads. Otherwise each family's
-// chain content is replaced in one nftables transaction, so no packet ever sees
-// a half-written chain, and the table and chain that carry traffic are kept.
-// A disabled family loses weft's chain (and its table, if nothing else is in it).
-func (m *Manager) Ensure(r Rules) (changed bool, err error) {
-	// IPv4 first and apart from IPv6: a failure in one family must not keep
-	// the other from being programmed, but is still returned.
-	c4, err4 := m.EnsureFamily(r, false)
-	c6, err6 := m.EnsureFamily(r, true)
-	return c4 || c6, errors.Join(err4, err6)
-}
-
-// EnsureFamily is Ensure for one family (IPv6 if v6), leaving the other family's rules as
-// they are: on a dual-stack node each family's data plane keeps its own.
+// EnsureFamily makes weft's table of one family (IPv6 if v6) hold exactly the rules for r,
+// and reports whether it had to change anything, leaving the other family's rules as they
+// are: on a dual-stack node each family's data plane keeps its own. It is meant to be called
+// on every resync: when the kernel already holds the wanted rules it only reads. Otherwise
+// the chain's content is replaced in one nftables transaction, so no packet ever sees a
+// half-written chain, and the table and chain that carry traffic are kept. A family r
+// disables loses weft's chain (and its table, if nothing else is in it).
 func (m *Manager) EnsureFamily(r Rules, v6 bool) (changed bool, err error) {
 	p, err := buildPlan(r)
 	if err != nil {

@@ -1,6 +1,7 @@
 package masq
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -203,9 +204,17 @@ func isMarker(tx *nftables.MonitorEvents, name string) bool {
 	return false
 }
 
+// ensureBoth ensures both families' rules for r, IPv4 first, as a dual-stack node's two data
+// planes do.
+func ensureBoth(m *Manager, r Rules) (bool, error) {
+	c4, err4 := m.EnsureFamily(r, false)
+	c6, err6 := m.EnsureFamily(r, true)
+	return c4 || c6, errors.Join(err4, err6)
+}
+
 func ensure(t *testing.T, m *Manager, r Rules) bool {
 	t.Helper()
-	changed, err := m.Ensure(r)
+	changed, err := ensureBoth(m, r)
 	if err != nil {
 		t.Fatalf("Ensure(%+v): %v", r, err)
 	}
@@ -474,7 +483,7 @@ func TestEnsureInvalidRulesTouchNothing(t *testing.T) {
 	m, conn, _ := newTestManager(t)
 	ensure(t, m, rulesV4())
 	before := handles(kernelRules(t, conn, false))
-	changed, err := m.Ensure(Rules{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.99.0.0/24")})
+	changed, err := ensureBoth(m, Rules{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.99.0.0/24")})
 	if err == nil || changed {
 		t.Fatalf("Ensure with a subnet outside the network: changed=%v err=%v, want an error", changed, err)
 	}

@@ -26,7 +26,7 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 }
 
 func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
-	w := &watcher{m: m, out: out, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
+	w := &watcher{m: m, out: subnet.Sender{Out: out}, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
 		known: map[string]seen{}, skipped: map[string]int64{}, held: map[string]bool{}}
 	if cfg := m.cfg.Load(); cfg != nil {
 		w.ranges = [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()}
@@ -39,13 +39,12 @@ func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
 // dir, the lease keys ("10.244.1.0-24").
 type watcher struct {
 	m       *Manager
-	out     chan<- []subnet.Event
+	out     subnet.Sender
 	dir     []byte           // the subnets directory, the prefix of every key
 	seed    maphash.Seed     // of the digests
 	known   map[string]seen  // what the receiver has been told
 	skipped map[string]int64 // mod revision of a bad value already reported
 	rev     int64            // last revision the receiver is up to date with
-	sent    bool             // the first batch went out
 	// After etcd went back in time (restored from a backup), removals are held back until
 	// holdUntil: the nodes whose leases the backup lacks publish them again meanwhile (each
 	// notices within a revision check), and their routes need not go and come back.
@@ -110,7 +109,7 @@ func (w *watcher) sync(ctx context.Context) error {
 		}
 		ls = &listing{kvs: resp.Kvs, rev: resp.Header.Revision}
 	}
-	if err := w.send(ctx, w.relisted(ls.kvs)); err != nil {
+	if err := w.out.Send(ctx, w.relisted(ls.kvs)); err != nil {
 		return err
 	}
 	w.leased = [2]uint64{}
@@ -194,7 +193,7 @@ func (w *watcher) follow(ctx context.Context) error {
 			continue
 		case <-release:
 			release = nil
-			if err := w.send(ctx, w.released()); err != nil {
+			if err := w.out.Send(ctx, w.released()); err != nil {
 				return err
 			}
 			continue
@@ -224,7 +223,7 @@ func (w *watcher) follow(ctx context.Context) error {
 		}
 		if len(resp.Events) > 0 {
 			w.countEvents(resp.Events)
-			if err := w.send(ctx, w.changed(resp.Events)); err != nil {
+			if err := w.out.Send(ctx, w.changed(resp.Events)); err != nil {
 				return err
 			}
 		}
@@ -427,19 +426,4 @@ func (w *watcher) valid(kv *mvccpb.KeyValue, k string) (subnet.Lease, bool) {
 		}
 	}
 	return subnet.Lease{}, false
-}
-
-// send delivers a batch; empty batches are dropped except the first, which tells the
-// receiver that it now knows every lease.
-func (w *watcher) send(ctx context.Context, evs []subnet.Event) error {
-	if len(evs) == 0 && w.sent {
-		return nil
-	}
-	select {
-	case w.out <- evs:
-		w.sent = true
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

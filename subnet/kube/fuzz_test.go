@@ -18,7 +18,7 @@ func FuzzPeerLease(f *testing.F) {
 	f.Add("10.244.2.0/24", "192.0.2.11", "host-gw", "null")
 	f.Add("10.244.2.1/24", "::1", "", "{")
 	f.Add("fd00::/64", "0.0.0.0", "vxlan", `[]`)
-	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16"}`)
+	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	ann := m.ann
 	f.Fuzz(func(t *testing.T, cidr, ip, backendType, data string) {
 		n := &corev1.Node{
@@ -49,7 +49,7 @@ func FuzzDualStackPeerLease(f *testing.F) {
 	f.Add("fd00:10:244:2::/64", "192.0.2.12", `{`)
 	f.Add("10.244.9.0/24", "fe80::1%eth0", `null`)
 	f.Add("fd99::/64", "", `[]`)
-	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"}`)
+	cfg, m := fuzzManager(f, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
 	ann := m.ann
 	node := func(cidr6, ip6, data6 string, v6 bool) *corev1.Node {
 		n := &corev1.Node{

@@ -86,7 +86,7 @@ type Manager struct {
 var (
 	_ subnet.Manager = (*Manager)(nil)
 	_ subnet.Checker = (*Manager)(nil)
-	_ Readier        = (*Manager)(nil)
+	_ subnet.Readier = (*Manager)(nil)
 )
 
 // New returns a Manager for the node c.NodeName. It does not talk to the API server yet.

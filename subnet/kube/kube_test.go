@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/subnet"
@@ -186,7 +185,7 @@ func testPublicIPAnnotations(t *testing.T, c *cluster) {
 // testPostEvent: as dist's service account, an Event is created where `kubectl describe
 // node` looks for it: in the namespace default, about the Node by kind, name and UID (the
 // node name as the kubelet has it, until the manager has read the Node), from weftd, with
-// the count and times of what it folds.
+// what the caller says of it.
 func testPostEvent(t *testing.T, c *cluster) {
 	const node = "eventful"
 	n := createNode(t, c.admin, node, nil, "10.42.62.0/24")
@@ -195,7 +194,8 @@ func testPostEvent(t *testing.T, c *cluster) {
 	last := first.Add(30 * time.Second)
 	post := func(reason string) {
 		t.Helper()
-		e := events.Event{Type: events.Warning, Reason: reason, Message: "seven " + reason, Count: 7, First: first, Last: last}
+		e := &corev1.Event{Type: corev1.EventTypeWarning, Reason: reason, Message: "seven " + reason, Count: 7,
+			FirstTimestamp: metav1.NewTime(first), LastTimestamp: metav1.NewTime(last)}
 		if err := m.PostEvent(ctxFor(t), e); err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func testSetReady(t *testing.T, c *cluster) {
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()},
 	}}}, "status")
 	m, _ := c.newManager(t, node, "ready.weft.test", netConf)
-	var r kube.Readier = m
+	var r subnet.Readier = m
 	if err := r.SetReady(ctxFor(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +620,8 @@ func nodeLife(t *testing.T, rc *rest.Config, node string) {
 	t.Logf("Acquire: %v", err)
 	t.Logf("SetReady: %v", m.SetReady(ctx))
 	now := time.Now()
-	t.Logf("PostEvent: %v", m.PostEvent(ctx, events.Event{Type: events.Normal, Reason: events.ReasonLeaseAcquired, Message: "node life", Count: 1, First: now, Last: now}))
+	t.Logf("PostEvent: %v", m.PostEvent(ctx, &corev1.Event{Type: corev1.EventTypeNormal, Reason: "LeaseAcquired", Message: "node life", Count: 1,
+		FirstTimestamp: metav1.NewTime(now), LastTimestamp: metav1.NewTime(now)}))
 	ch := make(chan []subnet.Event, 16)
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer wcancel()
@@ -795,9 +796,9 @@ func writeKubeconfig(t *testing.T, srv *kubetest.Server, tokenFile string) strin
 // TestGetConfig: net-conf.json is validated as in etcd mode; errors name the key.
 func TestGetConfig(t *testing.T) {
 	for _, tc := range []struct{ conf, key string }{
-		{`{"Network":"10.42.0.0/16","Bogus":1}`, "Bogus"},
+		{`{"Network":"10.42.0.0/16","Bogus":1}`, "Backend"}, // Bogus is ignored, the missing Backend is not
 		{`{"Network":"10.42.0.0/16","SubnetLen":24,"SubnetMin":"10.42.1.5"}`, "SubnetMin"},
-		{`{"Network":"10.42.0.0/16","Backend":{"Type":"host-gw","VNI":1}}`, "Backend.VNI"},
+		{`{"Network":"10.42.0.0/16","Backend":{"Type":"wireguard","VNI":1}}`, "Backend.Type"},
 		{`{"Network":"not-a-net"}`, "Network"},
 	} {
 		m, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}, NodeName: "n", NetConfPath: writeNetConf(t, tc.conf)})

@@ -19,13 +19,6 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// Readier is a Manager that can tell the cluster that the node's pod network works. The
-// daemon calls SetReady once the data plane has first converged; until then the node keeps
-// whatever NetworkUnavailable condition it had.
-type Readier interface {
-	SetReady(ctx context.Context) error
-}
-
 // ReadyReason is the reason of the NetworkUnavailable=False condition weft sets. flannel
 // sets "FlannelIsUp"; a reason of its own lets an operator see, during a node-by-node
 // migration, which nodes run weft (kubectl get nodes -o jsonpath=...reason). Nothing in
@@ -279,7 +272,7 @@ func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err err
 	return v4, v6, nil
 }
 
-// SetReady implements Readier: it sets the node condition NetworkUnavailable=False with
+// SetReady implements subnet.Readier: it sets the node condition NetworkUnavailable=False with
 // reason ReadyReason, through a strategic merge patch of nodes/status, which merges
 // conditions by type and so leaves the kubelet's own conditions alone. Calling it again
 // changes nothing.

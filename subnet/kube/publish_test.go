@@ -57,7 +57,7 @@ func TestAnnotationsRoundTrip(t *testing.T) {
 // TestPeerLeaseAge: a peer's lease is as old as its Node, so that every node settles clashing
 // claims alike; a Node of unknown creation time gives a lease of unknown age.
 func TestPeerLeaseAge(t *testing.T) {
-	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16"}`)
+	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	created := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		at   time.Time
@@ -79,7 +79,7 @@ func TestPeerLeaseAge(t *testing.T) {
 // over the limit in the informer's cache (which does not keep the original string alive),
 // and the peer is refused naming the limit; one at the limit is read.
 func TestOversizedAnnotation(t *testing.T) {
-	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16"}`)
+	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	node := func(data string) *corev1.Node {
 		return &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: "peer", Annotations: map[string]string{

@@ -48,7 +48,7 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 type watcher struct {
 	m   *Manager
 	cfg *subnet.Config
-	out chan<- []subnet.Event
+	out subnet.Sender
 	inf cache.SharedIndexInformer
 
 	mu    sync.Mutex
@@ -61,7 +61,6 @@ type watcher struct {
 	seed    maphash.Seed      // of the attribute digests in known
 	known   map[string]told   // by node name: what the receiver has been told
 	skipped map[string]string // by node name: the problem already reported
-	sent    bool              // the first batch went out
 }
 
 // told is what the watcher keeps of a lease the receiver has been told of: its subnets, to
@@ -74,7 +73,7 @@ type told struct {
 
 func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
 	w := &watcher{
-		m: m, cfg: cfg, out: out,
+		m: m, cfg: cfg, out: subnet.Sender{Out: out},
 		dirty: map[string]bool{}, kick: make(chan struct{}, 1),
 		seed: maphash.MakeSeed(), known: map[string]told{}, skipped: map[string]string{},
 	}
@@ -187,12 +186,12 @@ func (w *watcher) note(obj any) {
 // from its channel: changes meanwhile join this batch instead of queueing up behind it. A
 // lone change waits for nothing.
 func (w *watcher) settle(ctx context.Context) error {
-	if len(w.out) == 0 {
+	if len(w.out.Out) == 0 {
 		return nil
 	}
 	t := time.NewTicker(busyPoll)
 	defer t.Stop()
-	for len(w.out) > 0 {
+	for len(w.out.Out) > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -203,8 +202,8 @@ func (w *watcher) settle(ctx context.Context) error {
 }
 
 // flush sends the events that bring the receiver up to date with the noted nodes: removals
-// first, so that a subnet that moved from one node to another is never seen twice. Empty
-// batches are not sent, except the first, which tells the receiver it knows every lease.
+// first, so that a subnet that moved from one node to another is never seen twice (an empty
+// batch goes out only as the first: subnet.Sender).
 func (w *watcher) flush(ctx context.Context) error {
 	w.mu.Lock()
 	names := w.dirty
@@ -233,17 +232,7 @@ func (w *watcher) flush(ctx context.Context) error {
 			removed = append(removed, gone)
 		}
 	}
-	evs := append(removed, added...)
-	if len(evs) == 0 && w.sent {
-		return nil
-	}
-	select {
-	case w.out <- evs:
-		w.sent = true
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return w.out.Send(ctx, append(removed, added...))
 }
 
 // leaseState is what current found of a node's lease.

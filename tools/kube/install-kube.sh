@@ -1,10 +1,12 @@
 #!/bin/sh
 # install-kube.sh DIR [PROGRAM...]: build Kubernetes programs into DIR, at the
 # version of k8s.io/kubernetes pinned in this module's go.mod. PROGRAM is a
-# command of k8s.io/kubernetes/cmd listed as a tool in go.mod (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl);
-# without one, kube-apiserver, which the Kubernetes-mode tests (internal/kubetest)
-# run. e2e/kubecluster's cluster needs them all.
+# program of k8s.io/kubernetes listed as a tool in go.mod, named by the last
+# element of its package: the commands of cmd/ (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl) and
+# agnhost, the e2e tests' Swiss-army program (test/images/agnhost); without
+# one, kube-apiserver, which the Kubernetes-mode tests (internal/kubetest) run.
+# e2e/kubecluster's cluster needs them all.
 #
 # A cold kube-apiserver takes 6 to 8 minutes and about 2 GB of memory on 2
 # cores; each other program adds a few minutes, so each is built once: a stamp
@@ -30,11 +32,17 @@ shift
 # build sets these from git, which a module download has not.
 version=$(cd "$here" && go list -mod=readonly -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=$(echo "$version" | cut -d. -f2)
-pkg=k8s.io/component-base/version
-ldflags="-s -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+vpkg=k8s.io/component-base/version
+ldflags="-s -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean"
 
+# The programs out of date are built by one go build, which compiles the
+# packages they share once and keeps both cores busy while each links; agnhost,
+# with a version of its own, by another.
+stale=""
+stale_pkgs=""
 for prog in "$@"; do
-	if ! grep -q "^[[:space:]]*k8s.io/kubernetes/cmd/$prog\$" "$here/go.mod"; then
+	pkg=$(sed -n "s|^[[:space:]]*\(k8s.io/kubernetes/.*/$prog\)\$|\1|p" "$here/go.mod")
+	if [ -z "$pkg" ]; then
 		echo "install-kube: $prog is not a tool of $here/go.mod" >&2
 		exit 2
 	fi
@@ -42,15 +50,49 @@ for prog in "$@"; do
 		[ -x "$dir/$prog" ]; then
 		continue
 	fi
-	echo "install-kube: building $prog $version into $dir (minutes, once)"
-	start=$(date +%s)
-	# -mod=readonly keeps a stale go.sum from being rewritten behind our back.
-	# The binary goes to a temporary name first so that an interrupted build
-	# never leaves a truncated program next to a stale stamp.
-	rm -f "$stamp"
-	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -ldflags="$ldflags" \
-		-o "$dir/$prog.tmp" "k8s.io/kubernetes/cmd/$prog")
-	mv -f "$dir/$prog.tmp" "$dir/$prog"
-	echo "$want" >"$stamp"
-	echo "install-kube: $prog built in $(($(date +%s) - start)) s"
+	if [ "$prog" = agnhost ]; then
+		build_agnhost=$pkg
+		continue
+	fi
+	stale="$stale $prog"
+	stale_pkgs="$stale_pkgs $pkg"
 done
+
+# install PROG...: moves each built program from the temporary directory into
+# place and stamps it. Binaries go to a temporary directory first so that an
+# interrupted build never leaves a truncated program next to a stale stamp.
+tmp="$dir/.build.tmp"
+install_built() {
+	for p in "$@"; do
+		mv -f "$tmp/$p" "$dir/$p"
+		tool_current ".weft-$p-stamp" "$here/go.mod" "$here/go.sum" "$here/install-kube.sh" || true
+		echo "$want" >"$stamp"
+	done
+}
+
+if [ -n "$stale" ]; then
+	echo "install-kube: building$stale $version into $dir (minutes, once)"
+	start=$(date +%s)
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	# -mod=readonly keeps a stale go.sum from being rewritten behind our back.
+	# shellcheck disable=SC2086 # one word per package
+	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath -ldflags="$ldflags" \
+		-o "$tmp/" $stale_pkgs)
+	# shellcheck disable=SC2086
+	install_built $stale
+	echo "install-kube:$stale built in $(($(date +%s) - start)) s"
+fi
+if [ -n "${build_agnhost:-}" ]; then
+	echo "install-kube: building agnhost into $dir (minutes, once)"
+	start=$(date +%s)
+	# agnhost has a version of its own, which its image is tagged with
+	# (test/images/agnhost/VERSION; its Makefile sets main.Version so).
+	src=$(cd "$here" && go mod download k8s.io/kubernetes &&
+		go list -mod=readonly -m -f '{{.Dir}}' k8s.io/kubernetes)
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	(cd "$here" && CGO_ENABLED=0 nice go build -mod=readonly -trimpath \
+		-ldflags="-s -X main.Version=$(cat "$src/test/images/agnhost/VERSION")" -o "$tmp/" "$build_agnhost")
+	install_built agnhost
+	echo "install-kube: agnhost built in $(($(date +%s) - start)) s"
+fi
+rm -rf "$tmp"

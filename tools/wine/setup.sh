@@ -52,7 +52,7 @@ if [ ! -f "$dll" ] || [ "$here/processprng.c" -nt "$dll" ]; then
 fi
 
 # The simulated HNS DLLs (tools/wine/hns): computenetwork.dll and vmcompute.dll, which hand
-# hcsshim's calls to the simulated HNS service (windows/hnssim). Wine has no builtin of either
+# hcsshim's calls to the simulated HNS service (internal/hnssim). Wine has no builtin of either
 # name; WINEDLLOVERRIDES=computenetwork,vmcompute=n is set by whoever runs them anyway.
 for name in computenetwork vmcompute; do
 	out="$WINEPREFIX/drive_c/windows/system32/$name.dll"

@@ -36,7 +36,7 @@ func (c *clock) Now() time.Time { return c.t }
 
 func (c *clock) Sleep(d time.Duration) { c.t = c.t.Add(d) }
 
-// TestRefuses: what HNS (or hcn before it) refuses, MemHNS refuses, with errors
+// TestRefuses: what HNS (or hcn before it) refuses, hnstest.HNS refuses, with errors
 // callers can tell apart.
 func TestRefuses(t *testing.T) {
 	h := New(Options{Version: windows.Version{Major: 9, Minor: 1}, Host: NewHost(windows.Interface{Index: 4, Name: testAdapter})})

@@ -1,6 +1,6 @@
 /*
  * call.h: the one thing the simulated HNS DLLs do: hand a call to the simulated HNS service
- * (windows/hnssim) over TCP on loopback, at the address in WEFT_HNS_ADDR (host:port), and
+ * (internal/hnssim) over TCP on loopback, at the address in WEFT_HNS_ADDR (host:port), and
  * give its answer back as HNS does: an HRESULT, UTF-16 strings in CoTaskMemAlloc buffers
  * (which the caller frees with CoTaskMemFree), no error record on success. Thin on purpose:
  * the caller is a Go program, and a second Go runtime in its process is not supported.

@@ -4,7 +4,7 @@
  * SetIpInterfaceEntry, InitializeIpForwardEntry, CreateIpForwardEntry2 and
  * DeleteIpForwardEntry2. The functions weftd's host code calls (windows/host_windows.go) are
  * here, and hand their rows, as the bytes the caller passed, to the simulated HNS service
- * (windows/hnssim), which plays them on the node's simulated host, the one its simulated HNS
+ * (internal/hnssim), which plays them on the node's simulated host, the one its simulated HNS
  * moves addresses on: it decodes the rows, answers as Windows documents and sends the rows
  * back. Every other export is forwarded to Wine's own iphlpapi, copied beside this one as
  * iphlpwine.dll (setup.sh writes the forwarders from that copy's exports): Go's net package

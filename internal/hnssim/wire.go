@@ -3,6 +3,10 @@
 // package loads as it would Windows' own, with the rules of the in-memory HNS (hnstest),
 // and those of tools/wine/iphlpapi's iphlpapi.dll on the HNS's simulated host.
 //
+// It is a test double: only tests import it (e2e's Wine nodes, the windows package's tests
+// under Wine, hcsshim's own tests in TestHcsshimConformance), which is why it lives under
+// internal with the other test servers rather than beside the Windows data plane.
+//
 // It decodes every request by HNS's own JSON schema (the structs of schema.go, written from
 // hcsshim's hcn types), strictly: an unknown field or a wrong shape is refused with
 // HCN_E_INVALID_JSON, as a request weft's model would let through but HNS would not. It
