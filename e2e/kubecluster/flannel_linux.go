@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -31,17 +32,17 @@ const (
 )
 
 // FlannelImages builds flannel's two images into work and returns their archives: flannel's
-// (LocalFlannelImage) holds flanneld from flanneldBin and install-conf from kubeBin (the
-// directory tools/flannel/install-flanneld.sh and install-flannel-kube.sh build into), and,
-// for flanneld's iptables mode (kube-flannel.yml's "EnableNFTables": false), the host's
-// iptables (Debian's iptables-nft, the nf_tables back end kube-proxy's nftables mode
-// shares the kernel with) with its extensions and every library these load: flannel's own
-// image is Alpine's with iptables; flanneld runs iptables, ip6tables and their -restore
-// programs by name. The plugin's (LocalFlannelCNIImage) holds the plugin at /flannel, as
-// flannel's does, and the host's cp with its libraries, which its install runs.
-func FlannelImages(flannelBin, work string) ([]string, error) {
+// (LocalFlannelImage) holds flanneld and install-conf from flannelBin (the directory
+// tools/flannel/install-flanneld.sh and install-flannel-kube.sh build into) and, for
+// flanneld's iptables mode (kube-flannel.yml's "EnableNFTables": false), the host's iptables
+// (Debian's iptables-nft, the nf_tables back end kube-proxy's nftables mode shares the kernel
+// with) with its extensions and every library these load: flannel's own image is Alpine's
+// with iptables; flanneld runs iptables, ip6tables and their -restore programs by name. The
+// plugin's (LocalFlannelCNIImage) holds the plugin at /flannel, as flannel's does, and the
+// host's cp with its libraries, which its install runs.
+func FlannelImages(ctx context.Context, flannelBin, work string) ([]string, error) {
 	flanneld := filepath.Join(flannelBin, "flanneld")
-	out, err := exec.Command(flanneld, "--version").CombinedOutput()
+	out, err := exec.CommandContext(ctx, flanneld, "--version").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("%s --version: %w: %s", flanneld, err, out)
 	}
@@ -52,30 +53,33 @@ func FlannelImages(flannelBin, work string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flannel's image: Debian's iptables: %w (tools/flannel/install-deps.sh installs it)", err)
 	}
-	files := []imageFile{
-		{Path: "/opt/bin/flanneld", Src: flanneld, Mode: 0o755},
-		{Path: "/opt/bin/install-conf", Src: filepath.Join(flannelBin, "install-conf"), Mode: 0o755},
-		{Path: "/usr/sbin/xtables-nft-multi", Src: xtables, Mode: 0o755},
-	}
-	for _, p := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		files = append(files, imageFile{Path: "/usr/sbin/" + p, Link: "xtables-nft-multi"})
-	}
 	exts, err := filepath.Glob(filepath.Join(xtablesLibDir, "*.so"))
 	if err != nil || len(exts) == 0 {
 		return nil, fmt.Errorf("flannel's image: no iptables extensions in %s (%v)", xtablesLibDir, err)
 	}
+	t := newFSTree()
+	for _, p := range []struct{ at, src string }{
+		{"/opt/bin/flanneld", flanneld},
+		{"/opt/bin/install-conf", filepath.Join(flannelBin, "install-conf")},
+		{"/usr/sbin/xtables-nft-multi", xtables},
+	} {
+		if err := t.hostProgram(ctx, p.at, p.src); err != nil {
+			return nil, fmt.Errorf("flannel's image: %w", err)
+		}
+	}
+	for _, p := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		t.symlink("/usr/sbin/"+p, "xtables-nft-multi")
+	}
 	for _, e := range exts {
-		files = append(files, imageFile{Path: e, Src: e, Mode: 0o644})
+		if err := t.hostFile(e, e); err != nil {
+			return nil, fmt.Errorf("flannel's image: %w", err)
+		}
+		if err := t.libraries(ctx, e); err != nil {
+			return nil, fmt.Errorf("flannel's image: %w", err)
+		}
 	}
-	if files, err = withLibraries(files); err != nil {
-		return nil, fmt.Errorf("flannel's image: %w", err)
-	}
-	img, err := hostFilesImage(files, []string{"/opt/bin/flanneld"})
+	flannel, err := treeArchive(work, LocalFlannelImage, v1.Config{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{pathEnv}}, t)
 	if err != nil {
-		return nil, fmt.Errorf("flannel's image: %w", err)
-	}
-	flannel := filepath.Join(work, "flannel.tar")
-	if err := writeArchive(flannel, LocalFlannelImage, img); err != nil {
 		return nil, err
 	}
 
@@ -83,18 +87,15 @@ func FlannelImages(flannelBin, work string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flannel's CNI plugin image: %w", err)
 	}
-	files = []imageFile{
-		{Path: "/flannel", Src: filepath.Join(flannelBin, "flannel"), Mode: 0o755},
-		{Path: "/bin/cp", Src: cp, Mode: 0o755},
-	}
-	if files, err = withLibraries(files); err != nil {
+	t = newFSTree()
+	if err := t.hostFile("/flannel", filepath.Join(flannelBin, "flannel")); err != nil {
 		return nil, fmt.Errorf("flannel's CNI plugin image: %w", err)
 	}
-	if img, err = hostFilesImage(files, nil); err != nil {
+	if err := t.hostProgram(ctx, "/bin/cp", cp); err != nil {
 		return nil, fmt.Errorf("flannel's CNI plugin image: %w", err)
 	}
-	plugin := filepath.Join(work, "flannel-cni-plugin.tar")
-	if err := writeArchive(plugin, LocalFlannelCNIImage, img); err != nil {
+	plugin, err := treeArchive(work, LocalFlannelCNIImage, v1.Config{Env: []string{pathEnv}}, t)
+	if err != nil {
 		return nil, err
 	}
 	return []string{flannel, plugin}, nil

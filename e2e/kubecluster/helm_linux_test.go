@@ -31,6 +31,7 @@ func needHelm(t *testing.T, repo string) string {
 // the image set to the local one, waits for every node to turn Ready with NetworkUnavailable
 // cleared, and checks that pods on two nodes reach each other through the overlay.
 func TestWeftHelm(t *testing.T) {
+	needLong(t)
 	c := newCluster(t, 3)
 	repo, err := cluster.RepoRoot()
 	if err != nil {
