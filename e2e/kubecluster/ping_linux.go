@@ -232,7 +232,7 @@ func (r PingResult) Describe(origin time.Time) string {
 	s := fmt.Sprintf("%s -> %s: %d sent, %d lost on the network (%d requests, %d replies)", r.From, r.To,
 		r.Sent, r.NetSent-r.NetReceived, r.NetSent, r.NetReceived)
 	if len(r.Gaps) > 0 {
-		s += fmt.Sprintf("; ping missed %d", r.Lost)
+		s += fmt.Sprintf("; ping itself saw %d unanswered", r.Lost)
 	}
 	for i, g := range r.Gaps {
 		sep := ", "
