@@ -100,6 +100,10 @@ func TestMigrateFromFlannel(t *testing.T) {
 	kubectl(ctx, t, c, "-n", "kube-flannel", "rollout", "status", "ds/"+flannelDS, "--timeout=5m")
 	figure(step, "step 1: flannel's DaemonSet pinned, rolled out %v later", time.Since(step).Round(time.Millisecond))
 	started("app=flannel", "")
+	// How the DaemonSet controller replaced flannel's pods: one node at a time, or all at
+	// once if it saw the nodeSelector before the labels.
+	kubectl(ctx, t, c, "-n", "kube-flannel", "get", "events", "--field-selector", "involvedObject.kind=DaemonSet",
+		"--sort-by=.lastTimestamp", "-o", "custom-columns=TIME:.lastTimestamp,REASON:.reason,MESSAGE:.message")
 
 	// Step 2: weft.yaml (the local image: the only change to the shipped file) with
 	// flannel's net-conf.json, and flannel's cni-conf.json with its type changed to weft.
