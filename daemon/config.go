@@ -45,7 +45,10 @@ type Config struct {
 	HealthzIP      string
 	HealthzPort    int
 	ResyncInterval time.Duration
-	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails.
+	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails:
+	// long enough for an etcd leader election, short enough that a node cut off from its
+	// datastore says so within seconds (kubelet's readiness probe adds its own
+	// failureThreshold).
 	DatastoreTimeout time.Duration
 	// WireGuardKeyFile holds the node's WireGuard private key (wgkey.Path: $WIREGUARD_KEY_FILE,
 	// else flanneld's /run/flannel/wgkey); made when missing. Read only for the wireguard
@@ -86,7 +89,7 @@ func DefaultConfig() Config {
 		HealthzIP:        "127.0.0.1",
 		HealthzPort:      8285,
 		ResyncInterval:   30 * time.Second,
-		DatastoreTimeout: 30 * time.Second,
+		DatastoreTimeout: 5 * time.Second,
 		ProbeInterval:    time.Second,
 		ProbePeers:       4,
 

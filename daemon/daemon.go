@@ -121,7 +121,11 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check
 	}
-	d.health = newHealth(cfg, d.m, check)
+	var probe func(context.Context) error
+	if p, ok := deps.Manager.(subnet.Prober); ok {
+		probe = p.Probe
+	}
+	d.health = newHealth(cfg, d.m, check, probe)
 	d.health.peers = d.peerStatus
 	d.m.peers.count = d.peerCounts
 	d.m.ready = func() bool { return d.health.readyz() == nil }
@@ -173,6 +177,9 @@ type daemon struct {
 	ext netif.External
 	own subnet.Lease
 	mtu int // the pods' MTU: the smallest the families' backends allow
+	// nodeID is the node's identity (subnet.LoadNodeID), published with its lease in etcd
+	// mode; empty in Kubernetes mode, where the Node object is the node's.
+	nodeID string
 
 	// stacks are the families the network enables, IPv4 first; made by setUp. Only the loop
 	// touches them; readers get view, which the loop publishes after each change of their
@@ -187,7 +194,13 @@ type daemon struct {
 	inStore   bool              // the own lease is in the datastore
 	synced    bool              // the first watch batch arrived
 	lastRenew time.Time
-	notified  bool // systemd was told weftd is ready
+	// A renewal runs beside the loop (renewer), which goes on applying the leases meanwhile:
+	// a datastore without a quorum holds one for its whole timeout. renewing says one is
+	// under way; toRenew asks for one, renewed brings its result back.
+	renewing bool
+	toRenew  chan subnet.Lease
+	renewed  chan renewal
+	notified bool // systemd was told weftd is ready
 	// startupDone is when the first convergence ended.
 	startupDone time.Time
 	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
@@ -271,6 +284,16 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		}
 	})
 
+	if !d.cfg.KubeSubnetMgr {
+		path := subnet.NodeIDFile(d.cfg.SubnetFile)
+		var made bool
+		if d.nodeID, made, err = subnet.LoadNodeID(path); err != nil {
+			return err
+		}
+		if made {
+			d.log.Info("made a node identity", "id", d.nodeID, "path", path)
+		}
+	}
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
 	req := subnet.AcquireRequest{Attrs: d.attrs(nil)}
@@ -342,7 +365,7 @@ func (d *daemon) held() (sn, sn6 netip.Prefix) {
 // attrs are the lease attributes the node publishes: each stack's half, from its backend and
 // the VTEP MAC of its device in macs (by stack; nil: zero MACs).
 func (d *daemon) attrs(macs []backend.MAC) subnet.LeaseAttrs {
-	var a subnet.LeaseAttrs
+	a := subnet.LeaseAttrs{NodeID: d.nodeID}
 	for i, st := range d.stacks {
 		var mac backend.MAC
 		if macs != nil {
@@ -399,9 +422,11 @@ func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subne
 // take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
 const startupEchoes = 2 * time.Second
 
-// requestTimeout bounds one datastore request (an acquisition may take several round trips
-// and, on Windows, the HNS network's creation), so that a hung connection is retried rather
-// than waited on forever.
+// requestTimeout bounds one call of the datastore (an acquisition may take several round
+// trips, a wait for the podCIDR and, on Windows, the HNS network's creation), so that none is
+// waited on forever. The managers bound each round trip much shorter (etcd.Options'
+// RequestTimeout, ListTimeout; kube's requestTimeout): a request that hangs fails within
+// seconds and is retried.
 const requestTimeout = 2 * time.Minute
 
 // timed runs one datastore request, recording its latency and counting its failure.
@@ -491,6 +516,8 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	events := make(chan []subnet.Event, 16)
 	watchDone := make(chan error, 1)
 	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
+	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
+	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
 	for _, st := range d.stacks {
 		wg.Go(func() {
@@ -558,16 +585,20 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		case <-retryConverge.C:
 			d.setFull()
 		case <-renew.C:
-			d.renew(ctx)
+			d.startRenew()
+		case r := <-d.renewed:
+			d.renewing = false
+			d.finishRenew(r)
 			renew.Reset(d.renewIn())
 		}
 		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
 		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
-			d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
-			d.renew(ctx)
-			renew.Reset(d.renewIn())
+			if !d.renewing {
+				d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
+			}
+			d.startRenew()
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			err := d.converge(ctx)
@@ -663,19 +694,59 @@ func (d *daemon) renewIn() time.Duration {
 	return max(time.Until(d.own.Expiration)-d.cfg.RenewMargin, time.Second)
 }
 
-// renew renews the own lease, publishing d.own's attributes, and follows a change of the
-// subnet.
-func (d *daemon) renew(ctx context.Context) {
-	d.lastRenew = time.Now()
-	l, err := timed(d, "renew", func() (subnet.Lease, error) {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-		return d.sm.Renew(rctx, d.own)
-	})
-	if err != nil {
-		d.m.renewals.WithLabelValues("error").Inc()
-		d.log.Error("renewing the lease failed", "lease", d.own.Key(), "err", err)
+// renewal is what one renewal of the own lease asked and got.
+type renewal struct {
+	asked subnet.Lease
+	got   subnet.Lease
+	err   error
+}
+
+// renewer renews the own lease each time the loop asks, until ctx is done.
+func (d *daemon) renewer(ctx context.Context) {
+	for {
+		var own subnet.Lease
+		select {
+		case <-ctx.Done():
+			return
+		case own = <-d.toRenew:
+		}
+		l, err := timed(d, "renew", func() (subnet.Lease, error) {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return d.sm.Renew(rctx, own)
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case d.renewed <- renewal{asked: own, got: l, err: err}:
+		}
+	}
+}
+
+// startRenew has the own lease renewed, publishing d.own's attributes, unless a renewal is
+// under way; the loop takes its result (finishRenew) when it comes.
+func (d *daemon) startRenew() {
+	if d.renewing {
 		return
+	}
+	d.renewing, d.lastRenew = true, time.Now()
+	d.toRenew <- d.own
+}
+
+// finishRenew takes a renewal's result: the own lease, and a change of the subnet followed.
+func (d *daemon) finishRenew(r renewal) {
+	if r.err != nil {
+		d.m.renewals.WithLabelValues("error").Inc()
+		d.log.Error("renewing the lease failed", "lease", r.asked.Key(), "err", r.err)
+		return
+	}
+	l := r.got
+	// The device was made again meanwhile (recreateDevice): the renewal published the
+	// attributes of the old one. The lease is kept with the new ones, which the next renewal,
+	// asked now, publishes.
+	stale := !r.asked.Attrs.Equal(d.own.Attrs)
+	if stale {
+		l.Attrs = d.own.Attrs
 	}
 	changed := !l.SameSubnets(d.own)
 	if changed {
@@ -689,6 +760,9 @@ func (d *daemon) renew(ctx context.Context) {
 		if err := d.writeEnv(); err != nil {
 			d.log.Error("rewriting subnet.env", "err", err)
 		}
+	}
+	if stale {
+		d.startRenew()
 	}
 }
 
@@ -844,7 +918,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		l := d.own
 		l.Attrs = attrs
 		d.setOwn(l)
-		d.renew(ctx) // Renew sees attributes differing from the stored ones and publishes ours
+		d.startRenew() // Renew sees attributes differing from the stored ones and publishes ours
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -42,8 +44,8 @@ type fakePlane struct {
 	mac      backend.MAC
 	mismatch error // the first incremental Update that did not lead to the State
 	watching atomic.Int32
-	gate     *gate                 // the next Apply waits at it; nil: none does
 	caps     *backend.Capabilities // nil: the netlink plane's
+	gate     *gate                 // the next Apply waits at it; nil: none does
 }
 
 // gate holds an Apply: it closes entered once it is in the plane, then waits for release, as
@@ -174,6 +176,11 @@ func startNode(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane)
 }
 
 func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
+	return startNodeOn(t, func(log *slog.Logger) subnet.Manager { return etcd.New(cli, etcd.Options{Logger: log}) }, dir, plane, tweak)
+}
+
+// startNodeOn is startNodeWith on the datastore that manager makes.
+func startNodeOn(t *testing.T, manager func(*slog.Logger) subnet.Manager, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
 	cfg := DefaultConfig()
 	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
 	cfg.HealthzPort = 0
@@ -185,7 +192,7 @@ func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePl
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	go func() {
 		n.done <- RunWith(ctx, cfg, log, Deps{
-			Manager:    etcd.New(cli, etcd.Options{Logger: log}),
+			Manager:    manager(log),
 			Plane:      plane,
 			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
 			DefaultIf:  func() (string, error) { return "eth0", nil },
@@ -231,6 +238,16 @@ func putPeer(t *testing.T, cli *clientv3.Client, key, ip, mac string) {
 	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/subnets/"+key, v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// vxlanEtcd starts an etcd of the test's own holding vxlanConf, and returns a client of it.
+func vxlanEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli := etcdtest.Start(t, etcdtest.Options{}).Client(t)
+	if _, err := cli.Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	return cli
 }
 
 // vxlanConf: the daemon draws its own subnet at random from 10.244.100.0 up, clear of the
@@ -348,6 +365,108 @@ func TestDaemonRecoversLostLease(t *testing.T) {
 		n.once.Do(func() {})
 		t.Fatalf("daemon exited: %v", err)
 	default:
+	}
+}
+
+// stuckRenew is an etcd datastore whose renewals hang until released, as a renewal does while
+// etcd has no quorum.
+type stuckRenew struct {
+	*etcd.Manager
+	asked   atomic.Int32
+	release chan struct{}
+}
+
+func (s *stuckRenew) Renew(ctx context.Context, own subnet.Lease) (subnet.Lease, error) {
+	s.asked.Add(1)
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return subnet.Lease{}, ctx.Err()
+	}
+	return s.Manager.Renew(ctx, own)
+}
+
+// TestDaemonRenewalDoesNotBlockLoop: while a renewal hangs (the own lease was deleted, and
+// the datastore does not answer the renewal), the daemon goes on following the leases: a peer
+// added meanwhile is programmed. Once the renewal goes through, the lease is back.
+func TestDaemonRenewalDoesNotBlockLoop(t *testing.T) {
+	cli := vxlanEtcd(t)
+	putPeer(t, cli, "10.244.7.0-24", "192.0.2.17", "0e:00:00:00:00:07")
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	sm := &stuckRenew{release: make(chan struct{})}
+	n := startNodeOn(t, func(log *slog.Logger) subnet.Manager {
+		sm.Manager = etcd.New(cli, etcd.Options{Logger: log})
+		return sm
+	}, t.TempDir(), plane, func(*Config) {})
+	eventually(t, "convergence", func() bool { st, _ := plane.last(); return len(st.peers) == 1 })
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	if _, err := cli.Delete(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a renewal of the deleted lease", func() bool { return sm.asked.Load() > 0 })
+	putPeer(t, cli, "10.244.8.0-24", "192.0.2.18", "0e:00:00:00:00:08")
+	eventually(t, "the peer added while the renewal hangs", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.7.0/24 10.244.8.0/24]"
+	})
+	close(sm.release)
+	eventually(t, "the lease back in etcd", func() bool {
+		r, err := cli.Get(t.Context(), key)
+		return err == nil && len(r.Kvs) == 1
+	})
+}
+
+// TestDaemonClonesGetLeasesOfTheirOwn: two nodes with one public IP (a VM and its clone,
+// each with its own directory for subnet.env and so its own node identity) end on leases of
+// their own, each published with its identity; the first, restarted, keeps its subnet.
+func TestDaemonClonesGetLeasesOfTheirOwn(t *testing.T) {
+	cli := vxlanEtcd(t)
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	n1 := startNode(t, cli, dir1, &fakePlane{mac: backend.MAC{0x0e, 1}})
+	eventually(t, "the first's subnet.env", func() bool { _, err := subnet.ReadEnv(n1.cfg.SubnetFile); return err == nil })
+	env1, _ := subnet.ReadEnv(n1.cfg.SubnetFile)
+	n2 := startNode(t, cli, dir2, &fakePlane{mac: backend.MAC{0x0e, 2}})
+	owners := func() map[string]string { // lease key -> node identity
+		resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			var a subnet.LeaseAttrs
+			if a.UnmarshalJSON(kv.Value) == nil {
+				out[path.Base(string(kv.Key))] = a.NodeID
+			}
+		}
+		return out
+	}
+	id := func(dir string) string {
+		b, _ := os.ReadFile(subnet.NodeIDFile(filepath.Join(dir, "subnet.env")))
+		return strings.TrimSpace(string(b))
+	}
+	eventually(t, "a lease each", func() bool {
+		env2, err := subnet.ReadEnv(n2.cfg.SubnetFile)
+		if err != nil || env2.Subnet == env1.Subnet {
+			return false
+		}
+		o := owners()
+		sn1, _ := env1.LeaseSubnets()
+		sn2, _ := env2.LeaseSubnets()
+		return len(o) == 2 && o[subnet.Key(sn1, netip.Prefix{})] == id(dir1) && o[subnet.Key(sn2, netip.Prefix{})] == id(dir2)
+	})
+	n1.stop()
+	n1 = startNode(t, cli, dir1, &fakePlane{mac: backend.MAC{0x0e, 1}})
+	eventually(t, "the first restarted", func() bool { _, k := n1.plane.last(); return k > 0 })
+	if env, err := subnet.ReadEnv(n1.cfg.SubnetFile); err != nil || env.Subnet != env1.Subnet {
+		t.Errorf("the first restarted: %+v, %v; want subnet %s kept", env, err, env1.Subnet)
+	}
+	if o := owners(); len(o) != 2 {
+		t.Errorf("leases after the restart: %v", o)
 	}
 }
 
@@ -529,6 +648,39 @@ func TestDaemonEtcdQuorumLost(t *testing.T) {
 	if after, err := subnet.ReadEnv(n.cfg.SubnetFile); err != nil || after.Subnet != before.Subnet {
 		t.Errorf("subnet.env after the quorum came back: %+v, %v; had subnet %s", after, err, before.Subnet)
 	}
+}
+
+// TestDaemonReadyzFrozenEtcd: etcd stops answering (frozen, as by SIGSTOP) under a running
+// daemon, whose client is made as weftd makes it: /readyz says the datastore is unreachable
+// within the test's bound, though the connection stays open and the watch says nothing; it
+// is ready again once etcd answers.
+func TestDaemonReadyzFrozenEtcd(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	if _, err := srv.Client(t).Put(t.Context(), etcd.DefaultPrefix+"/config", vxlanConf); err != nil {
+		t.Fatal(err)
+	}
+	proxy := srv.Proxy(t)
+	cli, err := etcd.NewClient(etcd.ClientConfig{Endpoints: []string{proxy.Endpoint()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
+	n := startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
+	defer n.stop() // before the client closes
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+
+	proxy.Freeze()
+	start := time.Now()
+	eventually(t, "/readyz failing with etcd frozen", func() bool {
+		code, body := get(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "datastore unreachable")
+	})
+	t.Logf("/readyz failed %v after etcd froze", time.Since(start))
+	proxy.Thaw()
+	eventually(t, "ready once etcd answers", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
 }
 
 // TestRunWithLeavesNoGoroutines: RunWith returns only once every goroutine it started (the

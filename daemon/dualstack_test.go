@@ -94,6 +94,9 @@ func TestDaemonDualStack(t *testing.T) {
 	}
 	want := subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.0.2.10"), PublicIPv6: netip.MustParseAddr("fd77:77::10"), BackendType: "vxlan",
 		BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"0e:04:04:04:04:04"}`), BackendV6Data: json.RawMessage(`{"VNI":1,"VtepMAC":"0e:06:06:06:06:06"}`)}
+	if want.NodeID, _, err = subnet.LoadNodeID(subnet.NodeIDFile(cfg.SubnetFile)); err != nil {
+		t.Fatal(err)
+	}
 	if !own.Equal(want) || resp.Kvs[0].Version != 1 {
 		t.Errorf("own lease %s (version %d), want %+v written once", resp.Kvs[0].Value, resp.Kvs[0].Version, want)
 	}

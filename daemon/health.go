@@ -23,7 +23,8 @@ import (
 // that a handler answers whatever the loop is doing (the peers come from the loop's view).
 type health struct {
 	cfg     Config
-	check   func() error // the datastore's cheap reachability check; nil when it has none
+	check   func() error                // the datastore's cheap reachability check; nil when it has none
+	probe   func(context.Context) error // asks the datastore whether it answers; nil when it cannot
 	metrics *metrics
 	peers   func() []status.Peer // the peers, from the loop's last published view; set before serving
 	// The overlay probes' summary and their view for /status, when probes run.
@@ -45,8 +46,8 @@ type health struct {
 	status        status.Node
 }
 
-func newHealth(cfg Config, m *metrics, check func() error) *health {
-	return &health{cfg: cfg, metrics: m, check: check, lastBeat: time.Now()}
+func newHealth(cfg Config, m *metrics, check func() error, probe func(context.Context) error) *health {
+	return &health{cfg: cfg, metrics: m, check: check, probe: probe, lastBeat: time.Now()}
 }
 
 func (h *health) update(f func(h *health)) {
@@ -55,21 +56,42 @@ func (h *health) update(f func(h *health)) {
 	f(h)
 }
 
-// watchDatastore samples the datastore's reachability every second until ctx is done.
+// probeEvery is how often the datastore is probed (subnet.Prober), and how long a probe may
+// wait for its answer: a datastore that stops answering is known within twice this, and
+// /readyz says so --datastore-timeout later.
+const probeEvery = 2 * time.Second
+
+// watchDatastore samples the datastore's reachability every second (Checker) and probes it
+// every probeEvery (Prober), until ctx is done.
 func (h *health) watchDatastore(ctx context.Context) {
-	if h.check == nil {
+	if h.check == nil && h.probe == nil {
 		return
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var probed time.Time
+	var probeErr error // the last probe's, until the next
 	for {
-		err := h.check()
+		now := time.Now()
+		var err error
+		if h.check != nil {
+			err = h.check()
+		}
+		if h.probe != nil && now.Sub(probed) >= probeEvery {
+			pctx, cancel := context.WithTimeout(ctx, probeEvery)
+			probed, probeErr = now, h.probe(pctx)
+			cancel()
+		}
+		if err == nil {
+			err = probeErr
+		}
 		h.update(func(h *health) {
 			switch {
 			case err == nil:
 				h.brokenSince, h.brokenErr = time.Time{}, nil
 			case h.brokenSince.IsZero():
-				h.brokenSince, h.brokenErr = time.Now(), err
+				// A probe that got no answer was sent when unreachable: from then.
+				h.brokenSince, h.brokenErr = now, err
 			default:
 				h.brokenErr = err
 			}

@@ -17,7 +17,7 @@ import (
 // without finishing its request (slowloris), and refuse oversized headers, bodies and
 // methods other than GET and HEAD, while a well-behaved GET is answered.
 func TestHealthServerLimits(t *testing.T) {
-	h := newHealth(DefaultConfig(), newMetrics(), nil)
+	h := newHealth(DefaultConfig(), newMetrics(), nil, nil)
 	port := freePort(t)
 	lim := httpLimits{readHeader: 200 * time.Millisecond, read: 400 * time.Millisecond, write: 2 * time.Second,
 		idle: 300 * time.Millisecond, maxHeader: 4 << 10, maxBody: 1 << 10}

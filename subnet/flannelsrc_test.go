@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,4 +301,36 @@ func exprString(e ast.Expr) string {
 		return exprString(e.X) + "." + e.Sel.Name
 	}
 	return ""
+}
+
+// TestFlannelReadsWeftLease: flanneld, with its own lease type (tools/flannel/leasecompat,
+// run in the flannel module this tree pins), reads the lease value weftd writes in etcd mode,
+// its node identity included, and writes back flannel's value without it: a node migrated
+// back to flanneld keeps its lease.
+func TestFlannelReadsWeftLease(t *testing.T) {
+	modDir := filepath.Join("..", "tools", "flannel")
+	if _, err := flannelModule(modDir); err != nil {
+		t.Skipf("no flannel module to read the lease with: %v", err)
+	}
+	attrs := LeaseAttrs{PublicIP: netip.MustParseAddr("192.168.64.3"), PublicIPv6: netip.MustParseAddr("fd00::3"), BackendType: "vxlan",
+		BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`), BackendV6Data: json.RawMessage(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:45"}`)}
+	flannel, err := attrs.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs.NodeID = "00112233445566778899aabbccddeeff"
+	weft, err := attrs.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(weft), attrs.NodeID) {
+		t.Fatalf("weft's lease value %s lacks the node identity", weft)
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "TestFlanneldReadsWeftLease", "./leasecompat/")
+	cmd.Dir = modDir
+	cmd.Env = append(os.Environ(), "WEFT_LEASE_VALUE="+string(weft), "WEFT_LEASE_FLANNEL="+string(flannel))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFlanneldReadsWeftLease") {
+		t.Errorf("flanneld's reading of %s: %v\n%s", weft, err, out)
+	}
 }

@@ -51,12 +51,17 @@ type LeaseAttrs struct {
 	BackendType   string
 	BackendData   json.RawMessage // e.g. {"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}; nil for host-gw
 	BackendV6Data json.RawMessage
+	// NodeID names the node that published the lease (etcd mode: weftd's node identity, kept
+	// beside subnet.env), so that a node can tell its own lease from one with its public IP
+	// that another node holds (a clone of it). Empty in a lease flanneld wrote. Written as
+	// WeftNodeID, a key flanneld's reader ignores.
+	NodeID string
 }
 
 // Equal reports whether two attribute sets are the same, BackendData compared as JSON values.
 func (a LeaseAttrs) Equal(b LeaseAttrs) bool {
 	return a.PublicIP == b.PublicIP && a.PublicIPv6 == b.PublicIPv6 && a.BadPublicIPv6 == b.BadPublicIPv6 && a.BackendType == b.BackendType &&
-		jsonEqual(a.BackendData, b.BackendData) && jsonEqual(a.BackendV6Data, b.BackendV6Data)
+		jsonEqual(a.BackendData, b.BackendData) && jsonEqual(a.BackendV6Data, b.BackendV6Data) && a.NodeID == b.NodeID
 }
 
 // Digest is a 64-bit hash of the attributes, the same for attributes that are Equal (backend
@@ -82,6 +87,7 @@ func (a LeaseAttrs) Digest(seed maphash.Seed) uint64 {
 	h.WriteByte(0)
 	digestJSON(&h, a.BackendData)
 	digestJSON(&h, a.BackendV6Data)
+	h.WriteString(a.NodeID)
 	return h.Sum64()
 }
 
@@ -117,11 +123,12 @@ type wireAttrs struct {
 	BackendType   string          `json:",omitempty"`
 	BackendData   json.RawMessage // null for host-gw, as flannel writes it
 	BackendV6Data json.RawMessage `json:",omitempty"`
+	WeftNodeID    string          `json:",omitempty"`
 }
 
 // MarshalJSON writes flannel's lease value.
 func (a LeaseAttrs) MarshalJSON() ([]byte, error) {
-	w := wireAttrs{PublicIP: "0.0.0.0", BackendType: a.BackendType, BackendData: a.BackendData, BackendV6Data: a.BackendV6Data}
+	w := wireAttrs{PublicIP: "0.0.0.0", BackendType: a.BackendType, BackendData: a.BackendData, BackendV6Data: a.BackendV6Data, WeftNodeID: a.NodeID}
 	if a.PublicIP.IsValid() {
 		w.PublicIP = a.PublicIP.String()
 	}
@@ -175,6 +182,7 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 		}
 	}
 	out.BackendType = w.BackendType
+	out.NodeID = w.WeftNodeID
 	// json.RawMessage copies what it is given: the data is already the lease's own.
 	if !isJSONNull(w.BackendData) {
 		out.BackendData = htmlEscaped(w.BackendData)

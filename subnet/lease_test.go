@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,6 +27,9 @@ func TestLeaseAttrsJSON(t *testing.T) {
 			LeaseAttrs{PublicIP: netip.MustParseAddr("10.0.0.2"), PublicIPv6: netip.MustParseAddr("fd00::2"), BackendType: "vxlan",
 				BackendData: json.RawMessage(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`), BackendV6Data: json.RawMessage(`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:45"}`)},
 			`{"PublicIP":"10.0.0.2","PublicIPv6":"fd00::2","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"},"BackendV6Data":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:45"}}`},
+		{"with weft's node identity",
+			LeaseAttrs{PublicIP: netip.MustParseAddr("10.0.0.2"), BackendType: "host-gw", NodeID: "00112233445566778899aabbccddeeff"},
+			`{"PublicIP":"10.0.0.2","PublicIPv6":null,"BackendType":"host-gw","BackendData":null,"WeftNodeID":"00112233445566778899aabbccddeeff"}`},
 		{"IPv6 only",
 			LeaseAttrs{PublicIPv6: netip.MustParseAddr("fd00::2"), BackendType: "host-gw"},
 			`{"PublicIP":"0.0.0.0","PublicIPv6":"fd00::2","BackendType":"host-gw","BackendData":null}`},
@@ -130,5 +135,25 @@ func TestLeaseAttrsDigest(t *testing.T) {
 				t.Errorf("%d %+v and %d %+v: Equal %v, same digest %v", i, a, j, b, eq, same)
 			}
 		}
+	}
+}
+
+// TestNodeID: an identity is made and kept beside subnet.env, read back the same, and a file
+// that holds no identity is replaced.
+func TestNodeID(t *testing.T) {
+	path := NodeIDFile(filepath.Join(t.TempDir(), "flannel", "subnet.env"))
+	id, made, err := LoadNodeID(path)
+	if err != nil || !made || !validNodeID(id) {
+		t.Fatalf("first LoadNodeID: %q, made %v, %v", id, made, err)
+	}
+	again, made, err := LoadNodeID(path)
+	if err != nil || made || again != id {
+		t.Errorf("LoadNodeID again: %q, made %v, %v; want %q kept", again, made, err, id)
+	}
+	if err := os.WriteFile(path, []byte("not an id\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if other, made, err := LoadNodeID(path); err != nil || !made || other == id || !validNodeID(other) {
+		t.Errorf("LoadNodeID over a bad file: %q, made %v, %v; want a new identity", other, made, err)
 	}
 }

@@ -111,6 +111,14 @@ type Checker interface {
 	Check() error
 }
 
+// Prober is implemented by Managers that can ask their datastore, with one small request,
+// whether it answers now: what Checker cannot see, a datastore that keeps the connection open
+// and answers nothing (a frozen process, a path that drops packets), shows as a Probe that
+// runs out of ctx's deadline. The daemon's readiness probes every few seconds.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // Readier is implemented by Managers whose datastore wants to hear that the node's pod
 // network works (Kubernetes: the Node's NetworkUnavailable condition False). The daemon calls
 // SetReady once the data plane has first converged, and after each convergence while it

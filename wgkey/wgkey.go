@@ -32,19 +32,11 @@ func Path(lookupEnv func(string) (string, bool)) string {
 // Load reads the private key in path; when there is no such file it makes a key and writes
 // it there, readable by root alone. created says which.
 func Load(path string) (key backend.Key, created bool, err error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		k, err := backend.ParseKey(strings.TrimSpace(string(b)))
-		if err != nil {
-			// The file's content is a secret: the error does not show it.
-			return backend.Key{}, false, fmt.Errorf("WireGuard key file %s holds no key (32 bytes in base64)", path)
-		}
-		return k, false, nil
+	k, err := Read(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return k, false, err
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return backend.Key{}, false, fmt.Errorf("reading WireGuard key file: %w", err)
-	}
-	k, err := Generate()
+	k, err = Generate()
 	if err != nil {
 		return backend.Key{}, false, err
 	}
@@ -55,6 +47,21 @@ func Load(path string) (key backend.Key, created bool, err error) {
 		return backend.Key{}, false, fmt.Errorf("writing WireGuard key file %s: %w", path, err)
 	}
 	return k, true, nil
+}
+
+// Read reads the private key in path, and makes none: an error wrapping fs.ErrNotExist when
+// there is no such file.
+func Read(path string) (backend.Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return backend.Key{}, fmt.Errorf("reading WireGuard key file: %w", err)
+	}
+	k, err := backend.ParseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		// The file's content is a secret: the error does not show it.
+		return backend.Key{}, fmt.Errorf("WireGuard key file %s holds no key (32 bytes in base64)", path)
+	}
+	return k, nil
 }
 
 // Generate makes a private key, clamped as Curve25519 wants it (as wg genkey does).

@@ -802,3 +802,132 @@ func TestWatchHoldsRemovalsAfterRestore(t *testing.T) {
 	}
 	t.Logf("10.1.3.0-24 removed %v after the restore", held.Round(time.Millisecond))
 }
+
+// TestRequestsToHungEtcdFail: etcd takes the requests and answers none (frozen, or behind a
+// path that drops packets). Each request of the Manager fails by its own deadline (here
+// the default, DefaultRequestTimeout) rather than the caller's, so that the caller retries:
+// the callers' contexts here would run for minutes.
+func TestRequestsToHungEtcdFail(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	put(t, cli, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	proxy := srv.Proxy(t)
+	m := etcd.New(proxy.Client(t, srv), etcd.Options{Logger: testLogger(t)})
+	own, err := m.Acquire(t.Context(), subnet.AcquireRequest{Attrs: nodeAttrs(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Freeze()
+	defer proxy.Thaw()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	requests := map[string]func() error{
+		"GetConfig": func() error { _, err := m.GetConfig(ctx); return err },
+		"Acquire":   func() error { _, err := m.Acquire(ctx, subnet.AcquireRequest{Attrs: nodeAttrs(2)}); return err },
+		"Renew":     func() error { _, err := m.Renew(ctx, own); return err },
+		"Release":   func() error { return m.Release(ctx, own) },
+	}
+	var wg sync.WaitGroup
+	for name, f := range requests {
+		wg.Go(func() {
+			err := f()
+			switch {
+			case err == nil:
+				t.Errorf("%s succeeded with etcd frozen", name)
+			case ctx.Err() != nil:
+				t.Errorf("%s waited out its caller's deadline: %v", name, err)
+			case !errors.Is(err, context.DeadlineExceeded):
+				t.Errorf("%s: %v; want its own deadline exceeded", name, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestCloneGetsItsOwnLease: two nodes with one public IP and identities of their own (a VM
+// and its clone). The clone, started second, takes over the first's lease (it cannot tell
+// itself from the first rebooted), the first puts its value back at its next renewal, and the
+// clone then gets a lease of its own: the two never share one. The first, restarted with its
+// identity, finds its own lease among the two with its IP; a node rebooted with a new
+// identity and nobody to take it back keeps the lease it takes over.
+func TestCloneGetsItsOwnLease(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	put(t, cli, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	node := func(id string) (*etcd.Manager, subnet.LeaseAttrs) {
+		attrs := nodeAttrs(1)
+		attrs.NodeID = id
+		return etcd.New(cli, etcd.Options{Logger: testLogger(t)}), attrs
+	}
+	stored := func(l subnet.Lease) string {
+		t.Helper()
+		resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/"+l.Key())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("lease %s: %v, %d keys", l.Key(), err, len(resp.Kvs))
+		}
+		var a subnet.LeaseAttrs
+		if err := a.UnmarshalJSON(resp.Kvs[0].Value); err != nil {
+			t.Fatal(err)
+		}
+		return a.NodeID
+	}
+	const first, clone = "11111111111111111111111111111111", "22222222222222222222222222222222"
+	m1, a1 := node(first)
+	l1, err := m1.Acquire(t.Context(), subnet.AcquireRequest{Attrs: a1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, a2 := node(clone)
+	l2, err := m2.Acquire(t.Context(), subnet.AcquireRequest{Attrs: a2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Key() != l1.Key() || stored(l1) != clone {
+		t.Fatalf("the clone acquired %s (published by %s); want the first's %s taken over", l2.Key(), stored(l2), l1.Key())
+	}
+	// The first notices its lease changed (its watch) and renews: its value goes back.
+	if l1, err = m1.Renew(t.Context(), l1); err != nil {
+		t.Fatal(err)
+	}
+	if stored(l1) != first {
+		t.Fatalf("the first's lease %s is published by %s after its renewal", l1.Key(), stored(l1))
+	}
+	// The clone notices in turn, and leaves the lease to the first.
+	if l2, err = m2.Renew(t.Context(), l2); err != nil {
+		t.Fatal(err)
+	}
+	if l2.Key() == l1.Key() || stored(l2) != clone || stored(l1) != first {
+		t.Fatalf("after the clone's renewal: clone %s (by %s), first %s (by %s); want a lease each", l2.Key(), stored(l2), l1.Key(), stored(l1))
+	}
+	// Renewals change nothing more.
+	for _, r := range []struct {
+		m *etcd.Manager
+		l subnet.Lease
+	}{{m1, l1}, {m2, l2}, {m1, l1}} {
+		if got, err := r.m.Renew(t.Context(), r.l); err != nil || got.Key() != r.l.Key() {
+			t.Errorf("renewal of %s: %s, %v", r.l.Key(), got.Key(), err)
+		}
+	}
+	if stored(l1) != first || stored(l2) != clone {
+		t.Errorf("after more renewals: %s by %s, %s by %s", l1.Key(), stored(l1), l2.Key(), stored(l2))
+	}
+
+	// The first restarts with its identity: of the two leases with its IP, its own.
+	m3, a3 := node(first)
+	if l, err := m3.Acquire(t.Context(), subnet.AcquireRequest{Attrs: a3}); err != nil || l.Key() != l1.Key() {
+		t.Errorf("the first restarted acquired %s, %v; want its own %s", l.Key(), err, l1.Key())
+	}
+	// A node rebooted (a new identity, /run lost) while its lease stands, nobody to take it back.
+	if err := m2.Release(t.Context(), l2); err != nil { // the clone is gone
+		t.Fatal(err)
+	}
+	m4, a4 := node("33333333333333333333333333333333")
+	l4, err := m4.Acquire(t.Context(), subnet.AcquireRequest{Attrs: a4})
+	if err != nil || l4.Key() != l1.Key() {
+		t.Fatalf("the first rebooted acquired %s, %v; want its lease %s", l4.Key(), err, l1.Key())
+	}
+	if l, err := m4.Renew(t.Context(), l4); err != nil || l.Key() != l1.Key() || stored(l1) != a4.NodeID {
+		t.Errorf("the rebooted node's renewal: %s, %v (published by %s); want it to keep %s", l.Key(), err, stored(l1), l1.Key())
+	}
+}

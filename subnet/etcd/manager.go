@@ -50,7 +50,21 @@ type Options struct {
 	// client's own reconnection follows it from the old, now future, revision and reports
 	// nothing, not even progress notifications. Default 30 s.
 	RevisionCheck time.Duration
+	// RequestTimeout bounds one request to etcd, and ListTimeout one whose answer holds every
+	// lease (a listing, a transaction that lists when it fails), which at tens of thousands of
+	// leases is megabytes: a request to a member that hangs (frozen, or behind a path that
+	// drops packets) fails then, and is retried, instead of holding its caller for the caller's
+	// whole deadline. Defaults DefaultRequestTimeout and DefaultListTimeout.
+	RequestTimeout time.Duration
+	ListTimeout    time.Duration
 }
+
+// Default deadlines of one request (Options.RequestTimeout, ListTimeout): a request that
+// needs the leader waits out an election (about a second) well within them.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultListTimeout    = time.Minute
+)
 
 // Manager is a subnet.Manager on etcd v3.
 type Manager struct {
@@ -71,6 +85,9 @@ type Manager struct {
 	// ownKey is the key of the lease Acquire or Renew last gave this node: the watch never
 	// holds back its removal (see watcher.relisted).
 	ownKey atomic.Pointer[string]
+	// takeovers are, by etcd key, the leases with this node's public IP that this node took
+	// over from another node identity (LeaseAttrs.NodeID). Guarded by mu.
+	takeovers map[string]takeover
 
 	// The pool (Pool): the config GetConfig read last, and how many subnets of its IPv4
 	// and IPv6 ranges hold a key, kept by the watch.
@@ -88,6 +105,7 @@ type listing struct {
 var (
 	_ subnet.Manager      = (*Manager)(nil)
 	_ subnet.Checker      = (*Manager)(nil)
+	_ subnet.Prober       = (*Manager)(nil)
 	_ subnet.PoolReporter = (*Manager)(nil)
 )
 
@@ -103,8 +121,27 @@ func New(cli *clientv3.Client, opts Options) *Manager {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
+	if m.opts.RequestTimeout <= 0 {
+		m.opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if m.opts.ListTimeout <= 0 {
+		m.opts.ListTimeout = DefaultListTimeout
+	}
 	return m
 }
+
+// call runs one request to etcd, f, under a deadline of its own, d (Options.RequestTimeout or
+// ListTimeout), within ctx's.
+func call[T any](ctx context.Context, d time.Duration, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return f(ctx)
+}
+
+// small and large are the deadlines of a request (Options.RequestTimeout) and of one that
+// lists the leases (Options.ListTimeout).
+func (m *Manager) small() time.Duration { return m.opts.RequestTimeout }
+func (m *Manager) large() time.Duration { return m.opts.ListTimeout }
 
 // Check implements subnet.Checker from the state of the client's connection and of the lease
 // watch: it costs no request, so it can be asked on every readiness probe. The watch's state
@@ -129,6 +166,16 @@ func (m *Manager) Check() error {
 	return nil
 }
 
+// Probe implements subnet.Prober: a serializable read of the config key's count, which the
+// member the client talks to answers from its own store. A member without a leader answers
+// it too: Check reports that, through the watch.
+func (m *Manager) Probe(ctx context.Context) error {
+	if _, err := m.cli.Get(ctx, m.configKey(), clientv3.WithCountOnly(), clientv3.WithSerializable()); err != nil {
+		return fmt.Errorf("etcd: no answer from %v: %w", m.cli.Endpoints(), err)
+	}
+	return nil
+}
+
 // setWatchErr records why the lease watch failed, or with nil that it runs again, for Check.
 func (m *Manager) setWatchErr(err error) {
 	m.mu.Lock()
@@ -141,7 +188,7 @@ func (m *Manager) subnetsDir() string { return m.prefix + "/subnets/" }
 
 // GetConfig reads and validates <prefix>/config.
 func (m *Manager) GetConfig(ctx context.Context) (*subnet.Config, error) {
-	resp, err := m.cli.Get(ctx, m.configKey())
+	resp, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, m.configKey()) })
 	if err != nil {
 		return nil, fmt.Errorf("etcd: get %s: %w", m.configKey(), err)
 	}
@@ -209,7 +256,7 @@ func (m *Manager) parseAll(kvs []*mvccpb.KeyValue) []entry {
 func (m *Manager) listOp() clientv3.Op { return clientv3.OpGet(m.subnetsDir(), clientv3.WithPrefix()) }
 
 func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
-	resp, err := m.cli.Do(ctx, m.listOp())
+	resp, err := call(ctx, m.large(), func(ctx context.Context) (clientv3.OpResponse, error) { return m.cli.Do(ctx, m.listOp()) })
 	if err != nil {
 		return nil, 0, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
 	}
@@ -254,6 +301,30 @@ func (m *Manager) handOwn(l subnet.Lease) {
 func (m *Manager) noteOwn(l subnet.Lease) {
 	k := l.Key()
 	m.ownKey.Store(&k)
+}
+
+// takeover is a lease this node took over from another node identity, from; left once that
+// node put its value back: it lives, and this node is a clone of it, which leaves it the lease.
+type takeover struct {
+	from string
+	left bool
+}
+
+// noteTakeover notes what this node did with the lease at etcd key.
+func (m *Manager) noteTakeover(key string, t takeover) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.takeovers == nil {
+		m.takeovers = map[string]takeover{}
+	}
+	m.takeovers[key] = t
+}
+
+// takenOver returns what this node did with the lease at etcd key (zero: nothing).
+func (m *Manager) takenOver(key string) takeover {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.takeovers[key]
 }
 
 // isOwn reports whether a lease key is the node's own.
@@ -365,13 +436,31 @@ func (a *acquisition) isOwn(attrs subnet.LeaseAttrs) bool {
 	return attrs.PublicIPv6 == a.req.Attrs.PublicIPv6
 }
 
+// findOwn finds the node's lease among entries: of those with its public address, the one
+// its node identity published (the node restarted), else one without an identity (flanneld
+// published it, or a weftd of old), else one another identity published, which the node
+// takes over (it lost its identity with /run at a reboot: the other is likely itself; if
+// not, the other puts its value back and this node leaves the lease to it: Renew).
 func (a *acquisition) findOwn(entries []entry) (entry, bool) {
+	best, rank := entry{}, 0
 	for _, e := range entries {
-		if e.valErr == nil && a.isOwn(e.lease.Attrs) {
-			return e, true
+		if e.valErr != nil || !a.isOwn(e.lease.Attrs) {
+			continue
+		}
+		r := 1 // another node's identity
+		switch id := e.lease.Attrs.NodeID; {
+		case id == a.req.Attrs.NodeID:
+			r = 3
+		case id == "":
+			r = 2
+		case a.m.takenOver(string(e.kv.Key)) == takeover{from: id, left: true}:
+			continue
+		}
+		if r > rank {
+			best, rank = e, r
 		}
 	}
-	return entry{}, false
+	return best, rank > 0
 }
 
 // claim takes over the node's existing lease: the same subnet and etcd lease, new attributes.
@@ -382,7 +471,9 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 	unchanged := clientv3.Compare(clientv3.ModRevision(key), "=", own.kv.ModRevision)
 	if !a.cfg.Compatible(own.lease.Subnet, own.lease.IPv6Subnet) {
 		m.log.Info("deleting own lease made under another network config", "lease", own.lease.Key())
-		resp, err := m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpDelete(key)).Else(m.listOp()).Commit()
+		resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpDelete(key)).Else(m.listOp()).Commit()
+		})
 		if err != nil {
 			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: delete stale lease %s: %w", key, err)
 		}
@@ -392,11 +483,18 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 	if err != nil {
 		return subnet.Lease{}, false, nil, err
 	}
+	if id := own.lease.Attrs.NodeID; id != "" && id != attrs.NodeID {
+		m.log.Warn("taking over a lease with this node's public IP that another node identity published (this node's, lost at a reboot? if that node lives, it takes it back and this node gets a lease of its own)",
+			"lease", own.lease.Key(), "published_by", id, "node", attrs.NodeID)
+		m.noteTakeover(key, takeover{from: id})
+	}
 	l := own.lease
 	l.Attrs = attrs
 	id := clientv3.LeaseID(own.kv.Lease)
 	if id != 0 {
-		ka, err := m.cli.KeepAliveOnce(ctx, id)
+		ka, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			return m.cli.KeepAliveOnce(ctx, id)
+		})
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// Expired since the list: the key is gone with it, look again.
 			entries, _, err := m.list(ctx)
@@ -418,7 +516,9 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 	if id != 0 {
 		opts = append(opts, clientv3.WithLease(id))
 	}
-	resp, err := m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpPut(key, string(val), opts...)).Else(m.listOp()).Commit()
+	resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return m.cli.Txn(ctx).If(unchanged).Then(clientv3.OpPut(key, string(val), opts...)).Else(m.listOp()).Commit()
+	})
 	if err != nil {
 		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: update lease %s: %w", key, err)
 	}
@@ -459,7 +559,9 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 		}
 	}
 	if a.grant == 0 {
-		g, err := m.cli.Grant(ctx, int64(m.ttl/time.Second))
+		g, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+			return m.cli.Grant(ctx, int64(m.ttl/time.Second))
+		})
 		if err != nil {
 			return subnet.Lease{}, false, nil, fmt.Errorf("etcd: grant a %s lease: %w", m.ttl, err)
 		}
@@ -473,11 +575,13 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: encode lease: %w", err)
 	}
 	key := m.subnetsDir() + l.Key()
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(a.grant)), m.listOp()).
-		Else(m.listOp()).
-		Commit()
+	resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(a.grant)), m.listOp()).
+			Else(m.listOp()).
+			Commit()
+	})
 	if err != nil {
 		return subnet.Lease{}, false, nil, fmt.Errorf("etcd: create lease %s: %w", key, err)
 	}
@@ -491,7 +595,10 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	for _, e := range after {
 		if string(e.kv.Key) != key && e.kv.CreateRevision < created && overlaps(e.lease, l) {
 			m.log.Info("new lease overlaps an older one, trying another", "lease", l.Key(), "older", string(e.kv.Key))
-			if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", created)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+			_, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
+				return m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", created)).Then(clientv3.OpDelete(key)).Commit()
+			})
+			if err != nil {
 				return subnet.Lease{}, false, nil, fmt.Errorf("etcd: delete overlapping lease %s: %w", key, err)
 			}
 			entries, _, err := m.list(ctx)
@@ -519,18 +626,26 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (l subnet.Lease, 
 		}
 	}()
 	key := m.subnetsDir() + own.Key()
-	resp, err := m.cli.Get(ctx, key)
+	resp, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, key) })
 	if err != nil {
 		return subnet.Lease{}, fmt.Errorf("etcd: renew %s: %w", key, err)
 	}
 	if len(resp.Kvs) == 1 {
 		e, _ := m.parse(resp.Kvs[0])
+		if id := e.lease.Attrs.NodeID; e.valErr == nil && id != "" && id != own.Attrs.NodeID && m.takenOver(key) == (takeover{from: id}) {
+			// The node this one took the lease over from put its value back: it lives, and
+			// this node is a clone of it (same public IP). It gets a lease of its own.
+			m.noteTakeover(key, takeover{from: id, left: true})
+			return m.reacquire(ctx, own, "the node whose lease this node took over took it back: this node is a clone of it, with the same public IP")
+		}
 		if e.valErr == nil && e.lease.Attrs.PublicIP == own.Attrs.PublicIP && e.lease.Attrs.PublicIPv6 == own.Attrs.PublicIPv6 {
 			own.Created = e.lease.Created
 			if id := clientv3.LeaseID(e.kv.Lease); id == 0 {
 				own.Expiration = time.Time{} // a reservation never expires
 				return own, nil
-			} else if ka, err := m.cli.KeepAliveOnce(ctx, id); err == nil {
+			} else if ka, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+				return m.cli.KeepAliveOnce(ctx, id)
+			}); err == nil {
 				own.Expiration = time.Now().Add(time.Duration(ka.TTL) * time.Second)
 				if !e.lease.Attrs.Equal(own.Attrs) {
 					// Someone edited our value: Acquire puts ours back on the same key.
@@ -561,7 +676,7 @@ func (m *Manager) reacquire(ctx context.Context, own subnet.Lease, why string) (
 // A reservation (a key without an etcd lease) belongs to the administrator and stays.
 func (m *Manager) Release(ctx context.Context, own subnet.Lease) error {
 	key := m.subnetsDir() + own.Key()
-	resp, err := m.cli.Get(ctx, key)
+	resp, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, key) })
 	if err != nil {
 		return fmt.Errorf("etcd: release %s: %w", key, err)
 	}
@@ -573,7 +688,8 @@ func (m *Manager) Release(ctx context.Context, own subnet.Lease) error {
 		return nil // not ours any more
 	}
 	if id := clientv3.LeaseID(e.kv.Lease); id != 0 {
-		if _, err := m.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		_, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) { return m.cli.Revoke(ctx, id) })
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("etcd: release %s: revoke: %w", key, err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -27,7 +29,7 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 
 func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
 	w := &watcher{m: m, out: subnet.Sender{Out: out}, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
-		known: map[string]seen{}, skipped: map[string]int64{}, held: map[string]bool{}}
+		known: map[string]seen{}, skipped: map[string]int64{}, held: map[string]bool{}, minBackoff: minBackoff, maxBackoff: maxBackoff}
 	if cfg := m.cfg.Load(); cfg != nil {
 		w.ranges = [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()}
 	}
@@ -53,6 +55,9 @@ type watcher struct {
 	ranges    [2]subnet.Range // the config's IPv4 and IPv6 ranges, whose keys are counted
 	leased    [2]uint64       // keys that are subnets of ranges, published in Manager.leased
 	failing   bool            // the last attempt failed: Manager.Check says so until one runs
+
+	// minBackoff and maxBackoff bound the wait before a failed watch is tried again.
+	minBackoff, maxBackoff time.Duration
 }
 
 // seen is what the watcher keeps of a lease the receiver has been told of.
@@ -64,10 +69,13 @@ type seen struct {
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 10 * time.Second
+	// probeEvery is how often, while the watch waits to resume after etcd could not serve it,
+	// etcd is asked whether it can now: one read that needs the leader.
+	probeEvery = time.Second
 )
 
 func (w *watcher) run(ctx context.Context) error {
-	backoff := minBackoff
+	backoff := w.minBackoff
 	for {
 		err := w.sync(ctx)
 		if err == nil {
@@ -77,7 +85,7 @@ func (w *watcher) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if err == nil {
-			backoff = minBackoff
+			backoff = w.minBackoff
 			continue
 		}
 		w.m.log.Warn("lease watch interrupted, resuming", "revision", w.rev, "retry_in", backoff, "err", err)
@@ -86,13 +94,55 @@ func (w *watcher) run(ctx context.Context) error {
 		if w.m.opts.OnWatchRestart != nil {
 			w.m.opts.OnWatchRestart(err)
 		}
+		if err := w.wait(ctx, backoff, unavailable(err)); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, w.maxBackoff)
+	}
+}
+
+// wait waits backoff before the watch is tried again. When the watch failed because etcd
+// could not serve it (no leader, no member answering), etcd is probed meanwhile and the wait
+// ends as soon as it can serve: a cluster that regains its quorum is followed again within a
+// probe, not after a backoff grown over the outage.
+func (w *watcher) wait(ctx context.Context, backoff time.Duration, probe bool) error {
+	done := time.NewTimer(backoff)
+	defer done.Stop()
+	var tick <-chan time.Time
+	if probe {
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(backoff):
+		case <-done.C:
+			return nil
+		case <-tick:
+			_, err := call(clientv3.WithRequireLeader(ctx), probeEvery, func(ctx context.Context) (*clientv3.GetResponse, error) {
+				return w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+			})
+			if err == nil {
+				return nil
+			}
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// unavailable reports whether err says that etcd could not serve: no leader, no member
+// answering, a request that timed out.
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var coded interface{ Code() codes.Code }
+	code := status.Code(err)
+	if errors.As(err, &coded) {
+		code = coded.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
 
 // sync lists the leases when the receiver has not been told of them (the first time, or after
@@ -103,7 +153,9 @@ func (w *watcher) sync(ctx context.Context) error {
 	}
 	ls := w.m.takeListing() // at start-up, the Acquire's: the watch goes on from its revision
 	if ls == nil {
-		resp, err := w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
+		resp, err := call(ctx, w.m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) {
+			return w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
+		})
 		if err != nil {
 			return fmt.Errorf("list leases: %w", err)
 		}
@@ -264,7 +316,9 @@ func (w *watcher) released() []subnet.Event {
 // restored from a backup), arranges for the leases to be listed again and reports true. A
 // failed read is left to the watch to notice.
 func (w *watcher) wentBack(ctx context.Context) bool {
-	r, err := w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+	r, err := call(ctx, w.m.small(), func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return w.m.cli.Get(ctx, w.m.configKey(), clientv3.WithCountOnly())
+	})
 	if err != nil || r.Header.Revision >= w.rev {
 		return false
 	}

@@ -1,13 +1,18 @@
 package etcd
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weftnet/weft/internal/etcdtest"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -84,4 +89,63 @@ func TestWatcherDifferences(t *testing.T) {
 	if n := strings.Count(logged.String(), "skipping malformed lease"); n != 5 {
 		t.Errorf("%d malformed values logged, want 5 (one per version)\n%s", n, logged.String())
 	}
+}
+
+// TestWatchResumesWhenQuorumReturns: a watch that failed because etcd lost its quorum resumes
+// once etcd can serve again, not when its backoff ends: here the backoff is an hour, and a
+// lease written after the quorum returned must arrive well within the test's bound.
+func TestWatchResumesWhenQuorumReturns(t *testing.T) {
+	members := etcdtest.StartCluster(t, 3)
+	cli := etcdtest.ClusterClient(t, members)
+	failed := make(chan error, 1)
+	m := New(etcdtest.ClusterClient(t, members), Options{OnWatchRestart: func(err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+	}})
+	out := make(chan []subnet.Event, 16)
+	w := newWatcher(m, out)
+	w.minBackoff, w.maxBackoff = time.Hour, time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("the watch returned %v", err)
+		}
+	}()
+	bound, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	defer stop()
+	receive := func(what string) []subnet.Event {
+		t.Helper()
+		select {
+		case evs := <-out:
+			return evs
+		case <-bound.Done():
+			t.Fatalf("no %s within the test's bound", what)
+			return nil
+		}
+	}
+	receive("first batch")
+
+	members[0].Stop(t)
+	members[1].Stop(t)
+	select {
+	case err := <-failed:
+		t.Logf("the watch failed without a quorum: %v", err)
+	case <-bound.Done():
+		t.Fatal("the watch did not fail without a quorum")
+	}
+	members[1].Restart(t)
+	v, _ := subnet.LeaseAttrs{PublicIP: netip.MustParseAddr("192.0.2.2"), BackendType: "host-gw"}.MarshalJSON()
+	if _, err := cli.Put(t.Context(), m.subnetsDir()+"10.1.2.0-24", string(v)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if evs := receive("lease written after the quorum returned"); len(evs) != 1 || evs[0].Lease.Key() != "10.1.2.0-24" {
+		t.Errorf("events after the quorum returned: %v", evs)
+	}
+	t.Logf("the lease arrived %v after it was written", time.Since(start))
 }

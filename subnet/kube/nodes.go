@@ -50,7 +50,7 @@ func newNodes(c *rest.Config) (*nodes, error) {
 // Get returns the Node called name.
 func (c *nodes) Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error) {
 	n := &corev1.Node{}
-	err := c.rc.Get().Resource("nodes").Name(name).VersionedParams(&opts, c.params).Do(ctx).Into(n)
+	err := c.rc.Get().Resource("nodes").Name(name).VersionedParams(&opts, c.params).Timeout(requestTimeout).Do(ctx).Into(n)
 	return n, err
 }
 
@@ -71,14 +71,19 @@ func (c *nodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Inter
 func (c *nodes) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresource ...string) (*corev1.Node, error) {
 	n := &corev1.Node{}
 	err := c.rc.Patch(pt).Resource("nodes").Name(name).SubResource(subresource...).
-		VersionedParams(&opts, c.params).Body(data).Do(ctx).Into(n)
+		VersionedParams(&opts, c.params).Body(data).Timeout(requestTimeout).Do(ctx).Into(n)
 	return n, err
 }
 
 // CreateEvent creates ev, an Event about a Node, in its namespace.
 func (c *nodes) CreateEvent(ctx context.Context, ev *corev1.Event) error {
-	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Timeout(requestTimeout).Do(ctx).Error()
 }
+
+// requestTimeout bounds a request about one object (a get, a patch, an Event), and is the
+// server's timeout of it too: one to an API server that hangs fails then and is retried,
+// rather than holding its caller for the caller's whole deadline.
+const requestTimeout = 10 * time.Second
 
 // timeout is the client-side timeout of a list or watch: the one the server is asked for.
 func timeout(opts metav1.ListOptions) time.Duration {
