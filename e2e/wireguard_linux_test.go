@@ -25,7 +25,8 @@ var wireguardNet = backend{"wireguard", `{"Network":"10.244.0.0/16","Backend":{"
 // TestWireGuardPodToPod: three weftd nodes on the wireguard backend (the user-space device
 // where the kernel has no WireGuard, as here): each publishes its public key and port in
 // flannel's format, its flannel-wg has MTU 1420 (1500 less 80) and one peer per other node;
-// every pod pings every other and TCP streams pass, through the tunnels.
+// every pod pings every other and TCP streams pass, through the tunnels; /status says which
+// WireGuard runs and that the probes through the tunnels are answered.
 func TestWireGuardPodToPod(t *testing.T) {
 	bins := needBinaries(t)
 	c := newCluster(t, bins, wireguardNet)
@@ -78,6 +79,16 @@ func TestWireGuardPodToPod(t *testing.T) {
 		var st status.Node
 		if err != nil || code != 200 || json.Unmarshal([]byte(body), &st) != nil {
 			t.Fatalf("node %s: /status: %d %v %s", n.Name, code, err, body)
+		}
+		// The probes go through the tunnels to each peer's flannel-wg.
+		for deadline := time.Now().Add(convergeTimeout); st.Overlay == nil || st.Overlay.Answered != len(nodes)-1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: /status overlay %+v, want every peer answering through the tunnel", n.Name, st.Overlay)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if _, body, err = n.Get("/status"); err != nil || json.Unmarshal([]byte(body), &st) != nil {
+				t.Fatalf("node %s: /status: %v %s", n.Name, err, body)
+			}
 		}
 		if len(st.WireGuard) != 1 || st.WireGuard[0].Device != "flannel-wg" || keys[st.WireGuard[0].PublicKey] != n.Name ||
 			(st.WireGuard[0].Implementation != "kernel" && st.WireGuard[0].Implementation != "user space") {
