@@ -2,6 +2,7 @@ package backend
 
 import (
 	"encoding/json"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -172,5 +173,33 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	}
 	if wg := s.State().WireGuard; wg == nil || wg.Name != "flannel-wg" || wg.ListenPort != 51820 || wg.Keepalive != 25*time.Second || wg.MTU != 1420 {
 		t.Errorf("device %+v", wg)
+	}
+}
+
+// TestWireGuardCheck: a plane without the single-tunnel modes refuses them where IPv6 is on
+// (flanneld dials a port its peers' single device does not listen on), takes them in an
+// IPv4-only network, and refuses one port for both devices in separate mode.
+func TestWireGuardCheck(t *testing.T) {
+	caps := Capabilities{OS: "Linux", WireGuard: WireGuardCapabilities{Has: Feature{Has: true}, IPv6: Feature{Has: true},
+		SingleTunnelDualStack: Feature{Why: "not yet"}}}
+	const dual = `"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56"`
+	for _, tc := range []struct {
+		conf, key string // key: the one refused; "" accepted
+	}{
+		{`{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"auto"}}`, ""},
+		{`{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"ipv6"}}`, ""},
+		{`{` + dual + `,"Backend":{"Type":"wireguard"}}`, ""},
+		{`{` + dual + `,"Backend":{"Type":"wireguard","Mode":"auto"}}`, "Backend.Mode"},
+		{`{` + dual + `,"Backend":{"Type":"wireguard","ListenPortV6":51820}}`, "Backend.ListenPortV6"},
+	} {
+		cfg, err := subnet.ParseConfig([]byte(tc.conf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = caps.Check(cfg)
+		var ce *subnet.ConfigError
+		if tc.key == "" && err != nil || tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key) {
+			t.Errorf("%s: %v, want %q refused (none: accepted)", tc.conf, err, tc.key)
+		}
 	}
 }
