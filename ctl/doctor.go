@@ -323,9 +323,13 @@ func expect(n node) (expectation, error) {
 			if b.Family() == backend.IPv6 {
 				over = " over IPv6"
 			}
-			e.mtuWhy = fmt.Sprintf("%s's MTU %d less %d for VXLAN%s", n.ext.Name, n.ext.MTU, o, over)
+			tunnel := "VXLAN"
+			if n.cfg.Backend.Type == subnet.BackendWireGuard {
+				tunnel = "WireGuard"
+			}
+			e.mtuWhy = fmt.Sprintf("%s's MTU %d less %d for %s%s", n.ext.Name, n.ext.MTU, o, tunnel, over)
 			if n.cfg.Backend.MTU > 0 {
-				e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less %d for VXLAN%s", n.cfg.Backend.MTU, o, over)
+				e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less %d for %s%s", n.cfg.Backend.MTU, o, tunnel, over)
 			}
 		}
 	}
