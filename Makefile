@@ -65,16 +65,19 @@ e2e: deps
 ## conformance: a Kubernetes cluster from real parts on this machine (root; issue 19): the
 ## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
 ## mount namespaces (e2e/kubecluster), every test of it, the long ones too. `make test` runs its
-## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, Helm, and flanneld with
-## flannel's CNI plugin for the migration (each built once, cached).
+## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, Helm, flanneld with
+## flannel's CNI plugin for the migration, and for TestConformance Kubernetes' e2e suite
+## (e2e.test, about 20 minutes to build the first time; its network specs run for about an
+## hour, each printed as it ends). All built once, cached.
 conformance:
 	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS) agnhost
+	tools/kube/install-e2e.sh $(KUBE_BIN)
 	tools/containerd/install-containerd.sh $(CONTAINERD_BIN)
 	tools/coredns/install-coredns.sh .cache/coredns/bin
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
 	tools/flannel/install-flannel-kube.sh .cache/flannel/bin
-	WEFT_KUBE_CLUSTER=1 WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -count=1 -timeout 30m -v ./e2e/kubecluster/
+	WEFT_KUBE_CLUSTER=1 WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -count=1 -timeout 150m -v ./e2e/kubecluster/
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)
 cross:

@@ -6,7 +6,8 @@
 // containerd and kubelet run.
 //
 // A node's mount namespace is pinned to a file in its directory (unshare --mount=FILE) and
-// entered with nsenter for every program the node runs. In it, the directories a node owns are
+// entered with nsenter for every program the node runs, as is its UTS namespace, whose host
+// name is the node's: host-network pods answer with their node's name, as on a real machine. In it, the directories a node owns are
 // bind mounts of the node's directory: /etc/cni/net.d, /opt/cni/bin, /var/lib/cni,
 // /var/lib/kubelet, /var/log/pods, /var/log/containers, /run/containerd and /run/flannel. The
 // host keeps an empty directory at each of these paths (a bind mount needs one to mount over);

@@ -27,13 +27,17 @@ const (
 )
 
 // Node is a worker node: a network namespace of the underlay (see cluster.Node) with a mount
-// namespace of its own, running containerd and a kubelet.
+// and a UTS namespace of its own, running containerd and a kubelet.
 type Node struct {
 	*cluster.Node
 
 	c *Cluster
 	// MountNS is the file the node's mount namespace is pinned to.
 	MountNS string
+	// UTSNS is the file the node's UTS namespace is pinned to. Its host name is the node's
+	// name, which host-network pods answer with (the e2e suite's checks expect a host-network
+	// endpoint to say the name of its node, as the machine of a real node does).
+	UTSNS string
 
 	containerd *process
 	kubelet    *process
@@ -64,7 +68,7 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Node: cn, c: c, MountNS: filepath.Join(cn.Dir, "mntns")}
+	n := &Node{Node: cn, c: c, MountNS: filepath.Join(cn.Dir, "mntns"), UTSNS: filepath.Join(cn.Dir, "utsns")}
 	c.nodes = append(c.nodes, n)
 	// A real node has a default route; without one a host-network pod could not even try
 	// the kubernetes Service's address, which kube-proxy translates after routing.
@@ -90,15 +94,18 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	return n, nil
 }
 
-// makeMountNS creates the node's mount namespace, pinned to n.MountNS, with its bind mounts.
-// Its propagation is private: nothing mounted in it (containerd's overlays, the kubelet's
+// makeMountNS creates the node's mount namespace, pinned to n.MountNS, with its bind mounts,
+// and its UTS namespace, pinned to n.UTSNS, named after the node. The mount namespace's
+// propagation is private: nothing mounted in it (containerd's overlays, the kubelet's
 // volumes) reaches the host, and it all goes with the namespace.
 func (n *Node) makeMountNS() error {
-	if err := os.WriteFile(n.MountNS, nil, 0o644); err != nil {
-		return fmt.Errorf("node %s: creating the mount namespace's pin: %w", n.Name, err)
+	for _, pin := range []string{n.MountNS, n.UTSNS} {
+		if err := os.WriteFile(pin, nil, 0o644); err != nil {
+			return fmt.Errorf("node %s: creating the namespace pin %s: %w", n.Name, pin, err)
+		}
 	}
 	var script strings.Builder
-	script.WriteString("set -e\n")
+	fmt.Fprintf(&script, "set -e\nhostname %s\n", n.Name)
 	for _, p := range nodeMounts() {
 		src := n.hostDir(p)
 		if err := os.MkdirAll(src, 0o755); err != nil {
@@ -109,7 +116,7 @@ func (n *Node) makeMountNS() error {
 		fmt.Fprintf(&script, "mkdir -p %s\nmount --bind %s %s\n", p, src, p)
 	}
 	argv := []string{"nsenter", "--net=" + netnsPath(n.NS), "--",
-		"unshare", "--mount=" + n.MountNS, "--propagation", "private", "sh", "-c", script.String()}
+		"unshare", "--mount=" + n.MountNS, "--uts=" + n.UTSNS, "--propagation", "private", "sh", "-c", script.String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
@@ -148,10 +155,10 @@ func (n *Node) run(name, log string, env, argv []string) (*process, error) {
 // netnsPath is the file that names a network namespace made by ip netns.
 func netnsPath(ns string) string { return "/var/run/netns/" + ns }
 
-// inNode is the command prefix that runs a program in the node's network and mount
+// inNode is the command prefix that runs a program in the node's network, mount and UTS
 // namespaces; nsenter execs it in place.
 func (n *Node) inNode(argv ...string) []string {
-	return append([]string{"nsenter", "--net=" + netnsPath(n.NS), "--mount=" + n.MountNS, "--"}, argv...)
+	return append([]string{"nsenter", "--net=" + netnsPath(n.NS), "--mount=" + n.MountNS, "--uts=" + n.UTSNS, "--"}, argv...)
 }
 
 // containerdConfig is the node's containerd configuration, in containerd 2.4's version 4 (in
@@ -343,11 +350,13 @@ func (n *Node) stop() error {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
 		}
 	}
-	// MNT_DETACH: the pin goes even if something still looks at it; the namespace and its
-	// mounts go with the last process and reference.
-	if err := syscall.Unmount(n.MountNS, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) &&
-		!errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("node %s: unmounting the mount namespace's pin %s: %w", n.Name, n.MountNS, err))
+	// MNT_DETACH: a pin goes even if something still looks at it; the namespace (and its
+	// mounts) go with the last process and reference.
+	for _, pin := range []string{n.MountNS, n.UTSNS} {
+		if err := syscall.Unmount(pin, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) &&
+			!errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("node %s: unmounting the namespace pin %s: %w", n.Name, pin, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -183,6 +183,9 @@ func debianTools(ctx context.Context) (*fsTree, error) {
 		{"/usr/bin/ss", "ss"},
 		{"/bin/bash", "bash"},
 		{"/bin/dash", "dash"},
+		// The DNS specs check /etc/hosts entries with getent (Alpine's musl-utils in the
+		// real image; busybox has none).
+		{"/usr/bin/getent", "getent"},
 	} {
 		src, err := exec.LookPath(p.command)
 		if err != nil {
