@@ -65,15 +65,19 @@ e2e: deps
 ## conformance: a Kubernetes cluster from real parts on this machine (root; issue 19): the
 ## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
 ## mount namespaces (e2e/kubecluster), every test of it, the long ones too. `make test` runs its
-## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, and TestConformance
-## Kubernetes' e2e suite (e2e.test, about 20 minutes to build the first time; its network specs
-## run for about an hour, each printed as it ends). All built once, cached.
+## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, Helm, flanneld with
+## flannel's CNI plugin for the migration, and for TestConformance Kubernetes' e2e suite
+## (e2e.test, about 20 minutes to build the first time; its network specs run for about an
+## hour, each printed as it ends). All built once, cached.
 conformance:
 	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS) agnhost
 	tools/kube/install-e2e.sh $(KUBE_BIN)
 	tools/containerd/install-containerd.sh $(CONTAINERD_BIN)
 	tools/coredns/install-coredns.sh .cache/coredns/bin
-	WEFT_KUBE_CLUSTER=1 $(GO) test -count=1 -timeout 150m -v ./e2e/kubecluster/
+	tools/helm/install-helm.sh $(HELM_BIN)
+	tools/flannel/install-flanneld.sh .cache/flannel/bin
+	tools/flannel/install-flannel-kube.sh .cache/flannel/bin
+	WEFT_KUBE_CLUSTER=1 WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -count=1 -timeout 150m -v ./e2e/kubecluster/
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)
 cross:
@@ -103,7 +107,7 @@ lint:
 
 ## bench: the Go benchmarks, with allocations; then, as root, the black-box benchmark of weftd
 ## beside flanneld (e2e/bench; a table of cold starts, RSS, event latency, bulk join, Kubernetes
-## mode, pod-to-pod TCP throughput with the VXLAN checksum offload on and off, about 9 minutes). make bench BENCHFLAGS=--quick is a short run; --only=weftd skips
+## mode, pod-to-pod TCP throughput over VXLAN with its checksum offload on and off, and over WireGuard, about 9 minutes). make bench BENCHFLAGS=--quick is a short run; --only=weftd skips
 ## flanneld; weft-bench --help lists the rest. Kept out of `make test`.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)

@@ -57,8 +57,10 @@ type State struct {
 	// Underlay is the external interface: host-gw and DirectRouting routes go out of it,
 	// and on Windows the HNS network is bound to its adapter.
 	Underlay string
-	// Device is the overlay device; nil for host-gw.
+	// Device is the overlay device; nil for host-gw and wireguard.
 	Device *VXLANDevice
+	// WireGuard is the WireGuard device; nil for the other backends.
+	WireGuard *WireGuardDevice
 	// Masquerade: pod traffic leaving the network is masqueraded (--ip-masq).
 	Masquerade bool
 	// Peers are the peers to program, by lease key.
@@ -98,7 +100,7 @@ func (s *State) family() Family {
 // DeviceAddresses are the addresses the overlay device holds: the own subnet's first
 // address, alone (<subnet>.0/32, <subnet>::/128), as flannel gives it.
 func (s *State) DeviceAddresses() []netip.Prefix {
-	if s.Device == nil || !s.Own.IsValid() {
+	if (s.Device == nil && s.WireGuard == nil) || !s.Own.IsValid() {
 		return nil
 	}
 	return []netip.Prefix{netip.PrefixFrom(s.Own.Masked().Addr(), s.Own.Addr().BitLen())}
@@ -124,6 +126,10 @@ type Peer struct {
 	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
 	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
 	VTEPMAC MAC
+	// WGKey and WGPort are a wireguard peer's public key and UDP port (its Endpoint is
+	// PublicIP:WGPort); zero for the other backends.
+	WGKey  Key
+	WGPort uint16
 }
 
 // IsValid reports whether p is a peer at all: the zero Peer stands for none.
@@ -152,7 +158,8 @@ type PeerChange struct {
 }
 
 // Plane is a node's data plane: the kernel over netlink on Linux, HNS on Windows. Every
-// method takes a context, so a stopping daemon never waits on a slow system.
+// method that talks to the system takes a context, so a stopping daemon never waits on a
+// slow system.
 type Plane interface {
 	// Prepare makes (or adopts) the device st needs for its own subnet and returns the MAC
 	// to publish as the node's VTEP MAC (zero for host-gw). It runs inside the lease
@@ -170,6 +177,10 @@ type Plane interface {
 	Watch(ctx context.Context, drift func()) error
 	// Close releases the plane's handles; what it programmed stays.
 	Close() error
+	// Capabilities are what the plane can carry, and its defaults. The States it is given
+	// are made from a config that Capabilities().Check accepted: the plane need not check
+	// them again.
+	Capabilities() Capabilities
 }
 
 // SubnetKeeper is a Plane whose device outlives weftd and serves one subnet, so that a lease
@@ -191,6 +202,12 @@ type TxChecksumOffloader interface {
 	TxChecksumOffload(dev string) (bool, error)
 	// SetTxChecksumOffload turns it on or off, and fails unless the device then is so.
 	SetTxChecksumOffload(ctx context.Context, dev string, on bool) error
+}
+
+// WireGuardRunner is a Plane that runs WireGuard devices, and says how.
+type WireGuardRunner interface {
+	// Implementation is "kernel" or "user space" for the device dev it made, "" for none.
+	Implementation(dev string) string
 }
 
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*
@@ -221,6 +238,7 @@ const (
 	SkipBadData      = "bad_backend_data"
 	SkipVNI          = "vni_mismatch"
 	SkipDuplicateMAC = "duplicate_vtep_mac"
+	SkipDuplicateKey = "duplicate_wireguard_key"
 	SkipNotOnLink    = "not_on_link"
 	SkipMalformed    = "malformed" // the datastore's value could not be read at all
 )
@@ -228,7 +246,7 @@ const (
 // SkipCodes lists every Skip* code, for counters that start each at zero.
 func SkipCodes() []string {
 	return []string{SkipBackendType, SkipNoSubnet, SkipOutside, SkipOverlapsOwn, SkipOverlapsPeer, SkipBadPublicIP,
-		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipNotOnLink, SkipMalformed}
+		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipDuplicateKey, SkipNotOnLink, SkipMalformed}
 }
 
 // Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",

@@ -28,8 +28,8 @@ func newBackend(t testing.TB, conf string) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(cfg, Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.10"), MTU: 1500,
-		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, PublicIP: netip.MustParseAddr("192.0.2.10")}, "linux")
+	b, err := NewFor(cfg, Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.10"), MTU: 1500,
+		Connected: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, PublicIP: netip.MustParseAddr("192.0.2.10")}, fullCaps(), IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func newFamilies(t testing.TB, conf string, node Node) (*Backend, *Backend) {
 	}
 	var bs [2]*Backend
 	for i, f := range []Family{IPv4, IPv6} {
-		if bs[i], err = NewFor(cfg, node, "linux", f); err != nil {
+		if bs[i], err = NewFor(cfg, node, fullCaps(), f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestIPv6OnlyBackend(t *testing.T) {
 	}
 	node := dualNode
 	node.Addr, node.PublicIP = netip.Addr{}, netip.Addr{}
-	b, err := NewFor(cfg, node, "linux", IPv6)
+	b, err := NewFor(cfg, node, fullCaps(), IPv6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,11 +196,11 @@ func TestIPv6MTU(t *testing.T) {
 	}
 	node := dualNode
 	node.MTU = 9000
-	if b, err := NewFor(cfg, node, "linux", IPv6); err != nil || b.MTU() != 8930 {
+	if b, err := NewFor(cfg, node, fullCaps(), IPv6); err != nil || b.MTU() != 8930 {
 		t.Errorf("MTU 9000: %v, %v", b, err)
 	}
 	node.MTU = 1340
-	if _, err := NewFor(cfg, node, "linux", IPv6); err == nil {
+	if _, err := NewFor(cfg, node, fullCaps(), IPv6); err == nil {
 		t.Error("an underlay of 1340 bytes leaves 1270 for IPv6 pods, below 1280: accepted")
 	}
 }

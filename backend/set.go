@@ -35,6 +35,7 @@ type Set struct {
 	bySubnet claims[netip.Addr]
 	byIP     claims[netip.Addr]
 	byMAC    claims[MAC]
+	byKey    claims[Key]
 }
 
 // Kinds of claims, each an index into entry.next.
@@ -42,6 +43,7 @@ const (
 	claimSubnet = iota
 	claimIP
 	claimMAC
+	claimKey
 	claimKinds
 )
 
@@ -125,7 +127,7 @@ func (e *entry) skipped() *Skipped {
 // NewSet returns an empty Set for a node holding own.
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
-		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC)}
+		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC), byKey: newClaims[Key](claimKey)}
 	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.claim = own, b.ownClaims(own)
@@ -274,6 +276,9 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	if e.c.mac != (MAC{}) {
 		s.byMAC.add(e.c.mac, e, touched)
 	}
+	if !e.c.key.IsZero() {
+		s.byKey.add(e.c.key, e, touched)
+	}
 }
 
 // setSelf sets e.self, keeping the count of contesting entries.
@@ -303,6 +308,9 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	s.byIP.drop(p.PublicIP, e, touched)
 	if e.c.mac != (MAC{}) {
 		s.byMAC.drop(e.c.mac, e, touched)
+	}
+	if !e.c.key.IsZero() {
+		s.byKey.drop(e.c.key, e, touched)
 	}
 }
 
@@ -340,6 +348,12 @@ func (s *Set) rival(e *entry) *Skipped {
 		if w := s.byMAC.first(e.c.mac); w != e {
 			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateMAC, ClashesWith: w.key,
 				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
+		}
+	}
+	if !e.c.key.IsZero() {
+		if w := s.byKey.first(e.c.key); w != e {
+			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateKey, ClashesWith: w.key,
+				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key, w.key)}
 		}
 	}
 	return nil

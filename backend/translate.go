@@ -10,14 +10,6 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// VXLANOverhead is what VXLAN encapsulation adds to a packet over an IPv4 underlay: outer
-// IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14) headers.
-const VXLANOverhead = 50
-
-// VXLAN6Overhead is the same over an IPv6 underlay (a 40-byte outer header); the kernel
-// refuses a larger MTU on a VXLAN device bound to an IPv6 underlay.
-const VXLAN6Overhead = 70
-
 // VXLANDeviceName is flannel's name for the IPv4 overlay device of a VNI.
 func VXLANDeviceName(vni uint32) string { return "flannel." + strconv.FormatUint(uint64(vni), 10) }
 
@@ -76,6 +68,9 @@ type Node struct {
 	// --public-ipv6, else Addr and Addr6).
 	PublicIP   netip.Addr
 	PublicIPv6 netip.Addr
+	// WireGuardKey is the node's WireGuard private key, one for both families as flannel
+	// keeps it (wireguard only).
+	WireGuardKey Key
 }
 
 // addr is the node's address in family f, and the one it publishes.
@@ -87,27 +82,25 @@ func (n Node) addr(f Family) (local, public netip.Addr) {
 }
 
 // Backend translates leases for one node under one network config, for one IP family: a
-// dual-stack node has one per family. It is built once, by New or NewFor.
+// dual-stack node has one per family. It is built once, by NewFor.
 type Backend struct {
-	cfg     *subnet.Config
-	node    Node
-	fam     Family
-	network netip.Prefix // the family's cluster network
-	bits    int          // the length of the family's node subnets
-	public  netip.Addr   // the node's public address in the family
-	dev     *VXLANDevice // vxlan only
-	mtu     int
+	cfg      *subnet.Config
+	node     Node
+	fam      Family
+	network  netip.Prefix // the family's cluster network
+	bits     int          // the length of the family's node subnets
+	public   netip.Addr   // the node's public address in the family
+	dev      *VXLANDevice // vxlan only
+	wg       *WireGuardDevice
+	wgPublic Key // wg's public key
+	mtu      int
+	overhead int // what encapsulation takes of the underlay's MTU
 }
 
-// New builds the IPv4 backend: NewFor(cfg, node, goos, IPv4).
-func New(cfg *subnet.Config, node Node, goos string) (*Backend, error) {
-	return NewFor(cfg, node, goos, IPv4)
-}
-
-// NewFor builds the backend cfg names for the family f of node on the OS goos, whose
-// defaults differ (the VNI) and whose data plane must be able to carry it
-// (subnet.Config.CheckFor has said so).
-func NewFor(cfg *subnet.Config, node Node, goos string, f Family) (*Backend, error) {
+// NewFor builds the backend cfg names for the family f of node, on a data plane with the
+// capabilities caps, whose defaults it takes (the VNI, the encapsulation's overhead) and
+// which must be able to carry it (caps.Check has said so).
+func NewFor(cfg *subnet.Config, node Node, caps Capabilities, f Family) (*Backend, error) {
 	b := &Backend{cfg: cfg, node: node, fam: f, network: f.Network(cfg), bits: f.SubnetLen(cfg)}
 	local, public := node.addr(f)
 	b.public = public
@@ -117,17 +110,45 @@ func NewFor(cfg *subnet.Config, node Node, goos string, f Family) (*Backend, err
 		if cfg.Backend.MTU > 0 {
 			underlay = cfg.Backend.MTU // flanneld reads Backend.MTU as the underlay's
 		}
-		overhead, name := VXLANOverhead, VXLANDeviceName
+		name := VXLANDeviceName
 		if f == IPv6 {
-			overhead, name = VXLAN6Overhead, VXLAN6DeviceName
+			name = VXLAN6DeviceName
 		}
-		b.mtu = underlay - overhead
+		b.overhead = caps.Overhead(cfg.Backend.Type, f)
+		b.mtu = underlay - b.overhead
 		if b.mtu < f.MinMTU() {
-			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes over %s", node.Underlay, underlay, overhead, f)
+			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for VXLAN's %d bytes over %s", node.Underlay, underlay, b.overhead, f)
 		}
-		vni := cfg.Backend.VNIFor(goos)
+		vni := caps.VNI(cfg.Backend)
 		b.dev = &VXLANDevice{Name: name(vni), VNI: vni, Port: cfg.Backend.Port, Local: local,
 			Underlay: node.Underlay, MTU: b.mtu, Learning: cfg.Backend.Learning, GBP: cfg.Backend.GBP}
+	case subnet.BackendWireGuard:
+		be := cfg.Backend
+		underlay := node.MTU
+		if be.MTU > 0 {
+			underlay = be.MTU
+		}
+		b.overhead = WGOverhead
+		b.mtu = underlay - WGOverhead
+		if b.mtu < f.MinMTU() {
+			return nil, fmt.Errorf("interface %s: MTU %d leaves no room for WireGuard's %d bytes over %s", node.Underlay, underlay, WGOverhead, f)
+		}
+		if node.WireGuardKey.IsZero() {
+			return nil, fmt.Errorf("no WireGuard private key for the %s device", f)
+		}
+		dev := &WireGuardDevice{Name: WGDeviceName, ListenPort: be.ListenPort, MTU: b.mtu,
+			PrivateKey: node.WireGuardKey, Keepalive: be.PersistentKeepalive}
+		if f == IPv6 {
+			dev.Name, dev.ListenPort = WG6DeviceName, be.ListenPortV6
+		}
+		if be.PSK != "" {
+			psk, err := ParseKey(be.PSK)
+			if err != nil {
+				return nil, &subnet.ConfigError{Key: "Backend.PSK", Reason: "not a WireGuard key"}
+			}
+			dev.PSK = psk
+		}
+		b.wg, b.wgPublic = dev, node.WireGuardKey.PublicKey()
 	case subnet.BackendHostGW:
 		if public != local {
 			return nil, fmt.Errorf("the public %s address %s differs from %s's address %s: host-gw routes to peers by their public IPs, which must be on the interface", f, public, node.Underlay, local)
@@ -148,6 +169,10 @@ func (b *Backend) Type() string { return b.cfg.Backend.Type }
 // MTU is the pods' MTU, for subnet.env.
 func (b *Backend) MTU() int { return b.mtu }
 
+// Overhead is what the backend's encapsulation takes of the underlay's MTU (0 for host-gw):
+// MTU is the underlay's (Backend.MTU, else the interface's) less this.
+func (b *Backend) Overhead() int { return b.overhead }
+
 // Config is the network config the backend was built for.
 func (b *Backend) Config() *subnet.Config { return b.cfg }
 
@@ -158,6 +183,10 @@ func (b *Backend) State(own netip.Prefix, masquerade bool) *State {
 	if b.dev != nil {
 		dev := *b.dev
 		st.Device = &dev
+	}
+	if b.wg != nil {
+		wg := *b.wg
+		st.WireGuard = &wg
 	}
 	return st
 }
@@ -177,6 +206,9 @@ func (b *Backend) AddAttrs(a *subnet.LeaseAttrs, vtep MAC) {
 	var data json.RawMessage
 	if b.dev != nil {
 		data = VXLANData{VNI: b.dev.VNI, VtepMAC: vtep}.Encode()
+	}
+	if b.wg != nil {
+		data = WireGuardData{PublicKey: b.wgPublic, Port: b.wg.ListenPort}.Encode()
 	}
 	if b.fam == IPv6 {
 		a.PublicIPv6, a.BackendV6Data = b.public, data
@@ -214,6 +246,7 @@ func (b *Backend) half(l subnet.Lease) (netip.Prefix, netip.Addr, json.RawMessag
 type candidate struct {
 	peer Peer
 	mac  MAC // the VTEP MAC it claims (vxlan), also when DirectRouting routes around it
+	key  Key // the WireGuard public key it claims (wireguard)
 	skip *Skipped
 }
 
@@ -238,6 +271,18 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 			shown = l.Attrs.BadPublicIPv6
 		}
 		return fail(SkipBadPublicIP, fmt.Sprintf("public %s address %q is not a unicast %s address", b.fam, shown, b.fam))
+	}
+	if b.wg != nil {
+		d, err := DecodeWireGuardData(data)
+		if err != nil {
+			return fail(SkipBadData, err.Error())
+		}
+		if d.Port == 0 {
+			// flannel before v0.22 published no port: its peers dial their own.
+			d.Port = b.wg.ListenPort
+		}
+		c.key, c.peer.WGKey, c.peer.WGPort = d.PublicKey, d.PublicKey, d.Port
+		return c
 	}
 	if b.dev == nil { // host-gw
 		if !OnLink(b.node.Connected, ip) {
@@ -268,6 +313,7 @@ type ownClaims struct {
 	subnet  netip.Prefix
 	ip      netip.Addr
 	mac     MAC
+	wgKey   Key
 }
 
 func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
@@ -277,6 +323,9 @@ func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 		if d, err := DecodeVXLANData(data); err == nil {
 			o.mac = d.VtepMAC
 		}
+	}
+	if b.wg != nil {
+		o.wgKey = b.wgPublic
 	}
 	return o
 }
@@ -303,6 +352,9 @@ func (o ownClaims) clash(key string, c candidate) *Skipped {
 	case c.mac != MAC{} && c.mac == o.mac:
 		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, ClashesWith: o.key,
 			Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
+	case !c.key.IsZero() && c.key == o.wgKey:
+		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateKey, ClashesWith: o.key,
+			Reason: fmt.Sprintf("WireGuard public key %s is this node's", o.wgKey)}
 	}
 	return nil
 }

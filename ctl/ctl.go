@@ -11,9 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/internal/flagenv"
 )
@@ -37,9 +37,10 @@ Usage:
   weftctl version          weftctl's version
 
 Every command takes -o table (the default) or -o json, and -h for its flags.
-Flags that weftd also has (--etcd-*, --subnet-file, --iface, --public-ip) can be set from the
-environment as weftd's are, WEFTD_<FLAG> or FLANNELD_<FLAG>, so that weftctl run beside weftd
-sees what it sees.
+Flags that weftd also has (--etcd-*, --kube-subnet-mgr and Kubernetes mode's, --iface and the
+others of the interface's choice, --subnet-file, ...) are weftd's own, with its defaults, and
+can be set from the environment as weftd's are, WEFTD_<FLAG> or FLANNELD_<FLAG>, so that
+weftctl run beside weftd sees what it sees.
 `
 
 // Main runs weftctl with args (the program name left out) and returns its exit status.
@@ -94,6 +95,24 @@ func (e usageError) Unwrap() error { return e.err }
 type common struct {
 	output  string
 	timeout time.Duration
+	// weftd names the flags of the command that are weftd's (addWeftdFlags): only those are
+	// read from weftd's environment variables (WEFTD_O would mean nothing to anyone).
+	weftd []string
+}
+
+// addWeftdFlags registers on fs weftd's own flags of the given names (daemon.Config's, with
+// weftd's usage and defaults), writing into cfg.
+func (c *common) addWeftdFlags(fs *flag.FlagSet, cfg *daemon.Config, names ...string) {
+	all := flag.NewFlagSet("weftd", flag.ContinueOnError)
+	cfg.AddFlags(all)
+	for _, name := range names {
+		f := all.Lookup(name)
+		if f == nil {
+			panic("weftctl: weftd has no flag --" + name) // a mistake in weftctl, which every test of the command finds
+		}
+		fs.Var(f.Value, f.Name, f.Usage)
+		c.weftd = append(c.weftd, name)
+	}
 }
 
 func (c *common) addFlags(fs *flag.FlagSet) {
@@ -124,7 +143,7 @@ func parse(fs *flag.FlagSet, args []string, out io.Writer, c *common) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
-	if err := flagenv.Load(onlyWeftdFlags(fs), os.LookupEnv); err != nil {
+	if err := flagenv.Load(onlyWeftdFlags(fs, c.weftd), os.LookupEnv); err != nil {
 		return usageError{err}
 	}
 	if err := c.validate(); err != nil {
@@ -133,19 +152,16 @@ func parse(fs *flag.FlagSet, args []string, out io.Writer, c *common) error {
 	return nil
 }
 
-// onlyWeftdFlags is the part of fs that weftd has too: only those are read from weftd's
-// environment variables (WEFTD_O would mean nothing to anyone).
-func onlyWeftdFlags(fs *flag.FlagSet) *flag.FlagSet {
+// onlyWeftdFlags is the part of fs named in weftd (the flags weftd has too) that the
+// command line did not give: those are read from the environment.
+func onlyWeftdFlags(fs *flag.FlagSet, weftd []string) *flag.FlagSet {
 	sub := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Name, "etcd-") || f.Name == "subnet-file" || f.Name == "iface" || f.Name == "public-ip" {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range weftd {
+		if f := fs.Lookup(name); !given[name] {
 			sub.Var(f.Value, f.Name, f.Usage)
-			if set[f.Name] {
-				_ = sub.Set(f.Name, f.Value.String()) // marks it given, so the environment does not override it
-			}
 		}
-	})
+	}
 	return sub
 }

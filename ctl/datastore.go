@@ -3,41 +3,29 @@ package ctl
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
+	"github.com/weftnet/weft/subnet/kube"
 )
 
-// datastoreFlags say where the leases are, with weftd's flag names and defaults.
-type datastoreFlags struct {
-	etcd       etcd.ClientConfig
-	prefix     string
-	kube       bool
-	kubeconfig string
+// datastoreFlags are weftd's flags that say where the leases are: etcd's, and Kubernetes
+// mode's.
+func datastoreFlags() []string {
+	return []string{"etcd-endpoints", "etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile", "etcd-username", "etcd-password",
+		"kube-subnet-mgr", "kubeconfig-file", "kube-api-url", "kube-annotation-prefix", "net-config-path"}
 }
 
-func (d *datastoreFlags) addFlags(fs *flag.FlagSet) {
-	d.etcd.Endpoints = []string{"http://127.0.0.1:4001", "http://127.0.0.1:2379"}
-	d.prefix = etcd.DefaultPrefix
-	fs.Var((*listValue)(&d.etcd.Endpoints), "etcd-endpoints", "comma-separated etcd endpoints")
-	fs.StringVar(&d.prefix, "etcd-prefix", d.prefix, "etcd prefix of the network config and leases")
-	fs.StringVar(&d.etcd.CAFile, "etcd-cafile", "", "CA bundle that signed etcd's certificate")
-	fs.StringVar(&d.etcd.CertFile, "etcd-certfile", "", "client certificate for etcd")
-	fs.StringVar(&d.etcd.KeyFile, "etcd-keyfile", "", "key of the client certificate for etcd")
-	fs.StringVar(&d.etcd.Username, "etcd-username", "", "etcd user name")
-	fs.StringVar(&d.etcd.Password, "etcd-password", "", "etcd password")
-	fs.BoolVar(&d.kube, "kube-subnet-mgr", false, "read the leases from the Kubernetes API (not yet supported)")
-	fs.StringVar(&d.kubeconfig, "kubeconfig-file", "", "kubeconfig for --kube-subnet-mgr")
-}
-
-// Entry is one key of the datastore's lease directory: a lease, or why it cannot be read.
+// Entry is one lease of the datastore, or why it cannot be read.
 type Entry struct {
+	// Key is the lease's etcd key, or in Kubernetes mode the name of the Node that holds it.
 	Key   string
 	Lease subnet.Lease // Expiration set when the datastore knows it
 	Err   error
@@ -47,27 +35,28 @@ type Entry struct {
 type datastore interface {
 	Config(ctx context.Context) (*subnet.Config, error)
 	Leases(ctx context.Context) ([]Entry, error)
+	// NodePublicIPs are the addresses the node's annotations give in place of --public-ip
+	// and --public-ipv6 (Kubernetes mode; invalid where there are none).
+	NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error)
 	Close()
 }
 
-func (d *datastoreFlags) open() (datastore, error) {
-	if d.kube {
-		// subnet/kube is being written (issue 5); until weftd runs on it, so does weftctl.
-		return nil, usageError{errors.New("--kube-subnet-mgr: Kubernetes mode is not supported by weftctl yet; read the leases from etcd with --etcd-endpoints")}
+// openStore opens the datastore cfg names, as weftd does: etcd, or the Kubernetes API with
+// --kube-subnet-mgr.
+func openStore(cfg daemon.Config) (datastore, error) {
+	if cfg.KubeSubnetMgr {
+		return &kubeStore{cfg: cfg.ManagerConfig()}, nil
 	}
-	if d.kubeconfig != "" {
-		return nil, usageError{fmt.Errorf("--kubeconfig-file=%q: only with --kube-subnet-mgr, which is not supported yet", d.kubeconfig)}
-	}
-	if len(d.etcd.Endpoints) == 0 {
+	if len(cfg.EtcdEndpoints) == 0 {
 		return nil, usageError{errors.New("--etcd-endpoints: none given")}
 	}
-	cfg := d.etcd
-	cfg.DialTimeout = 5 * time.Second
-	cli, err := etcd.NewClient(cfg)
+	cc := cfg.EtcdClient()
+	cc.DialTimeout = 5 * time.Second
+	cli, err := etcd.NewClient(cc)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--etcd-endpoints=%s: %w", strings.Join(d.etcd.Endpoints, ","), err)}
+		return nil, usageError{fmt.Errorf("--etcd-endpoints=%s: %w", strings.Join(cfg.EtcdEndpoints, ","), err)}
 	}
-	prefix := strings.TrimSuffix(d.prefix, "/")
+	prefix := strings.TrimSuffix(cfg.EtcdPrefix, "/")
 	if prefix == "" {
 		prefix = etcd.DefaultPrefix
 	}
@@ -84,6 +73,8 @@ type etcdStore struct {
 }
 
 func (s *etcdStore) Close() { _ = s.cli.Close() }
+
+func (s *etcdStore) NodePublicIPs(context.Context) (v4, v6 netip.Addr, err error) { return v4, v6, nil }
 
 func (s *etcdStore) Config(ctx context.Context) (*subnet.Config, error) {
 	cfg, err := s.mgr.GetConfig(ctx)
@@ -130,17 +121,50 @@ func (s *etcdStore) Leases(ctx context.Context) ([]Entry, error) {
 	return entries, nil
 }
 
-// listValue is a comma-separated list that replaces its default when set.
-type listValue []string
+// kubeStore reads the network config from its file (--net-config-path) and the leases from
+// the Node objects, with one list (kube.List), as the operator's kubeconfig or weftd's
+// service account allows.
+type kubeStore struct {
+	cfg     kube.Config
+	read    bool
+	net     *subnet.Config
+	entries []Entry
+	err     error
+}
 
-func (l *listValue) String() string { return strings.Join(*l, ",") }
+func (s *kubeStore) Close() {}
 
-func (l *listValue) Set(s string) error {
-	*l = nil
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			*l = append(*l, part)
-		}
+// list reads the config and the leases once, for Config and Leases both.
+func (s *kubeStore) list(ctx context.Context) {
+	if s.read {
+		return
 	}
-	return nil
+	s.read = true
+	net, leases, err := kube.List(ctx, s.cfg)
+	if err != nil {
+		s.err = fmt.Errorf("Kubernetes mode (--kube-subnet-mgr, --net-config-path=%s): %w", s.cfg.NetConfPath, err)
+		return
+	}
+	s.net = net
+	for _, l := range leases {
+		s.entries = append(s.entries, Entry{Key: l.Node, Lease: l.Lease, Err: l.Err})
+	}
+}
+
+func (s *kubeStore) Config(ctx context.Context) (*subnet.Config, error) {
+	s.list(ctx)
+	return s.net, s.err
+}
+
+func (s *kubeStore) Leases(ctx context.Context) ([]Entry, error) {
+	s.list(ctx)
+	return s.entries, s.err
+}
+
+func (s *kubeStore) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err error) {
+	m, err := kube.New(s.cfg)
+	if err != nil {
+		return v4, v6, err
+	}
+	return m.NodePublicIPs(ctx)
 }

@@ -6,19 +6,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/wgkey"
 )
 
 // Results of a check.
@@ -30,7 +32,10 @@ const (
 
 // Finding is one result of the doctor: what it found and, for a problem, what to do.
 type Finding struct {
-	Check  string `json:"check"`
+	Check string `json:"check"`
+	// Family is "IPv6" for a check of the IPv6 half of the node (its device, routes, ...),
+	// empty for the IPv4 half and for the checks of the node as a whole.
+	Family string `json:"family,omitempty"`
 	Result string `json:"result"`
 	What   string `json:"what"`
 	Fix    string `json:"fix,omitempty"`
@@ -43,7 +48,7 @@ type DoctorReport struct {
 	Findings []Finding `json:"findings"`
 }
 
-// Kernel is the node's data plane compared with what the leases ask for, in a form every
+// Kernel is one family's data plane compared with what the leases ask for, in a form every
 // OS can hold (only Linux fills it).
 type Kernel struct {
 	Device *Device `json:"device,omitempty"` // nil for host-gw
@@ -69,28 +74,47 @@ type Drift struct {
 	Have string `json:"have,omitempty"`
 }
 
-// doctorFlags are weftctl doctor's own flags.
-type doctorFlags struct {
-	addr       string
-	subnetFile string
-	iface      string
-	publicIP   string
+// system is what the doctor asks of the OS, as weftd's main hands it to weftd: the data
+// plane's capabilities and a read-only look at it, the interfaces, the default route and
+// the route lookup.
+type system struct {
+	caps       backend.Capabilities
+	interfaces func() ([]netif.Interface, error)
+	defaultIf  func() (string, error)
+	routeTo    func(netip.Addr) (string, netip.Addr, error) // nil where the OS has none
+	// inspect compares one family's part of the data plane with st, read-only; blackhole is
+	// --ip-blackhole-route.
+	inspect func(st *backend.State, blackhole bool) (*Kernel, error)
+}
+
+// doctorFlags are weftd's flags the doctor reads: where the leases are, how weftd chooses
+// its interface and public addresses, and what decides its subnet.env and routes (the
+// DaemonSets' arguments among them, so that those can be handed to the doctor as they are).
+func doctorFlags() []string {
+	return append(datastoreFlags(), "iface", "iface-regex", "iface-can-reach", "public-ip", "public-ipv6",
+		"subnet-file", "ip-masq", "ip-blackhole-route")
 }
 
 func runDoctor(ctx context.Context, args []string, out io.Writer) error {
 	var c common
-	var ds datastoreFlags
-	var f doctorFlags
-	if err := parse(newDoctorFlagSet(&c, &ds, &f), args, out, &c); err != nil {
+	cfg := daemon.DefaultConfig()
+	var addr string
+	if err := parse(newDoctorFlagSet(&c, &cfg, &addr), args, out, &c); err != nil {
 		return err
 	}
-	if err := checkAddr(f.addr); err != nil {
+	if err := checkAddr(addr); err != nil {
 		return usageError{err}
 	}
-	if err := doctorSupported(); err != nil {
+	// As weftd takes it: from the environment, where a DaemonSet sets it.
+	cfg.NodeName = os.Getenv("NODE_NAME")
+	if cfg.KubeSubnetMgr && cfg.NodeName == "" {
+		return usageError{errors.New("NODE_NAME: not set; with --kube-subnet-mgr the doctor checks the node of that Node object, as weftd runs for it")}
+	}
+	sys, err := thisSystem()
+	if err != nil {
 		return err
 	}
-	store, err := ds.open()
+	store, err := openStore(cfg)
 	if err != nil {
 		return err
 	}
@@ -98,9 +122,17 @@ func runDoctor(ctx context.Context, args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	n := gather(ctx, store, f)
-	if exp, err := expect(n); err == nil {
-		n.kernel, n.kernelErr = inspectKernel(exp.state)
+	n := gather(ctx, store, cfg, addr, sys)
+	if e, err := expect(n); err == nil {
+		n.kernel = map[backend.Family]*Kernel{}
+		for _, fe := range e.fams {
+			k, err := sys.inspect(fe.state, cfg.BlackholeRoute)
+			if err != nil {
+				n.kernelErr = fmt.Errorf("%s: %w", fe.fam(), err)
+				break
+			}
+			n.kernel[fe.fam()] = k
+		}
 	}
 	rep := diagnose(n)
 	if c.output == "json" {
@@ -114,14 +146,13 @@ func runDoctor(ctx context.Context, args []string, out io.Writer) error {
 	return err
 }
 
-func newDoctorFlagSet(c *common, ds *datastoreFlags, f *doctorFlags) *flag.FlagSet {
+// newDoctorFlagSet is weftctl doctor's command line: the common flags, weftd's that the
+// doctor reads (into cfg), and --addr.
+func newDoctorFlagSet(c *common, cfg *daemon.Config, addr *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("weftctl doctor", flag.ContinueOnError)
 	c.addFlags(fs)
-	ds.addFlags(fs)
-	fs.StringVar(&f.addr, "addr", weftdAddr(os.LookupEnv), "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
-	fs.StringVar(&f.subnetFile, "subnet-file", subnet.DefaultEnvFile, "the subnet.env weftd writes")
-	fs.StringVar(&f.iface, "iface", "", "weftd's --iface: name or address, or a comma-separated list tried in order (default: what weftd reports, else the interface holding a lease's public IP)")
-	fs.StringVar(&f.publicIP, "public-ip", "", "weftd's --public-ip, when it has one")
+	c.addWeftdFlags(fs, cfg, doctorFlags()...)
+	fs.StringVar(addr, "addr", weftdAddr(os.LookupEnv), "weftd's health address, host:port (its --healthz-ip and --healthz-port)")
 	return fs
 }
 
@@ -133,6 +164,11 @@ type node struct {
 	readyErr  error
 	status    *status.Node // nil when weftd did not answer
 
+	kube     bool   // Kubernetes mode: the leases are Nodes'
+	nodeName string // the Node of this node (Kubernetes mode)
+	caps     backend.Capabilities
+	ipMasq   bool
+
 	cfg      *subnet.Config
 	entries  []Entry
 	storeErr error
@@ -142,37 +178,74 @@ type node struct {
 	envErr     error
 
 	ext    netif.External
+	extVia string // whose choice ext is: weftd's flags, its /status, the default route
 	extErr error
 
-	kernel    *Kernel // nil when it could not be inspected
+	kernel    map[backend.Family]*Kernel // by family; nil when it could not be inspected
 	kernelErr error
 }
 
 // gather asks weftd, the datastore, subnet.env and the interfaces; every failure is kept
 // for diagnose to explain.
-func gather(ctx context.Context, store datastore, f doctorFlags) node {
-	n := node{addr: f.addr, subnetFile: f.subnetFile}
+func gather(ctx context.Context, store datastore, cfg daemon.Config, addr string, sys system) node {
+	n := node{addr: addr, subnetFile: cfg.SubnetFile, kube: cfg.KubeSubnetMgr, nodeName: cfg.NodeName, caps: sys.caps, ipMasq: cfg.IPMasq}
 	var body []byte
-	n.readyCode, body, n.readyErr = get(ctx, f.addr, "/readyz")
+	n.readyCode, body, n.readyErr = get(ctx, addr, "/readyz")
 	n.readyBody = strings.TrimSpace(string(body))
 	if n.readyErr == nil {
-		if st, err := fetchStatus(ctx, f.addr); err == nil {
+		if st, err := fetchStatus(ctx, addr); err == nil {
 			n.status = &st
 		}
 	}
 	if n.cfg, n.storeErr = store.Config(ctx); n.storeErr == nil {
 		n.entries, n.storeErr = store.Leases(ctx)
 	}
-	n.env, n.envErr = subnet.ReadEnv(f.subnetFile)
-	ifs, err := netif.List()
+	n.env, n.envErr = subnet.ReadEnv(cfg.SubnetFile)
+	if n.storeErr != nil {
+		n.extErr = errors.New("not looked for: the network config says which families it must carry")
+		return n
+	}
+	v4, v6, err := store.NodePublicIPs(ctx)
+	if err != nil {
+		n.extErr = fmt.Errorf("reading the node's public IP annotations: %w", err)
+		return n
+	}
+	cfg.UseNodePublicIPs(v4, v6, slog.New(slog.DiscardHandler))
+	ifs, err := sys.interfaces()
 	if err != nil {
 		n.extErr = err
-	} else if n.storeErr == nil {
-		n.ext, n.extErr = findExternal(ifs, f.iface, f.publicIP, n.status, validLeases(n.entries))
-	} else {
-		n.extErr = errors.New("not looked for: the leases are needed to tell which interface is weftd's")
+		return n
 	}
+	choice, via := interfaceChoice(cfg, n.cfg, n.status)
+	choice.RouteTo = sys.routeTo
+	n.ext, n.extErr = netif.Pick(choice, ifs, sys.defaultIf)
+	n.extVia = via
 	return n
+}
+
+// interfaceChoice is weftd's choice of its interface (daemon.Config.Choice) as the doctor
+// can know it: with weftd's flags when it has them (its environment: run the doctor beside
+// weftd), else with the interface and public addresses weftd reports on /status, else as
+// weftd without those flags: the default route's interface. via says which.
+func interfaceChoice(cfg daemon.Config, net *subnet.Config, st *status.Node) (netif.Choice, string) {
+	via := "weftd's --iface"
+	switch {
+	case len(cfg.Ifaces) > 0 || len(cfg.IfaceRegexs) > 0 || cfg.IfaceCanReach != "":
+	case st != nil && st.Interface != "":
+		cfg.Ifaces, via = []string{st.Interface}, "weftd's /status"
+	default:
+		via = "the default route, as weftd without --iface"
+	}
+	if st != nil {
+		// What weftd publishes, the node's annotations included.
+		if st.PublicIP != "" {
+			cfg.PublicIP = st.PublicIP
+		}
+		if st.PublicIPv6 != "" {
+			cfg.PublicIPv6 = st.PublicIPv6
+		}
+	}
+	return cfg.Choice(net, nil), via
 }
 
 func validLeases(entries []Entry) []subnet.Lease {
@@ -185,104 +258,29 @@ func validLeases(entries []Entry) []subnet.Lease {
 	return out
 }
 
-// findExternal finds weftd's external interface: --iface, else the one weftd reports, else
-// the one holding the public IP of a lease (weftd may be down: that is when a doctor is
-// needed most).
-func findExternal(ifs []netif.Interface, iface, publicIP string, st *status.Node, leases []subnet.Lease) (netif.External, error) {
-	var pub netip.Addr
-	if publicIP != "" {
-		a, err := netip.ParseAddr(publicIP)
-		if err != nil || !a.Is4() {
-			return netif.External{}, fmt.Errorf("--public-ip=%q: not an IPv4 address", publicIP)
-		}
-		pub = a
-	}
-	holds := func(i netif.Interface, a netip.Addr) bool {
-		return slices.ContainsFunc(i.Prefix, func(p netip.Prefix) bool { return p.Addr() == a })
-	}
-	var ext netif.External
-	pick := func(i netif.Interface, addr netip.Addr) {
-		ext = netif.External{Name: i.Name, MTU: i.MTU, Addr: addr, Connected: netif.Connected(i)}
-		for _, p := range i.Prefix {
-			if !ext.Addr.IsValid() && p.Addr().Is4() && p.Addr().IsGlobalUnicast() {
-				ext.Addr = p.Addr()
-			}
-		}
-	}
-	switch {
-	case iface != "" || st != nil && st.Interface != "":
-		// weftd's --iface is a list tried in order; the first that exists is the one.
-		found := false
-		for _, name := range strings.Split(iface, ",") {
-			var addr netip.Addr
-			if name = strings.TrimSpace(name); name == "" {
-				continue
-			} else if a, err := netip.ParseAddr(name); err == nil {
-				addr = a
-			}
-			if i := slices.IndexFunc(ifs, func(i netif.Interface) bool { return i.Name == name || addr.IsValid() && holds(i, addr) }); i >= 0 {
-				pick(ifs[i], addr)
-				found = true
-				break
-			}
-		}
-		if !found && iface != "" {
-			return netif.External{}, fmt.Errorf("--iface=%s: no such interface on this node", iface)
-		}
-		if !found {
-			addr, _ := netip.ParseAddr(st.Address)
-			i := slices.IndexFunc(ifs, func(i netif.Interface) bool { return i.Name == st.Interface })
-			if i < 0 {
-				return netif.External{}, fmt.Errorf("weftd's interface %s is not on this node: is --addr this node's weftd?", st.Interface)
-			}
-			pick(ifs[i], addr)
-		}
-		if !pub.IsValid() && st != nil {
-			pub, _ = netip.ParseAddr(st.PublicIP)
-		}
-	default:
-		var found []string
-		for _, l := range leases {
-			if pub.IsValid() && l.Attrs.PublicIP != pub {
-				continue
-			}
-			for _, i := range ifs {
-				if holds(i, l.Attrs.PublicIP) {
-					found = append(found, i.Name+" "+l.Attrs.PublicIP.String())
-					pick(i, l.Attrs.PublicIP)
-				}
-			}
-		}
-		switch {
-		case len(found) == 0 && pub.IsValid():
-			return netif.External{}, fmt.Errorf("no lease carries --public-ip=%s, and weftd does not answer: give --iface", pub)
-		case len(found) == 0:
-			return netif.External{}, errors.New("no lease carries an address of this node, and weftd does not answer: give --iface (and --public-ip behind NAT)")
-		case len(found) > 1:
-			return netif.External{}, fmt.Errorf("leases carry several addresses of this node (%s): give --iface", strings.Join(found, ", "))
-		}
-	}
-	if !ext.Addr.IsValid() {
-		return netif.External{}, fmt.Errorf("interface %s has no IPv4 address", ext.Name)
-	}
-	ext.PublicIP = ext.Addr
-	if pub.IsValid() {
-		ext.PublicIP = pub
-	}
-	return ext, nil
-}
-
-// expectation is what the node should look like, from the config and the leases.
+// expectation is what the node should look like, from the config and the leases, as weftd
+// computes it.
 type expectation struct {
 	own     subnet.Lease
 	sharing []string // keys of other leases with the node's public IP
-	state   *backend.State
-	skipped []backend.Skipped
-	mtu     int
-	mtuWhy  string
+	fams    []famExpectation
+	mtu     int    // the pods'
+	mtuWhy  string // how mtu follows from the interface or the config
+	env     subnet.Env
 }
 
-// expect computes the node's desired state as weftd does, with the backend package.
+// famExpectation is one family's part of an expectation.
+type famExpectation struct {
+	b       *backend.Backend
+	state   *backend.State
+	skipped []backend.Skipped
+}
+
+func (f famExpectation) fam() backend.Family { return f.b.Family() }
+
+// expect computes the node's desired state with weftd's own functions: its backends
+// (daemon.NewBackends, on this OS's data plane), the State of each family for its lease and
+// the others (backend.Desired) and its subnet.env (daemon.Env).
 func expect(n node) (expectation, error) {
 	switch {
 	case n.storeErr != nil:
@@ -290,97 +288,163 @@ func expect(n node) (expectation, error) {
 	case n.extErr != nil:
 		return expectation{}, n.extErr
 	}
-	leases := validLeases(n.entries)
 	var e expectation
-	found := false
-	for _, l := range leases {
-		if l.Attrs.PublicIP != n.ext.PublicIP {
-			continue
-		}
-		// Of several, the one subnet.env names is the node's; the others are stale.
-		if !found || n.envErr == nil && l.Subnet == n.env.Subnet.Masked() {
-			if found {
-				e.sharing = append(e.sharing, e.own.Key())
-			}
-			e.own, found = l, true
-			continue
-		}
-		e.sharing = append(e.sharing, l.Key())
+	leases := validLeases(n.entries)
+	var err error
+	if n.kube {
+		e.own, err = n.ownNode()
+	} else {
+		e.own, e.sharing, err = n.ownByPublicIP(leases)
 	}
-	if !found {
-		return expectation{}, fmt.Errorf("no lease carries this node's public IP %s", n.ext.PublicIP)
-	}
-	cfg, ext := n.cfg, n.ext
-	b, err := backend.New(cfg, backend.Node{Underlay: ext.Name, Addr: ext.Addr, MTU: ext.MTU, Connected: ext.Connected, PublicIP: ext.PublicIP}, runtime.GOOS)
 	if err != nil {
 		return expectation{}, err
 	}
-	e.state, e.skipped = backend.Desired(b, e.own, leases, false)
-	e.mtu, e.mtuWhy = b.MTU(), ext.Name+"'s MTU"
-	if e.state.Device != nil {
-		e.mtuWhy = fmt.Sprintf("%s's MTU %d less 50 for VXLAN", ext.Name, ext.MTU)
-		if cfg.Backend.MTU > 0 {
-			e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less 50 for VXLAN", cfg.Backend.MTU)
+	var wgKey backend.Key
+	if n.cfg.Backend.Type == subnet.BackendWireGuard {
+		// The node's own key, as weftd reads it; weftctl makes none.
+		if wgKey, err = wgkey.Read(wgkey.Path(os.LookupEnv)); err != nil {
+			return expectation{}, err
 		}
 	}
+	bs, mtu, err := daemon.NewBackends(n.cfg, n.ext, n.caps, wgKey)
+	if err != nil {
+		return expectation{}, err
+	}
+	e.mtu = mtu
+	for _, b := range bs {
+		st, skipped := backend.Desired(b, e.own, leases, n.ipMasq)
+		e.fams = append(e.fams, famExpectation{b: b, state: st, skipped: skipped})
+		if b.MTU() != mtu || e.mtuWhy != "" {
+			continue
+		}
+		e.mtuWhy = n.ext.Name + "'s MTU"
+		if o := b.Overhead(); o > 0 {
+			over := ""
+			if b.Family() == backend.IPv6 {
+				over = " over IPv6"
+			}
+			tunnel := "VXLAN"
+			if n.cfg.Backend.Type == subnet.BackendWireGuard {
+				tunnel = "WireGuard"
+			}
+			e.mtuWhy = fmt.Sprintf("%s's MTU %d less %d for %s%s", n.ext.Name, n.ext.MTU, o, tunnel, over)
+			if n.cfg.Backend.MTU > 0 {
+				e.mtuWhy = fmt.Sprintf("Backend.MTU %d of the network config less %d for %s%s", n.cfg.Backend.MTU, o, tunnel, over)
+			}
+		}
+	}
+	e.env = daemon.Env(n.cfg, e.own, mtu, n.ipMasq)
 	return e, nil
+}
+
+// ownNode is the lease of the node's Node (Kubernetes mode).
+func (n node) ownNode() (subnet.Lease, error) {
+	i := slices.IndexFunc(n.entries, func(e Entry) bool { return e.Key == n.nodeName })
+	switch {
+	case i < 0:
+		return subnet.Lease{}, fmt.Errorf("the Node %s publishes no lease (it needs a podCIDR, and weftd's annotations)", n.nodeName)
+	case n.entries[i].Err != nil:
+		return subnet.Lease{}, fmt.Errorf("the lease of Node %s cannot be read: %w", n.nodeName, n.entries[i].Err)
+	}
+	return n.entries[i].Lease, nil
+}
+
+// ownByPublicIP is the lease that carries the node's public IP (of its first family), and
+// the keys of the others that do too: of several, the one subnet.env names is the node's;
+// the others are stale.
+func (n node) ownByPublicIP(leases []subnet.Lease) (subnet.Lease, []string, error) {
+	fam := backend.Families(n.cfg)[0]
+	public, envSubnet := n.ext.PublicIP, n.env.Subnet.Masked()
+	if fam == backend.IPv6 {
+		public, envSubnet = n.ext.PublicIPv6, n.env.IPv6Subnet.Masked()
+	}
+	var own subnet.Lease
+	var sharing []string
+	found := false
+	for _, l := range leases {
+		ip := l.Attrs.PublicIP
+		if fam == backend.IPv6 {
+			ip = l.Attrs.PublicIPv6
+		}
+		if ip != public {
+			continue
+		}
+		if !found || n.envErr == nil && fam.Subnet(l) == envSubnet {
+			if found {
+				sharing = append(sharing, own.Key())
+			}
+			own, found = l, true
+			continue
+		}
+		sharing = append(sharing, l.Key())
+	}
+	if !found {
+		return subnet.Lease{}, nil, fmt.Errorf("no lease carries this node's public %s address %s", fam, public)
+	}
+	return own, sharing, nil
 }
 
 // diagnose judges what gather found. It is pure, so every check is tested on made-up nodes.
 func diagnose(n node) DoctorReport {
 	var fs []Finding
-	add := func(check, result, what, fix string) {
-		fs = append(fs, Finding{Check: check, Result: result, What: what, Fix: fix})
+	add := func(fam backend.Family, check, result, what, fix string) {
+		f := Finding{Check: check, Result: result, What: what, Fix: fix}
+		if fam == backend.IPv6 {
+			f.Family = fam.String()
+		}
+		fs = append(fs, f)
 	}
 	running := n.readyErr == nil
 
 	switch {
 	case n.readyErr != nil:
-		add("weftd", resultFail, "no answer: "+n.readyErr.Error(),
+		add(0, "weftd", resultFail, "no answer: "+n.readyErr.Error(),
 			"start weftd (systemctl start weftd, or look at its pod); if it runs, give --addr its --healthz-ip:--healthz-port")
 	case n.readyCode != http.StatusOK:
-		add("weftd", resultFail, fmt.Sprintf("not ready (%d): %s", n.readyCode, n.readyBody),
+		add(0, "weftd", resultFail, fmt.Sprintf("not ready (%d): %s", n.readyCode, n.readyBody),
 			fmt.Sprintf("weftctl status --addr=%s and weftd's log say more: readiness needs a lease, subnet.env, a reachable datastore and a converged data plane", n.addr))
 	default:
-		add("weftd", resultOK, fmt.Sprintf("ready (http://%s/readyz)", n.addr), "")
+		add(0, "weftd", resultOK, fmt.Sprintf("ready (http://%s/readyz)", n.addr), "")
 	}
 
 	if n.storeErr != nil {
-		add("datastore", resultFail, n.storeErr.Error(),
-			"check --etcd-endpoints, --etcd-prefix and the TLS and user flags: they must be weftd's")
+		fix := "check --etcd-endpoints, --etcd-prefix and the TLS and user flags: they must be weftd's"
+		if n.kube {
+			fix = "check --kubeconfig-file (or the pod's service account), --kube-api-url and --net-config-path: they must be weftd's"
+		}
+		add(0, "datastore", resultFail, n.storeErr.Error(), fix)
 		return report("", fs)
 	}
 	valid := 0
 	for _, e := range n.entries {
 		if e.Err != nil {
-			add("datastore", resultWarn, fmt.Sprintf("unreadable lease %s: %v", e.Key, e.Err),
-				"every node skips it; correct or delete the key (etcdctl del "+e.Key+")")
+			fix := "every node skips it; correct or delete the key (etcdctl del " + e.Key + ")"
+			if n.kube {
+				fix = "every node skips it; correct the annotations of Node " + e.Key + " (kubectl describe node " + e.Key + ")"
+			}
+			add(0, "datastore", resultWarn, fmt.Sprintf("unreadable lease %s: %v", e.Key, e.Err), fix)
 			continue
 		}
 		valid++
 	}
-	add("datastore", resultOK, fmt.Sprintf("network %s, backend %s, %d leases", n.cfg.Network, n.cfg.Backend.Type, valid), "")
-	// The checks below are IPv4's; the IPv6 half of a network is not diagnosed (yet).
-	switch {
-	case !n.cfg.EnableIPv4:
-		add("network", resultWarn, "an IPv6-only network: weftctl doctor checks IPv4 networks only",
-			"weftctl status shows weftd's own view of its lease and every peer's IPv6 half")
-		return report("", fs)
-	case n.cfg.EnableIPv6:
-		add("network", resultWarn, fmt.Sprintf("a dual-stack network: only its IPv4 half is checked, not %s", n.cfg.IPv6Network),
-			"weftctl status lists the peers' IPv6 halves as weftd programs them")
-	}
+	add(0, "datastore", resultOK, fmt.Sprintf("network %s, backend %s, %d leases", networks(n.cfg), n.cfg.Backend.Type, valid), "")
 
 	if n.extErr != nil {
-		add("interface", resultFail, n.extErr.Error(), "give --iface as weftd's (and --public-ip if it has one)")
+		add(0, "interface", resultFail, n.extErr.Error(), "give weftd's --iface (and its --public-ip and --public-ipv6, if it has them), or run the doctor with weftd's environment")
 		return report("", fs)
 	}
 	ext := n.ext
-	ifDesc := fmt.Sprintf("%s %s MTU %d", ext.Name, ext.Addr, ext.MTU)
-	if ext.PublicIP != ext.Addr {
-		ifDesc += ", public IP " + ext.PublicIP.String()
+	ifDesc := ext.Name
+	for _, a := range []struct{ addr, public netip.Addr }{{ext.Addr, ext.PublicIP}, {ext.Addr6, ext.PublicIPv6}} {
+		if a.addr.IsValid() {
+			ifDesc += " " + a.addr.String()
+			if a.public != a.addr {
+				ifDesc += " (public " + a.public.String() + ")"
+			}
+		}
 	}
-	add("interface", resultOK, ifDesc, "")
+	ifDesc += fmt.Sprintf(" MTU %d", ext.MTU)
+	add(0, "interface", resultOK, ifDesc+", by "+n.extVia, "")
 
 	e, err := expect(n)
 	if err != nil {
@@ -388,19 +452,32 @@ func diagnose(n node) DoctorReport {
 		if running {
 			fix = "weftd runs but has no lease with this public IP: check --iface/--public-ip against weftd's, and weftd's log"
 		}
-		add("lease", resultFail, err.Error(), fix)
+		add(0, "lease", resultFail, err.Error(), fix)
 		return report(ifDesc, fs)
 	}
-	nodeDesc := fmt.Sprintf("%s, lease %s, backend %s", ifDesc, e.own.Subnet, n.cfg.Backend.Type)
+	nodeDesc := fmt.Sprintf("%s, lease %s, backend %s", ifDesc, strings.TrimSpace(prefixString(e.own.Subnet)+" "+prefixString(e.own.IPv6Subnet)), n.cfg.Backend.Type)
 	diagnoseLease(n, e, add)
 	diagnoseEnv(n, e, add)
-	diagnoseKernel(n, e, running, add)
-	for _, s := range e.skipped {
-		add("peers", resultWarn, fmt.Sprintf("lease %s skipped: %s", s.Key, s.Reason),
-			"another node publishes it: fix that node, or delete the lease if the node is gone")
+	for _, fe := range e.fams {
+		diagnoseKernel(n, fe, running, add)
 	}
-	add("peers", resultOK, fmt.Sprintf("%d to program, %d skipped", e.state.Peers.Len(), len(e.skipped)), "")
+	for _, fe := range e.fams {
+		for _, s := range fe.skipped {
+			add(fe.fam(), "peers", resultWarn, fmt.Sprintf("lease %s skipped: %s", s.Key, s.Reason),
+				"another node publishes it: fix that node, or delete the lease if the node is gone")
+		}
+		add(fe.fam(), "peers", resultOK, fmt.Sprintf("%d to program, %d skipped", fe.state.Peers.Len(), len(fe.skipped)), "")
+	}
 	return report(nodeDesc, fs)
+}
+
+// networks are the config's cluster networks.
+func networks(cfg *subnet.Config) string {
+	var out []string
+	for _, f := range backend.Families(cfg) {
+		out = append(out, f.Network(cfg).String())
+	}
+	return strings.Join(out, " ")
 }
 
 func report(node string, fs []Finding) DoctorReport {
@@ -413,115 +490,163 @@ func report(node string, fs []Finding) DoctorReport {
 	return r
 }
 
-type addFunc func(check, result, what, fix string)
+type addFunc func(fam backend.Family, check, result, what, fix string)
 
 func diagnoseLease(n node, e expectation, add addFunc) {
 	ok := true
 	if len(e.sharing) > 0 {
 		ok = false
-		add("lease", resultFail, fmt.Sprintf("other leases carry this node's public IP %s too: %s", n.ext.PublicIP, strings.Join(e.sharing, ", ")),
+		add(0, "lease", resultFail, fmt.Sprintf("other leases carry this node's public IP too: %s", strings.Join(e.sharing, ", ")),
 			fmt.Sprintf("delete the stale ones (the node's own is %s, as in subnet.env): peers route only one of them", e.own.Key()))
 	}
 	if t := e.own.Attrs.BackendType; t != n.cfg.Backend.Type {
 		ok = false
-		add("lease", resultFail, fmt.Sprintf("lease %s publishes backend %q, the network config says %q", e.own.Key(), t, n.cfg.Backend.Type),
+		add(0, "lease", resultFail, fmt.Sprintf("lease %s publishes backend %q, the network config says %q", e.own.Key(), t, n.cfg.Backend.Type),
 			"restart weftd: it publishes the configured backend")
 	}
-	if d := n.kernelDevice(); d != nil && !d.Missing && n.cfg.Backend.Type == subnet.BackendVXLAN {
-		data, err := backend.DecodeVXLANData(e.own.Attrs.BackendData)
+	var publics []string
+	for _, fe := range e.fams {
+		f := fe.fam()
+		public, data := e.own.Attrs.PublicIP, e.own.Attrs.BackendData
+		want := n.ext.PublicIP
+		if f == backend.IPv6 {
+			public, data, want = e.own.Attrs.PublicIPv6, e.own.Attrs.BackendV6Data, n.ext.PublicIPv6
+		}
+		publics = append(publics, want.String())
+		if public != want {
+			ok = false
+			add(f, "lease", resultFail, fmt.Sprintf("lease %s publishes the public %s address %s, this node's is %s: peers send to the wrong address", e.own.Key(), f, public, want),
+				"restart weftd: it publishes the node's public addresses (check --public-ip and --public-ipv6, or the node's public IP annotations)")
+		}
+		d := n.kernelDevice(f)
+		if d == nil || d.Missing {
+			continue
+		}
+		vx, err := backend.DecodeVXLANData(data)
 		switch {
 		case err != nil:
 			ok = false
-			add("lease", resultFail, fmt.Sprintf("lease %s: %v", e.own.Key(), err), "restart weftd: it publishes its VTEP with its lease")
-		case data.VtepMAC.String() != d.MAC:
+			add(f, "lease", resultFail, fmt.Sprintf("lease %s: %v", e.own.Key(), err), "restart weftd: it publishes its VTEP with its lease")
+		case vx.VtepMAC.String() != d.MAC:
 			ok = false
-			add("lease", resultFail, fmt.Sprintf("lease %s publishes VtepMAC %s, but %s has MAC %s: peers send to a MAC this node does not have", e.own.Key(), data.VtepMAC, d.Name, d.MAC),
+			add(f, "lease", resultFail, fmt.Sprintf("lease %s publishes VtepMAC %s, but %s has MAC %s: peers send to a MAC this node does not have", e.own.Key(), vx.VtepMAC, d.Name, d.MAC),
 				"restart weftd: it publishes the device's MAC")
-		case data.VNI != e.state.Device.VNI:
+		case vx.VNI != fe.state.Device.VNI:
 			ok = false
-			add("lease", resultFail, fmt.Sprintf("lease %s publishes VNI %d, the config says %d", e.own.Key(), data.VNI, e.state.Device.VNI),
+			add(f, "lease", resultFail, fmt.Sprintf("lease %s publishes VNI %d, the config says %d", e.own.Key(), vx.VNI, fe.state.Device.VNI),
 				"restart weftd: it publishes the configured VNI")
 		}
 	}
 	if ok {
-		what := e.own.Subnet.String() + " for public IP " + n.ext.PublicIP.String()
+		what := strings.TrimSpace(prefixString(e.own.Subnet)+" "+prefixString(e.own.IPv6Subnet)) + " for public IP " + strings.Join(publics, " ")
+		if n.kube {
+			what += ", Node " + n.nodeName
+		}
 		if !e.own.Expiration.IsZero() {
 			what += ", expires " + expires(&e.own.Expiration, time.Now())
 		}
-		add("lease", resultOK, what, "")
+		add(0, "lease", resultOK, what, "")
 	}
 }
 
-func (n node) kernelDevice() *Device {
-	if n.kernel == nil {
-		return nil
+// kernelDevice is the overlay device of family f as found, nil if none was looked at.
+func (n node) kernelDevice(f backend.Family) *Device {
+	if k := n.kernel[f]; k != nil {
+		return k.Device
 	}
-	return n.kernel.Device
+	return nil
 }
 
 func diagnoseEnv(n node, e expectation, add addFunc) {
 	const rewrite = "restart weftd: it rewrites subnet.env; pods created meanwhile keep what they got until they are recreated"
 	if n.envErr != nil {
-		add("subnet.env", resultFail, n.envErr.Error(),
+		add(0, "subnet.env", resultFail, n.envErr.Error(),
 			"weftd writes it once it holds a lease: start weftd, and check that --subnet-file is weftd's")
 	} else {
 		ok := true
-		if n.env.Network != n.cfg.Network {
+		for _, c := range []struct {
+			key        string
+			have, want netip.Prefix
+			why        string
+		}{
+			{"FLANNEL_NETWORK", n.env.Network, e.env.Network, "the network config says %s"},
+			{"FLANNEL_SUBNET", n.env.Subnet, e.env.Subnet, "but this node's lease is %s: new pods get addresses no peer routes here"},
+			{"FLANNEL_IPV6_NETWORK", n.env.IPv6Network, e.env.IPv6Network, "the network config says %s"},
+			{"FLANNEL_IPV6_SUBNET", n.env.IPv6Subnet, e.env.IPv6Subnet, "but this node's lease is %s: new pods get addresses no peer routes here"},
+		} {
+			if c.have == c.want {
+				continue
+			}
 			ok = false
-			add("subnet.env", resultFail, fmt.Sprintf("%s: FLANNEL_NETWORK=%s, the network config says %s", n.subnetFile, prefixString(n.env.Network), n.cfg.Network), rewrite)
-		}
-		if got := n.env.Subnet.Masked(); got != e.own.Subnet {
-			ok = false
-			add("subnet.env", resultFail, fmt.Sprintf("%s: FLANNEL_SUBNET=%s, but this node's lease is %s: new pods get addresses no peer routes here",
-				n.subnetFile, prefixString(n.env.Subnet), e.own.Subnet), rewrite)
+			want := "none"
+			if c.want.IsValid() {
+				want = c.want.Masked().String()
+				if strings.HasSuffix(c.key, "NETWORK") {
+					want = c.want.String()
+				}
+			}
+			add(0, "subnet.env", resultFail, fmt.Sprintf("%s: %s=%s, %s", n.subnetFile, c.key, orDash(prefixString(c.have)), fmt.Sprintf(c.why, want)), rewrite)
 		}
 		if ok {
-			add("subnet.env", resultOK, fmt.Sprintf("%s: FLANNEL_NETWORK=%s FLANNEL_SUBNET=%s", n.subnetFile, n.env.Network, n.env.Subnet), "")
+			what := n.subnetFile + ":"
+			for _, kv := range []struct {
+				key string
+				p   netip.Prefix
+			}{{"FLANNEL_NETWORK", n.env.Network}, {"FLANNEL_SUBNET", n.env.Subnet}, {"FLANNEL_IPV6_NETWORK", n.env.IPv6Network}, {"FLANNEL_IPV6_SUBNET", n.env.IPv6Subnet}} {
+				if kv.p.IsValid() {
+					what += " " + kv.key + "=" + kv.p.String()
+				}
+			}
+			add(0, "subnet.env", resultOK, what, "")
 		}
 	}
 
 	ok := true
 	if n.envErr == nil && n.env.MTU != e.mtu {
 		ok = false
-		add("mtu", resultFail, fmt.Sprintf("FLANNEL_MTU=%d, want %d (%s)", n.env.MTU, e.mtu, e.mtuWhy), rewrite)
+		add(0, "mtu", resultFail, fmt.Sprintf("FLANNEL_MTU=%d, want %d (%s)", n.env.MTU, e.mtu, e.mtuWhy), rewrite)
 	}
-	if d := n.kernelDevice(); d != nil && !d.Missing && d.MTU != e.mtu {
-		ok = false
-		add("mtu", resultFail, fmt.Sprintf("%s has MTU %d, want %d (%s)", d.Name, d.MTU, e.mtu, e.mtuWhy),
-			fmt.Sprintf("restart weftd: it sets the MTU of the device it adopts (or: ip link set %s mtu %d)", d.Name, e.mtu))
+	for _, fe := range e.fams {
+		if d := n.kernelDevice(fe.fam()); d != nil && !d.Missing && d.MTU != fe.b.MTU() {
+			ok = false
+			add(fe.fam(), "mtu", resultFail, fmt.Sprintf("%s has MTU %d, want %d (the interface's less %d for VXLAN)", d.Name, d.MTU, fe.b.MTU(), fe.b.Overhead()),
+				fmt.Sprintf("restart weftd: it sets the MTU of the device it adopts (or: ip link set %s mtu %d)", d.Name, fe.b.MTU()))
+		}
 	}
 	if ok {
-		add("mtu", resultOK, fmt.Sprintf("%d (%s)", e.mtu, e.mtuWhy), "")
+		add(0, "mtu", resultOK, fmt.Sprintf("%d (%s)", e.mtu, e.mtuWhy), "")
 	}
 }
 
-func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
-	if n.kernelErr != nil || n.kernel == nil {
+func diagnoseKernel(n node, fe famExpectation, running bool, add addFunc) {
+	f := fe.fam()
+	k := n.kernel[f]
+	if n.kernelErr != nil || k == nil {
 		err := n.kernelErr
 		if err == nil {
 			err = errors.New("not inspected")
 		}
-		add("kernel", resultFail, fmt.Sprintf("reading the data plane: %v", err), "run weftctl doctor on the node, as root")
+		add(f, "kernel", resultFail, fmt.Sprintf("reading the data plane: %v", err), "run weftctl doctor on the node, as root")
 		return
 	}
-	if d := n.kernel.Device; d != nil {
+	if d := k.Device; d != nil {
 		switch {
 		case d.Missing:
-			add("device", resultFail, d.Name+" does not exist: no traffic to or from peers' pods",
+			add(f, "device", resultFail, d.Name+" does not exist: no traffic to or from peers' pods",
 				"start or restart weftd: it creates it (with a new MAC, which it publishes)")
 		case d.Incompatible != "":
-			add("device", resultFail, fmt.Sprintf("%s does not fit the network config: %s", d.Name, d.Incompatible),
+			add(f, "device", resultFail, fmt.Sprintf("%s does not fit the network config: %s", d.Name, d.Incompatible),
 				"restart weftd: it replaces the device (traffic through it pauses for a moment)")
 		case !d.Up:
-			add("device", resultFail, d.Name+" is down: no traffic to or from peers' pods",
+			add(f, "device", resultFail, d.Name+" is down: no traffic to or from peers' pods",
 				fmt.Sprintf("ip link set %s up (weftd does it when it converges)", d.Name))
 		default:
-			v := e.state.Device
+			v := fe.state.Device
 			port := fmt.Sprint(v.Port)
 			if v.Port == 0 {
-				port = "8472 (the kernel's default)"
+				port = fmt.Sprintf("%d (the default)", n.caps.Port(n.cfg.Backend))
 			}
-			add("device", resultOK, fmt.Sprintf("%s up, VNI %d, port %s, local %s, via %s", d.Name, v.VNI, port, v.Local, v.Underlay), "")
+			add(f, "device", resultOK, fmt.Sprintf("%s up, VNI %d, port %s, local %s, via %s", d.Name, v.VNI, port, v.Local, v.Underlay), "")
 		}
 	}
 	fix := "start weftd: it converges at once, changing only what differs; or by hand: "
@@ -529,7 +654,7 @@ func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
 		fix = "weftd runs, yet has not repaired this: another program may be rewriting it (see weftd's log); by hand: "
 	}
 	drifted := map[string]bool{}
-	for _, d := range n.kernel.Drift {
+	for _, d := range k.Drift {
 		drifted[d.Kind] = true
 		var what, cmd string
 		switch {
@@ -540,18 +665,18 @@ func diagnoseKernel(n node, e expectation, running bool, add addFunc) {
 		default:
 			what, cmd = "wrong: "+d.Have+", want "+d.Want, fixCommand(d.Kind, "replace", d.Want)
 		}
-		add(d.Kind, resultFail, what, fix+cmd)
+		add(f, d.Kind, resultFail, what, fix+cmd)
 	}
-	w, _ := linux.WantOf(e.state, false) // the counts are the same with nexthop objects
+	w, _ := linux.WantOf(fe.state, false) // the counts are the same with nexthop objects
 	want := map[string]int{"route": len(w.Routes)}
 	kinds := []string{"route"}
-	if e.state.Device != nil {
+	if fe.state.Device != nil {
 		kinds = append(kinds, "neighbor", "fdb", "address")
 		want["neighbor"], want["fdb"], want["address"] = len(w.Neighbors), len(w.FDB), len(w.Addrs)
 	}
-	for _, k := range kinds {
-		if !drifted[k] {
-			add(k, resultOK, fmt.Sprintf("%d as the leases say", want[k]), "")
+	for _, kind := range kinds {
+		if !drifted[kind] {
+			add(f, kind, resultOK, fmt.Sprintf("%d as the leases say", want[kind]), "")
 		}
 	}
 }
@@ -602,7 +727,11 @@ func writeDoctor(out io.Writer, r DoctorReport) error {
 		if res == resultFail {
 			res = "FAIL"
 		}
-		t.row(f.Check, res, f.What)
+		check := f.Check
+		if f.Family != "" {
+			check += " " + f.Family
+		}
+		t.row(check, res, f.What)
 		if f.Fix != "" {
 			t.row("", "", "fix: "+f.Fix)
 		}

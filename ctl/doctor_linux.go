@@ -7,18 +7,25 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/linux"
+	"github.com/weftnet/weft/netif"
 )
 
-func doctorSupported() error { return nil }
+// thisSystem is the Linux node as weftd's main hands it to weftd: the netlink data plane,
+// the kernel's default route and route lookup.
+func thisSystem() (system, error) {
+	return system{caps: linux.Capabilities(), interfaces: netif.List, defaultIf: linux.DefaultRouteInterface,
+		routeTo: linux.RouteTo, inspect: inspectKernel}, nil
+}
 
 // inspectKernel compares this network namespace with st, read-only, through the same dump
-// and diff as weftd's Reconcile.
-func inspectKernel(st *backend.State) (*Kernel, error) {
+// and diff as weftd's full Apply; blackhole is --ip-blackhole-route.
+func inspectKernel(st *backend.State, blackhole bool) (*Kernel, error) {
 	p, err := linux.New(slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, fmt.Errorf("netlink: %w", err)
 	}
 	defer p.Close()
+	p.SetBlackholeRoute(blackhole)
 	r, err := p.Diff(st)
 	if err != nil {
 		return nil, fmt.Errorf("comparing the kernel with the leases: %w", err)

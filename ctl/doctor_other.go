@@ -5,12 +5,10 @@ package ctl
 import (
 	"errors"
 	"runtime"
-
-	"github.com/weftnet/weft/backend"
 )
 
-var errNoDoctor = errors.New("doctor is not available on " + runtime.GOOS + " yet: it reads the Linux kernel's state")
-
-func doctorSupported() error { return errNoDoctor }
-
-func inspectKernel(*backend.State) (*Kernel, error) { return nil, errNoDoctor }
+// thisSystem: the doctor reads the Linux kernel's data plane; on other OSes it has nothing
+// to look at yet.
+func thisSystem() (system, error) {
+	return system{}, errors.New("doctor is not available on " + runtime.GOOS + " yet: it reads the Linux kernel's state")
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/status"
@@ -57,7 +59,9 @@ func healthyVXLAN(t *testing.T) node {
 		env: subnet.NewEnv(netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.244.1.0/24"),
 			netip.Prefix{}, netip.Prefix{}, 1450, false),
 		ext:    ext,
-		kernel: &Kernel{Device: &Device{Name: "flannel.1", Up: true, MTU: 1450, MAC: ownMAC}},
+		extVia: "weftd's --iface",
+		caps:   linux.Capabilities(),
+		kernel: map[backend.Family]*Kernel{backend.IPv4: {Device: &Device{Name: "flannel.1", Up: true, MTU: 1450, MAC: ownMAC}}},
 	}
 }
 
@@ -94,10 +98,11 @@ func TestDiagnoseHealthy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, _ := linux.WantOf(e.state, false); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
-		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", e.state, e.mtu)
+	st := e.fams[0].state
+	if w, _ := linux.WantOf(st, false); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
+		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", st, e.mtu)
 	}
-	if _, owned := linux.WantOf(e.state, false); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
+	if _, owned := linux.WantOf(st, false); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {
 		t.Errorf("ownership %+v", owned)
 	}
 }
@@ -118,13 +123,13 @@ func TestDiagnoseProblems(t *testing.T) {
 		{"no interface", func(n *node) { n.extErr = errors.New("--iface=eth9: no such interface on this node") },
 			[]string{"interface: --iface=eth9"}},
 		{"no own lease", func(n *node) { n.entries = n.entries[1:] },
-			[]string{"lease: no lease carries this node's public IP 192.0.2.11"}},
+			[]string{"lease: no lease carries this node's public IPv4 address 192.0.2.11"}},
 		{"two leases for one node", func(n *node) {
 			n.entries = append(n.entries, entriesOf(vxlanLease("10.244.9.0/24", "192.0.2.11", ownMAC))...)
-		}, []string{"lease: other leases carry this node's public IP 192.0.2.11 too: 10.244.9.0-24"}},
+		}, []string{"lease: other leases carry this node's public IP too: 10.244.9.0-24"}},
 		{"lease of another backend", func(n *node) { n.entries[0].Lease.Attrs.BackendType = "host-gw" },
 			[]string{`lease: lease 10.244.1.0-24 publishes backend "host-gw"`}},
-		{"VtepMAC not the device's", func(n *node) { n.kernel.Device.MAC = "0a:00:00:00:00:99" },
+		{"VtepMAC not the device's", func(n *node) { n.kernel[backend.IPv4].Device.MAC = "0a:00:00:00:00:99" },
 			[]string{"lease: lease 10.244.1.0-24 publishes VtepMAC 0a:00:00:00:00:01, but flannel.1 has MAC 0a:00:00:00:00:99"}},
 		{"subnet.env unreadable", func(n *node) { n.envErr = errors.New("read subnet env: no such file") },
 			[]string{"subnet.env: read subnet env: no such file"}},
@@ -134,22 +139,22 @@ func TestDiagnoseProblems(t *testing.T) {
 			[]string{"subnet.env: /run/flannel/subnet.env: FLANNEL_NETWORK=10.1.0.0/16, the network config says 10.244.0.0/16"}},
 		{"subnet.env MTU", func(n *node) { n.env.MTU = 1500 },
 			[]string{"mtu: FLANNEL_MTU=1500, want 1450 (eth0's MTU 1500 less 50 for VXLAN)"}},
-		{"device MTU", func(n *node) { n.kernel.Device.MTU = 1400 },
+		{"device MTU", func(n *node) { n.kernel[backend.IPv4].Device.MTU = 1400 },
 			[]string{"mtu: flannel.1 has MTU 1400, want 1450"}},
 		{"interface MTU changed under both", func(n *node) { n.ext.MTU = 9000 },
 			[]string{"mtu: FLANNEL_MTU=1450, want 8950", "mtu: flannel.1 has MTU 1450, want 8950"}},
 		{"device missing", func(n *node) {
-			n.kernel.Device = &Device{Name: "flannel.1", Missing: true}
-			n.kernel.Drift = []Drift{{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"}}
+			n.kernel[backend.IPv4].Device = &Device{Name: "flannel.1", Missing: true}
+			n.kernel[backend.IPv4].Drift = []Drift{{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"}}
 		}, []string{"device: flannel.1 does not exist", "route: missing: 10.244.2.0/24"}},
-		{"device incompatible", func(n *node) { n.kernel.Device.Incompatible = "VNI 2, want 1" },
+		{"device incompatible", func(n *node) { n.kernel[backend.IPv4].Device.Incompatible = "VNI 2, want 1" },
 			[]string{"device: flannel.1 does not fit the network config: VNI 2, want 1"}},
-		{"device down", func(n *node) { n.kernel.Device.Up = false },
+		{"device down", func(n *node) { n.kernel[backend.IPv4].Device.Up = false },
 			[]string{"device: flannel.1 is down"}},
 		{"kernel unreadable", func(n *node) { n.kernel, n.kernelErr = nil, errors.New("operation not permitted") },
 			[]string{"kernel: reading the data plane: operation not permitted"}},
 		{"drift", func(n *node) {
-			n.kernel.Drift = []Drift{
+			n.kernel[backend.IPv4].Drift = []Drift{
 				{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink", Have: "10.244.2.0/24 via 10.244.2.9 dev flannel.1 onlink"},
 				{Kind: "route", Have: "10.244.9.0/24 via 10.244.9.0 dev flannel.1 onlink"},
 				{Kind: "neighbor", Want: "10.244.2.0 lladdr " + peerMAC + " dev flannel.1"},
@@ -188,7 +193,7 @@ func TestDiagnoseProblems(t *testing.T) {
 
 func TestDiagnoseFixes(t *testing.T) {
 	n := healthyVXLAN(t)
-	n.kernel.Drift = []Drift{
+	n.kernel[backend.IPv4].Drift = []Drift{
 		{Kind: "route", Want: "10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"},
 		{Kind: "fdb", Have: peerMAC + " dev flannel.1 dst 192.0.2.12"},
 	}
@@ -245,7 +250,7 @@ func TestDiagnoseHostGW(t *testing.T) {
 		n.entries[i].Lease.Attrs.BackendType, n.entries[i].Lease.Attrs.BackendData = "host-gw", nil
 	}
 	n.env.MTU = 1500
-	n.kernel = &Kernel{}
+	n.kernel = map[backend.Family]*Kernel{backend.IPv4: {}}
 	r := diagnose(n)
 	if r.Problems != 0 {
 		t.Fatalf("healthy host-gw node: %q", failures(r))
@@ -261,39 +266,53 @@ func TestDiagnoseHostGW(t *testing.T) {
 	}
 }
 
-func TestFindExternal(t *testing.T) {
+// TestInterfaceChoice: the doctor chooses the interface with weftd's own choice
+// (netif.Pick on daemon.Config.Choice): by weftd's flags when it has them, else by what
+// weftd's /status reports, else by the default route as weftd without flags; the public
+// addresses weftd reports are the ones it publishes.
+func TestInterfaceChoice(t *testing.T) {
 	ifs := []netif.Interface{
 		{Name: "lo", MTU: 65536, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
-		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("fe80::1/64")}},
+		{Name: "eth0", MTU: 1500, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("192.0.2.11/24"), netip.MustParsePrefix("fd77::11/64")}},
 		{Name: "eth1", MTU: 9000, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24")}},
-		{Name: "flannel.1", MTU: 1450, Up: true, Prefix: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/32")}},
 	}
-	leases := []subnet.Lease{vxlanLease("10.244.1.0/24", "192.0.2.11", ownMAC), vxlanLease("10.244.2.0/24", "192.0.2.12", peerMAC)}
+	defaultIf := func() (string, error) { return "eth0", nil }
 	fromWeftd := &status.Node{Interface: "eth1", Address: "198.51.100.7", PublicIP: "203.0.113.1"}
+	v4 := mustConfig(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	dual := mustConfig(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan"}}`)
 	for _, tc := range []struct {
-		name            string
-		iface, publicIP string
-		status          *status.Node
-		leases          []subnet.Lease
-		want            string // "name addr public mtu", or the error
+		name   string
+		flags  func(c *daemon.Config)
+		net    *subnet.Config
+		status *status.Node
+		want   string // "name addr public addr6 public6 mtu, via", or the error
 	}{
-		{"by --iface name", "eth1", "", nil, leases, "eth1 198.51.100.7 198.51.100.7 9000"},
-		{"by --iface address", "192.0.2.11", "", nil, nil, "eth0 192.0.2.11 192.0.2.11 1500"},
-		{"by --iface list, first that exists", "bond0, eth1,eth0", "", nil, nil, "eth1 198.51.100.7 198.51.100.7 9000"},
-		{"weftd's interface gone", "", "", &status.Node{Interface: "eth5"}, leases, "weftd's interface eth5 is not on this node: is --addr this node's weftd?"},
-		{"by --iface with --public-ip", "eth0", "203.0.113.9", nil, nil, "eth0 192.0.2.11 203.0.113.9 1500"},
-		{"from weftd's status", "", "", fromWeftd, leases, "eth1 198.51.100.7 203.0.113.1 9000"},
-		{"--iface over weftd's status", "eth0", "", fromWeftd, leases, "eth0 192.0.2.11 203.0.113.1 1500"},
-		{"from the lease of a local address", "", "", nil, leases, "eth0 192.0.2.11 192.0.2.11 1500"},
-		{"no such interface", "eth7", "", nil, leases, "--iface=eth7: no such interface on this node"},
-		{"bad --public-ip", "eth0", "2001:db8::1", nil, leases, `--public-ip="2001:db8::1": not an IPv4 address`},
-		{"no lease of a local address", "", "", nil, leases[1:], "no lease carries an address of this node, and weftd does not answer: give --iface (and --public-ip behind NAT)"},
-		{"leases of two local addresses", "", "", nil, append(leases, vxlanLease("10.244.3.0/24", "198.51.100.7", peerMAC)),
-			"leases carry several addresses of this node (eth0 192.0.2.11, eth1 198.51.100.7): give --iface"},
+		{"default route", func(*daemon.Config) {}, v4, nil,
+			"eth0 192.0.2.11 192.0.2.11 invalid IP invalid IP 1500, by the default route, as weftd without --iface"},
+		{"default route, dual-stack", func(*daemon.Config) {}, dual, nil,
+			"eth0 192.0.2.11 192.0.2.11 fd77::11 fd77::11 1500, by the default route, as weftd without --iface"},
+		{"weftd's flags", func(c *daemon.Config) { c.Ifaces = []string{"bond0", "eth1"} }, v4, nil,
+			"eth1 198.51.100.7 198.51.100.7 invalid IP invalid IP 9000, by weftd's --iface"},
+		{"weftd's regexp", func(c *daemon.Config) { c.IfaceRegexs = []string{`^198\.51\.`} }, v4, nil,
+			"eth1 198.51.100.7 198.51.100.7 invalid IP invalid IP 9000, by weftd's --iface"},
+		{"weftd's --public-ip", func(c *daemon.Config) { c.PublicIP = "203.0.113.9" }, v4, nil,
+			"eth0 192.0.2.11 203.0.113.9 invalid IP invalid IP 1500, by the default route, as weftd without --iface"},
+		{"weftd's status", func(*daemon.Config) {}, v4, fromWeftd,
+			"eth1 198.51.100.7 203.0.113.1 invalid IP invalid IP 9000, by weftd's /status"},
+		{"weftd's flags over its status", func(c *daemon.Config) { c.Ifaces = []string{"eth0"} }, v4, fromWeftd,
+			"eth0 192.0.2.11 203.0.113.1 invalid IP invalid IP 1500, by weftd's --iface"},
+		{"no such interface", func(c *daemon.Config) { c.Ifaces = []string{"eth7"} }, v4, nil,
+			"no usable interface among --iface=[eth7] --iface-regex=[] --iface-can-reach=\"\": []"},
+		{"a family the interface lacks", func(c *daemon.Config) { c.Ifaces = []string{"eth1"} }, dual, nil,
+			"no usable interface among --iface=[eth1] --iface-regex=[] --iface-can-reach=\"\": [interface eth1 has no global IPv6 address, and the network config enables IPv6 (EnableIPv6)]"},
+		{"bad --public-ip", func(c *daemon.Config) { c.PublicIP = "2001:db8::1" }, v4, nil, `--public-ip="2001:db8::1": not an IPv4 address`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ext, err := findExternal(ifs, tc.iface, tc.publicIP, tc.status, tc.leases)
-			got := fmt.Sprintf("%s %s %s %d", ext.Name, ext.Addr, ext.PublicIP, ext.MTU)
+			cfg := daemon.DefaultConfig()
+			tc.flags(&cfg)
+			choice, via := interfaceChoice(cfg, tc.net, tc.status)
+			ext, err := netif.Pick(choice, ifs, defaultIf)
+			got := fmt.Sprintf("%s %s %s %s %s %d, by %s", ext.Name, ext.Addr, ext.PublicIP, ext.Addr6, ext.PublicIPv6, ext.MTU, via)
 			if err != nil {
 				got = err.Error()
 			}
@@ -301,9 +320,6 @@ func TestFindExternal(t *testing.T) {
 				t.Errorf("got  %s\nwant %s", got, tc.want)
 			}
 		})
-	}
-	if _, err := findExternal(ifs, "lo", "", nil, nil); err == nil || err.Error() != "interface lo has no IPv4 address" {
-		t.Errorf("--iface=lo: %v; want it to have no usable IPv4 address", err)
 	}
 }
 
@@ -330,6 +346,7 @@ func TestWriteDoctor(t *testing.T) {
 		{Check: "route", Result: resultFail, What: "missing: 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink",
 			Fix: "start weftd; or by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink"},
 		{Check: "peers", Result: resultWarn, What: "lease 10.244.3.0-24 skipped: VNI 2, this node uses 1", Fix: "fix that node"},
+		{Check: "route", Family: "IPv6", Result: resultOK, What: "1 as the leases say"},
 	})
 	var b bytes.Buffer
 	if err := writeDoctor(&b, r); err != nil {
@@ -337,12 +354,13 @@ func TestWriteDoctor(t *testing.T) {
 	}
 	want := `node: eth0 192.0.2.11 MTU 1500, lease 10.244.1.0/24, backend vxlan
 
-CHECK  RESULT  WHAT
-weftd  ok      ready (http://127.0.0.1:8285/readyz)
-route  FAIL    missing: 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
-               fix: start weftd; or by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
-peers  warn    lease 10.244.3.0-24 skipped: VNI 2, this node uses 1
-               fix: fix that node
+CHECK       RESULT  WHAT
+weftd       ok      ready (http://127.0.0.1:8285/readyz)
+route       FAIL    missing: 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
+                    fix: start weftd; or by hand: ip route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
+peers       warn    lease 10.244.3.0-24 skipped: VNI 2, this node uses 1
+                    fix: fix that node
+route IPv6  ok      1 as the leases say
 
 1 problem found
 `
@@ -358,7 +376,7 @@ peers  warn    lease 10.244.3.0-24 skipped: VNI 2, this node uses 1
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Problems != 1 || len(back.Findings) != 3 || back.Findings[1] != r.Findings[1] || back.Node != r.Node {
+	if back.Problems != 1 || len(back.Findings) != 4 || back.Findings[1] != r.Findings[1] || back.Findings[3] != r.Findings[3] || back.Node != r.Node {
 		t.Errorf("JSON round trip: %+v\nwant %+v", back, r)
 	}
 	for _, key := range []string{`"check": "route"`, `"result": "fail"`, `"problems": 1`, `"fix": "start weftd;`} {
@@ -377,8 +395,8 @@ func TestExpectations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.mtu != 1350 || e.mtuWhy != "Backend.MTU 1400 of the network config less 50 for VXLAN" || e.state.Device.VNI != 7 || e.state.Device.Port != 4789 {
-		t.Errorf("MTU %d (%s), device %+v; want 1350 from the config's 1400, VNI 7, port 4789", e.mtu, e.mtuWhy, e.state.Device)
+	if e.mtu != 1350 || e.mtuWhy != "Backend.MTU 1400 of the network config less 50 for VXLAN" || e.fams[0].state.Device.VNI != 7 || e.fams[0].state.Device.Port != 4789 {
+		t.Errorf("MTU %d (%s), device %+v; want 1350 from the config's 1400, VNI 7, port 4789", e.mtu, e.mtuWhy, e.fams[0].state.Device)
 	}
 
 	n = healthyVXLAN(t)
@@ -395,28 +413,170 @@ func TestExpectations(t *testing.T) {
 	}
 }
 
-// TestDiagnoseIPv6: doctor checks IPv4 only, and says so rather than judge what it does not
-// look at: a dual-stack network gets a warning and its IPv4 checks; an IPv6-only one only the
-// warning, and no failure made up from IPv4 checks that do not apply.
-func TestDiagnoseIPv6(t *testing.T) {
+const (
+	ownMAC6  = "0a:00:00:00:06:01"
+	peerMAC6 = "0a:00:00:00:06:02"
+)
+
+func dualLease(sn, sn6, public, public6, mac, mac6 string) subnet.Lease {
+	l := vxlanLease(sn, public, mac)
+	l.IPv6Subnet = netip.MustParsePrefix(sn6)
+	l.Attrs.PublicIPv6 = netip.MustParseAddr(public6)
+	l.Attrs.BackendV6Data = json.RawMessage(fmt.Sprintf(`{"VNI":1,"VtepMAC":%q}`, mac6))
+	return l
+}
+
+// healthyDual is healthyVXLAN in a dual-stack network: both families' devices, both halves
+// of each lease.
+func healthyDual(t *testing.T) node {
 	n := healthyVXLAN(t)
 	n.cfg = mustConfig(t, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
-	warned := func(r DoctorReport) bool {
-		for _, f := range r.Findings {
-			if f.Check == "network" && f.Result == resultWarn {
-				return true
-			}
+	n.ext.Addr6, n.ext.PublicIPv6 = netip.MustParseAddr("fd77::11"), netip.MustParseAddr("fd77::11")
+	n.ext.Connected = append(n.ext.Connected, netip.MustParsePrefix("fd77::/64"))
+	n.entries = entriesOf(dualLease("10.244.1.0/24", "fd00:10:244:1::/64", "192.0.2.11", "fd77::11", ownMAC, ownMAC6),
+		dualLease("10.244.2.0/24", "fd00:10:244:2::/64", "192.0.2.12", "fd77::12", peerMAC, peerMAC6))
+	n.env = subnet.NewEnv(netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.244.1.0/24"),
+		netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("fd00:10:244:1::/64"), 1430, false)
+	n.kernel[backend.IPv6] = &Kernel{Device: &Device{Name: "flannel-v6.1", Up: true, MTU: 1430, MAC: ownMAC6}}
+	return n
+}
+
+// checks lists the findings as "check[ family] result".
+func checks(r DoctorReport) string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, strings.TrimSpace(f.Check+" "+f.Family)+" "+f.Result)
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestDiagnoseDualStack: both halves of the node are judged, each finding of a family's
+// device, lease half, MTU and entries naming the family; the pods' MTU is the smaller one,
+// IPv6's (70 bytes of VXLAN over IPv6).
+func TestDiagnoseDualStack(t *testing.T) {
+	r := diagnose(healthyDual(t))
+	if r.Problems != 0 {
+		t.Fatalf("healthy dual-stack node: problems %q", failures(r))
+	}
+	want := "weftd ok, datastore ok, interface ok, lease ok, subnet.env ok, mtu ok, device ok, route ok, neighbor ok, fdb ok, address ok, " +
+		"device IPv6 ok, route IPv6 ok, neighbor IPv6 ok, fdb IPv6 ok, address IPv6 ok, peers ok, peers IPv6 ok"
+	if got := checks(r); got != want {
+		t.Errorf("findings:\n got %s\nwant %s", got, want)
+	}
+	if want := "eth0 192.0.2.11 fd77::11 MTU 1500, lease 10.244.1.0/24 fd00:10:244:1::/64, backend vxlan"; r.Node != want {
+		t.Errorf("node %q, want %q", r.Node, want)
+	}
+	for _, f := range r.Findings {
+		if f.Check == "mtu" && f.What != "1430 (eth0's MTU 1500 less 70 for VXLAN over IPv6)" {
+			t.Errorf("mtu: %s", f.What)
 		}
-		return false
 	}
-	r := diagnose(n)
-	if !warned(r) || !slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Check == "peers" }) {
-		t.Errorf("dual-stack: %+v; want the network warning and the IPv4 checks", r.Findings)
+
+	for _, tc := range []struct {
+		name  string
+		spoil func(n *node)
+		want  []string // failures, "check family: what" prefixes
+	}{
+		{"IPv6 route missing", func(n *node) {
+			n.kernel[backend.IPv6].Drift = []Drift{{Kind: "route", Want: "fd00:10:244:2::/64 via fd00:10:244:2:: dev flannel-v6.1 onlink"}}
+		}, []string{"route IPv6: missing: fd00:10:244:2::/64"}},
+		{"IPv6 VtepMAC", func(n *node) { n.kernel[backend.IPv6].Device.MAC = "0a:00:00:00:06:99" },
+			[]string{"lease IPv6: lease 10.244.1.0-24&fd00:10:244:1::-64 publishes VtepMAC " + ownMAC6 + ", but flannel-v6.1 has MAC 0a:00:00:00:06:99"}},
+		{"IPv6 public address", func(n *node) { n.ext.PublicIPv6 = netip.MustParseAddr("fd77::99") },
+			[]string{"lease IPv6: lease 10.244.1.0-24&fd00:10:244:1::-64 publishes the public IPv6 address fd77::11, this node's is fd77::99"}},
+		{"IPv6 device MTU", func(n *node) { n.kernel[backend.IPv6].Device.MTU = 1450 },
+			[]string{"mtu IPv6: flannel-v6.1 has MTU 1450, want 1430"}},
+		{"subnet.env without IPv6", func(n *node) { n.env.IPv6Network, n.env.IPv6Subnet = netip.Prefix{}, netip.Prefix{} },
+			[]string{"subnet.env: /run/flannel/subnet.env: FLANNEL_IPV6_NETWORK=-, the network config says fd00:10:244::/56",
+				"subnet.env: /run/flannel/subnet.env: FLANNEL_IPV6_SUBNET=-, but this node's lease is fd00:10:244:1::/64"}},
+		{"IPv4 MTU in subnet.env", func(n *node) { n.env.MTU = 1450 },
+			[]string{"mtu: FLANNEL_MTU=1450, want 1430 (eth0's MTU 1500 less 70 for VXLAN over IPv6)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := healthyDual(t)
+			tc.spoil(&n)
+			r := diagnose(n)
+			var got []string
+			for _, f := range r.Findings {
+				if f.Result == resultFail {
+					got = append(got, strings.TrimSpace(f.Check+" "+f.Family)+": "+f.What)
+				}
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("failures:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("failure %d:\n got %s\nwant %s...", i, got[i], w)
+				}
+			}
+		})
 	}
+}
+
+// TestDiagnoseIPv6Only: an IPv6-only node is judged by its IPv6 half alone: its lease by its
+// public IPv6 address, its device and routes.
+func TestDiagnoseIPv6Only(t *testing.T) {
+	n := healthyDual(t)
 	n.cfg = mustConfig(t, `{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
-	n.entries = nil
+	n.ext.Addr, n.ext.PublicIP = netip.Addr{}, netip.Addr{}
+	for i := range n.entries {
+		l := &n.entries[i].Lease
+		l.Subnet, l.Attrs.PublicIP, l.Attrs.BackendData = netip.Prefix{}, netip.Addr{}, nil
+	}
+	n.env = subnet.NewEnv(netip.Prefix{}, netip.Prefix{}, netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("fd00:10:244:1::/64"), 1430, false)
+	delete(n.kernel, backend.IPv4)
+	r := diagnose(n)
+	if r.Problems != 0 {
+		t.Fatalf("healthy IPv6-only node: problems %q", failures(r))
+	}
+	want := "weftd ok, datastore ok, interface ok, lease ok, subnet.env ok, mtu ok, device IPv6 ok, route IPv6 ok, neighbor IPv6 ok, fdb IPv6 ok, address IPv6 ok, peers IPv6 ok"
+	if got := checks(r); got != want {
+		t.Errorf("findings:\n got %s\nwant %s", got, want)
+	}
+	n.entries = n.entries[1:]
+	if got := failures(diagnose(n)); len(got) != 1 || got[0] != "lease: no lease carries this node's public IPv6 address fd77::11" {
+		t.Errorf("without its lease: %q", got)
+	}
+}
+
+// TestDiagnoseKube: in Kubernetes mode the node's lease is its Node's, whatever address it
+// publishes; what it publishes is judged against the node; a Node whose lease cannot be
+// read is named, and the fixes speak of Nodes, not etcd keys.
+func TestDiagnoseKube(t *testing.T) {
+	kubeNode := func() node {
+		n := healthyVXLAN(t)
+		n.kube, n.nodeName = true, "self"
+		n.entries[0].Key, n.entries[1].Key = "self", "peer"
+		return n
+	}
+	r := diagnose(kubeNode())
+	if r.Problems != 0 {
+		t.Fatalf("healthy node: problems %q", failures(r))
+	}
+	if !slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Check == "lease" && strings.HasSuffix(f.What, ", Node self") }) {
+		t.Errorf("findings %+v: the lease is not said to be Node self's", r.Findings)
+	}
+
+	n := kubeNode()
+	n.entries[0].Lease.Attrs.PublicIP = netip.MustParseAddr("192.0.2.99")
+	if got := failures(diagnose(n)); len(got) != 1 || !strings.HasPrefix(got[0], "lease: lease 10.244.1.0-24 publishes the public IPv4 address 192.0.2.99, this node's is 192.0.2.11") {
+		t.Errorf("a lease of another public IP: %q", got)
+	}
+	n = kubeNode()
+	n.nodeName = "other"
+	if got := failures(diagnose(n)); len(got) != 1 || !strings.HasPrefix(got[0], "lease: the Node other publishes no lease") {
+		t.Errorf("no lease: %q", got)
+	}
+	n = kubeNode()
+	n.entries[0].Err = errors.New("annotation flannel.alpha.coreos.com/public-ip missing")
 	r = diagnose(n)
-	if !warned(r) || r.Problems != 0 || slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Check == "lease" }) {
-		t.Errorf("IPv6 only: %+v; want the network warning alone", r.Findings)
+	if got := failures(r); len(got) != 1 || got[0] != "lease: the lease of Node self cannot be read: annotation flannel.alpha.coreos.com/public-ip missing" {
+		t.Errorf("an unreadable lease: %q", got)
+	}
+	for _, f := range r.Findings {
+		if f.Check == "datastore" && f.Result == resultWarn && !strings.Contains(f.Fix, "annotations of Node self") {
+			t.Errorf("fix of an unreadable Node: %q", f.Fix)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -29,14 +30,14 @@ type LeaseRow struct {
 
 func runLeases(ctx context.Context, args []string, out io.Writer) error {
 	var c common
-	var ds datastoreFlags
+	cfg := daemon.DefaultConfig()
 	fs := flag.NewFlagSet("weftctl leases", flag.ContinueOnError)
 	c.addFlags(fs)
-	ds.addFlags(fs)
+	c.addWeftdFlags(fs, &cfg, datastoreFlags()...)
 	if err := parse(fs, args, out, &c); err != nil {
 		return err
 	}
-	store, err := ds.open()
+	store, err := openStore(cfg)
 	if err != nil {
 		return err
 	}
@@ -51,11 +52,13 @@ func runLeases(ctx context.Context, args []string, out io.Writer) error {
 	if c.output == "json" {
 		return writeJSON(out, rows)
 	}
+	// In Kubernetes mode the subnets are the Nodes' podCIDRs: the pool is the controller
+	// manager's, not weft's.
 	var pool []string
-	if cfg, err := store.Config(ctx); err != nil {
+	if net, err := store.Config(ctx); err != nil {
 		pool = []string{"pool: unknown: " + err.Error()}
-	} else {
-		pool = poolLines(cfg, entries)
+	} else if !cfg.KubeSubnetMgr {
+		pool = poolLines(net, entries)
 	}
 	return writeLeases(out, rows, pool, time.Now())
 }

@@ -167,7 +167,8 @@ func TestLeasesErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"leases", "-o", "yaml"}, ExitUsage, `weftctl leases: -o="yaml": want table or json`},
-		{[]string{"leases", "--kube-subnet-mgr"}, ExitUsage, "weftctl leases: --kube-subnet-mgr: Kubernetes mode is not supported by weftctl yet"},
+		{[]string{"leases", "--kube-subnet-mgr", "--kubeconfig-file=/nonexistent/kubeconfig"}, ExitProblems,
+			"weftctl leases: Kubernetes mode (--kube-subnet-mgr, --net-config-path=/etc/kube-flannel/net-conf.json): kube: "},
 		{[]string{"leases", "--etcd-certfile=a.pem"}, ExitUsage, "weftctl leases: --etcd-endpoints=http://127.0.0.1:4001,http://127.0.0.1:2379: etcd: a client certificate needs both"},
 		{[]string{"leases", "--etcd-endpoints=http://127.0.0.1:1", "--timeout=300ms"}, ExitProblems, "weftctl leases: listing /coreos.com/network/subnets/ at --etcd-endpoints=http://127.0.0.1:1: context deadline exceeded"},
 		{[]string{"leases", "extra"}, ExitUsage, `weftctl leases: unexpected arguments ["extra"]`},

@@ -146,6 +146,9 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 	} else {
 		t.row("lease", "none yet")
 	}
+	for _, w := range st.WireGuard {
+		t.row("wireguard", fmt.Sprintf("%s, port %d, public key %s, %s", w.Device, w.ListenPort, w.PublicKey, w.Implementation))
+	}
 	ready := "yes"
 	if !st.Ready {
 		ready = "no: " + st.NotReady

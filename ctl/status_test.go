@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/status"
 )
 
@@ -155,29 +157,33 @@ func TestMainUsage(t *testing.T) {
 	}
 }
 
-// TestFlagsFromEnvironment: weftd's flags come from its environment variables unless given.
+// TestFlagsFromEnvironment: weftd's flags come from its environment variables unless given
+// (a list flag from the command line is not added to by the environment's), the others
+// never do; they are weftd's own, with its defaults.
 func TestFlagsFromEnvironment(t *testing.T) {
 	t.Setenv("WEFTD_ETCD_PREFIX", "/from-env")
 	t.Setenv("FLANNELD_SUBNET_FILE", "/run/from-env.env")
+	t.Setenv("WEFTD_IFACE", "eth1,eth2")
+	t.Setenv("WEFTD_KUBE_SUBNET_MGR", "true")
 	t.Setenv("WEFTD_O", "json") // not a weftd flag: ignored
-	parseArgs := func(args ...string) (datastoreFlags, doctorFlags, common) {
+	parseArgs := func(args ...string) (daemon.Config, common) {
 		t.Helper()
 		var c common
-		var ds datastoreFlags
-		var f doctorFlags
-		fs := newDoctorFlagSet(&c, &ds, &f)
-		if err := parse(fs, args, &bytes.Buffer{}, &c); err != nil {
+		cfg := daemon.DefaultConfig()
+		var addr string
+		if err := parse(newDoctorFlagSet(&c, &cfg, &addr), args, &bytes.Buffer{}, &c); err != nil {
 			t.Fatal(err)
 		}
-		return ds, f, c
+		return cfg, c
 	}
-	ds, f, c := parseArgs()
-	if ds.prefix != "/from-env" || f.subnetFile != "/run/from-env.env" || c.output != "table" {
-		t.Errorf("from the environment: prefix %q, subnet file %q, output %q", ds.prefix, f.subnetFile, c.output)
+	cfg, c := parseArgs()
+	if cfg.EtcdPrefix != "/from-env" || cfg.SubnetFile != "/run/from-env.env" || !cfg.KubeSubnetMgr || !slices.Equal(cfg.Ifaces, []string{"eth1", "eth2"}) ||
+		c.output != "table" || cfg.NetConfigPath != daemon.DefaultConfig().NetConfigPath {
+		t.Errorf("from the environment: %+v, output %q", cfg, c.output)
 	}
-	ds, f, _ = parseArgs("--etcd-prefix=/given", "--subnet-file=/given.env")
-	if ds.prefix != "/given" || f.subnetFile != "/given.env" {
-		t.Errorf("given flags must win: prefix %q, subnet file %q", ds.prefix, f.subnetFile)
+	cfg, _ = parseArgs("--etcd-prefix=/given", "--subnet-file=/given.env", "--iface=eth0", "--kube-subnet-mgr=false")
+	if cfg.EtcdPrefix != "/given" || cfg.SubnetFile != "/given.env" || !slices.Equal(cfg.Ifaces, []string{"eth0"}) || cfg.KubeSubnetMgr {
+		t.Errorf("given flags must win: %+v", cfg)
 	}
 }
 

@@ -50,6 +50,10 @@ type Config struct {
 	// datastore says so within seconds (kubelet's readiness probe adds its own
 	// failureThreshold).
 	DatastoreTimeout time.Duration
+	// WireGuardKeyFile holds the node's WireGuard private key (wgkey.Path: $WIREGUARD_KEY_FILE,
+	// else flanneld's /run/flannel/wgkey); made when missing. Read only for the wireguard
+	// backend.
+	WireGuardKeyFile string
 	// NotifySocket is systemd's $NOTIFY_SOCKET: told READY=1 after the first convergence.
 	NotifySocket string
 	// ProbeInterval is how often a round of overlay probes goes out (0: no probes);

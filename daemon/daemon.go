@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -20,13 +19,15 @@ import (
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
+	"github.com/weftnet/weft/wgkey"
 )
 
 // Deps are what Run works with; tests put their own in.
 type Deps struct {
 	Manager subnet.Manager
 	// Plane programs the IPv4 family; PlaneV6 the IPv6 family, when the network enables it
-	// and the OS's data plane carries it (nil: it does not).
+	// and the data plane carries it (nil: it does not). Their Capabilities (Plane's, else
+	// PlaneV6's) are what the network config is checked against and the backends built with.
 	Plane      backend.Plane
 	PlaneV6    backend.Plane
 	Interfaces func() ([]netif.Interface, error)
@@ -34,10 +35,8 @@ type Deps struct {
 	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
 	// nil: --iface-can-reach is refused.
 	RouteTo func(netip.Addr) (string, netip.Addr, error)
-	// GOOS is the OS whose data plane Plane programs, whose defaults and limits the config
-	// is read with: runtime.GOOS when empty. (Tests drive the Windows plane on Linux.)
-	GOOS string
-	// Pinger sends the overlay probes (Config.ProbeInterval); nil: no probes.
+	// Pinger sends the overlay probes (Config.ProbeInterval) where the plane's Capabilities
+	// have them; nil: no probes.
 	Pinger probe.Pinger
 	// Events is told what the operator should see of the node; nil: nothing is told (etcd
 	// mode). An *events.Recorder posts only while its Run runs: Run starts it beside
@@ -65,7 +64,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, RouteTo: routeTo, metrics: m}
 	if cfg.KubeSubnetMgr {
 		rec := newEventRecorder(log, m)
-		km, err := newKubeManager(ctx, cfg.KubeConfig, &cfg.PublicIP, &cfg.PublicIPv6, log, m, rec)
+		km, err := newKubeManager(ctx, &cfg, log, m, rec)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -75,10 +74,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
 	} else {
-		cli, err := etcd.NewClient(etcd.ClientConfig{
-			Endpoints: cfg.EtcdEndpoints, CAFile: cfg.EtcdCAFile, CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
-			Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
-		})
+		cli, err := etcd.NewClient(cfg.EtcdClient())
 		if err != nil {
 			return err
 		}
@@ -91,8 +87,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backen
 			OnRelist:       m.watchRelists.Inc,
 		})
 	}
-	if runtime.GOOS == "linux" && cfg.ProbeInterval > 0 {
-		// Probes through HNS are not written yet: Windows nodes go without.
+	if capabilities(deps).Probes && cfg.ProbeInterval > 0 {
 		if icmp, err := probe.ListenICMP(); err != nil {
 			log.Warn("no overlay probes: cannot open ICMP sockets", "err", err)
 		} else {
@@ -120,10 +115,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	defer wg.Wait()
 	defer cancel()
 
-	if deps.GOOS == "" {
-		deps.GOOS = runtime.GOOS
-	}
-	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, goos: deps.GOOS,
+	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, caps: capabilities(deps),
 		pending: map[string]time.Time{}}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
@@ -155,10 +147,21 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		return err
 	}
 	d.health.update(func(h *health) { h.offloadStatus = d.offloadStatus })
-	if deps.Pinger != nil && cfg.ProbeInterval > 0 {
+	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {
 		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
 	return d.loop(ctx, &wg)
+}
+
+// capabilities are those of the data plane deps has: the IPv4 family's, else the IPv6
+// family's (an IPv6-only node's planes may be IPv6's alone); none without a plane.
+func capabilities(deps Deps) backend.Capabilities {
+	for _, p := range []backend.Plane{deps.Plane, deps.PlaneV6} {
+		if p != nil {
+			return p.Capabilities()
+		}
+	}
+	return backend.Capabilities{}
 }
 
 type daemon struct {
@@ -168,7 +171,7 @@ type daemon struct {
 	health *health
 	m      *metrics
 	events Events
-	goos   string
+	caps   backend.Capabilities // the data plane's
 
 	net *subnet.Config
 	ext netif.External
@@ -238,32 +241,39 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	planes := map[backend.Family]backend.Plane{backend.IPv4: deps.Plane, backend.IPv6: deps.PlaneV6}
 	for _, f := range backend.Families(d.net) {
 		if planes[f] == nil {
-			return &subnet.ConfigError{Key: "EnableIPv6", Value: "true", Reason: "weftd's data plane on " + d.goos + " carries no IPv6"}
+			key := "EnableIPv4"
+			if f == backend.IPv6 {
+				key = "EnableIPv6"
+			}
+			return &subnet.ConfigError{Key: key, Value: "true", Reason: fmt.Sprintf("weftd's data plane carries no %s: it was given no plane for that family", f)}
 		}
 	}
 	ifs, err := deps.Interfaces()
 	if err != nil {
 		return err
 	}
-	choice := netif.Choice{Ifaces: d.cfg.Ifaces, Regexps: d.cfg.IfaceRegexs, CanReach: d.cfg.IfaceCanReach, RouteTo: deps.RouteTo, PublicIP: d.cfg.PublicIP,
-		PublicIPv6: d.cfg.PublicIPv6, IPv4: d.net.EnableIPv4, IPv6: d.net.EnableIPv6}
-	if d.ext, err = netif.Pick(choice, ifs, deps.DefaultIf); err != nil {
+	if d.ext, err = netif.Pick(d.cfg.Choice(d.net, deps.RouteTo), ifs, deps.DefaultIf); err != nil {
 		return err
 	}
 	d.log.Info("using interface", "iface", d.ext.Name, "addr", d.ext.Addr, "public_ip", d.ext.PublicIP,
 		"addr6", d.ext.Addr6, "public_ipv6", d.ext.PublicIPv6, "mtu", d.ext.MTU)
-	node := backend.Node{Underlay: d.ext.Name, Addr: d.ext.Addr, Addr6: d.ext.Addr6, MTU: d.ext.MTU,
-		Connected: d.ext.Connected, PublicIP: d.ext.PublicIP, PublicIPv6: d.ext.PublicIPv6}
-	for _, f := range backend.Families(d.net) {
-		b, err := backend.NewFor(d.net, node, d.goos, f)
+	var wgKey backend.Key
+	if d.net.Backend.Type == subnet.BackendWireGuard {
+		k, created, err := wgkey.Load(d.cfg.WireGuardKeyFile)
 		if err != nil {
 			return err
 		}
-		d.stacks = append(d.stacks, &stack{b: b, plane: planes[f]})
-		if d.mtu == 0 || b.MTU() < d.mtu {
-			d.mtu = b.MTU()
-		}
+		wgKey = k
+		d.log.Info("WireGuard key", "file", d.cfg.WireGuardKeyFile, "created", created, "public_key", k.PublicKey().String())
 	}
+	bs, mtu, err := NewBackends(d.net, d.ext, d.caps, wgKey)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		d.stacks = append(d.stacks, &stack{b: b, plane: planes[b.Family()]})
+	}
+	d.mtu = mtu
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type
 		if d.ext.Addr.IsValid() {
@@ -302,6 +312,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 			}
 			macs[i] = mac
 		}
+		d.wireGuardStatus()
 		return d.attrs(macs), nil
 	}
 	switch env, err := subnet.ReadEnv(d.cfg.SubnetFile); {
@@ -379,7 +390,7 @@ func (d *daemon) waitConfig(ctx context.Context) (*subnet.Config, error) {
 			return nil, true, err
 		}
 		if err == nil {
-			if err = cfg.CheckFor(d.goos); err != nil {
+			if err = d.caps.Check(cfg); err != nil {
 				return nil, true, err
 			}
 		}
@@ -460,14 +471,7 @@ func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (
 }
 
 func (d *daemon) writeEnv() error {
-	var network, network6 netip.Prefix
-	if d.net.EnableIPv4 {
-		network = d.net.Network
-	}
-	if d.net.EnableIPv6 {
-		network6 = d.net.IPv6Network
-	}
-	env := subnet.NewEnv(network, d.own.Subnet, network6, d.own.IPv6Subnet, d.mtu, d.cfg.IPMasq)
+	env := Env(d.net, d.own, d.mtu, d.cfg.IPMasq)
 	if err := subnet.WriteEnv(d.cfg.SubnetFile, env); err != nil {
 		d.m.errors.WithLabelValues("write_subnet_env").Inc()
 		return fmt.Errorf("write %s: %w", d.cfg.SubnetFile, err)
@@ -882,6 +886,23 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 	return changes, err
 }
 
+// wireGuardStatus puts the WireGuard devices, and which WireGuard runs each, in /status.
+func (d *daemon) wireGuardStatus() {
+	var wgs []status.WireGuard
+	for _, st := range d.stacks {
+		dev := st.b.StateFor(subnet.Lease{}, false).WireGuard
+		r, ok := st.plane.(backend.WireGuardRunner)
+		if dev == nil || !ok {
+			continue
+		}
+		wgs = append(wgs, status.WireGuard{Device: dev.Name, ListenPort: int(dev.ListenPort),
+			PublicKey: dev.PrivateKey.PublicKey().String(), Implementation: r.Implementation(dev.Name)})
+	}
+	if wgs != nil {
+		d.health.update(func(h *health) { h.status.WireGuard = wgs })
+	}
+}
+
 // recreateDevice brings back a family's overlay device deleted under the daemon. A new
 // device has a new MAC, which peers must learn: the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
@@ -890,6 +911,7 @@ func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
 		return fmt.Errorf("data plane: %w", err)
 	}
 	d.setUpOffload(ctx, st)
+	d.wireGuardStatus()
 	attrs := d.own.Attrs
 	st.b.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/internal/etcdtest"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
@@ -43,7 +44,8 @@ type fakePlane struct {
 	mac      backend.MAC
 	mismatch error // the first incremental Update that did not lead to the State
 	watching atomic.Int32
-	gate     *gate // the next Apply waits at it; nil: none does
+	caps     *backend.Capabilities // nil: the netlink plane's
+	gate     *gate                 // the next Apply waits at it; nil: none does
 }
 
 // gate holds an Apply: it closes entered once it is in the plane, then waits for release, as
@@ -66,6 +68,13 @@ type applied struct {
 }
 
 func (p *fakePlane) Prepare(context.Context, *backend.State) (backend.MAC, error) { return p.mac, nil }
+
+func (p *fakePlane) Capabilities() backend.Capabilities {
+	if p.caps != nil {
+		return *p.caps
+	}
+	return linux.Capabilities()
+}
 
 // Apply counts a route change for every peer that changed, as a real plane writes only
 // differences.

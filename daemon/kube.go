@@ -65,12 +65,12 @@ func (k *KubeConfig) Validate() error {
 	return nil
 }
 
-// newKubeManager makes the Kubernetes-mode lease manager, its hooks feeding m and ev. The
-// addresses in the node's node-public-ip and node-public-ipv6 annotations replace *publicIP
-// and *publicIPv6, as they replace flanneld's --public-ip and --public-ipv6; reading them
-// waits, with the daemon's retry, until the API server answers and the Node exists.
-func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *string, log *slog.Logger, m *metrics, ev Events) (*kube.Manager, error) {
-	km, err := kube.New(kubeManagerConfig(k, log, m, ev))
+// newKubeManager makes the Kubernetes-mode lease manager of cfg, its hooks feeding m and ev.
+// The addresses in the node's node-public-ip and node-public-ipv6 annotations replace cfg's
+// PublicIP and PublicIPv6 (UseNodePublicIPs); reading them waits, with the daemon's retry,
+// until the API server answers and the Node exists.
+func newKubeManager(ctx context.Context, cfg *Config, log *slog.Logger, m *metrics, ev Events) (*kube.Manager, error) {
+	km, err := kube.New(kubeManagerConfig(cfg.KubeConfig, log, m, ev))
 	if err != nil {
 		return nil, err
 	}
@@ -81,39 +81,22 @@ func newKubeManager(ctx context.Context, k KubeConfig, publicIP, publicIPv6 *str
 	if err != nil {
 		return nil, err
 	}
-	for i, flag := range []struct {
-		name string
-		p    *string
-	}{{"--public-ip", publicIP}, {"--public-ipv6", publicIPv6}} {
-		if !ips[i].IsValid() {
-			continue
-		}
-		ip := ips[i].String()
-		if *flag.p != "" && *flag.p != ip {
-			log.Info("the node's public IP annotation overrides "+flag.name, "annotation", ip, "flag", *flag.p)
-		}
-		*flag.p = ip
-	}
+	cfg.UseNodePublicIPs(ips[0], ips[1], log)
 	return km, nil
 }
 
 // kubeManagerConfig is the config of the Kubernetes-mode lease manager for k, its hooks
 // feeding m and ev: a Node whose lease cannot be read is a skipped peer, by its name.
 func kubeManagerConfig(k KubeConfig, log *slog.Logger, m *metrics, ev Events) kube.Config {
-	return kube.Config{
-		Kubeconfig:       k.KubeconfigFile,
-		APIURL:           k.KubeAPIURL,
-		AnnotationPrefix: k.KubeAnnotationPrefix,
-		NetConfPath:      k.NetConfigPath,
-		NodeName:         k.NodeName,
-		Logger:           log,
-		OnSkip: func(node string, _ error) {
-			m.skipped.WithLabelValues(backend.SkipMalformed).Inc()
-			ev.PeerSkipped(backend.SkipMalformed, node)
-		},
-		OnWatchRestart: func(error) { m.watchRestarts.Inc() },
-		OnRelist:       m.watchRelists.Inc,
+	c := k.ManagerConfig()
+	c.Logger = log
+	c.OnSkip = func(node string, _ error) {
+		m.skipped.WithLabelValues(backend.SkipMalformed).Inc()
+		ev.PeerSkipped(backend.SkipMalformed, node)
 	}
+	c.OnWatchRestart = func(error) { m.watchRestarts.Inc() }
+	c.OnRelist = m.watchRelists.Inc
+	return c
 }
 
 // eventSink is where the events Recorder posts in Kubernetes mode: each events.Event becomes

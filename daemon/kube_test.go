@@ -95,16 +95,16 @@ current-context: test
 	if err := os.WriteFile(netConf, []byte(`{"Network":"10.42.0.0/16","Backend":{"Type":"host-gw"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := DefaultKubeConfig()
-	k.KubeSubnetMgr, k.KubeconfigFile, k.NetConfigPath, k.NodeName = true, kubeconfig, netConf, "n1"
+	c := DefaultConfig()
+	c.KubeSubnetMgr, c.KubeconfigFile, c.NetConfigPath, c.NodeName = true, kubeconfig, netConf, "n1"
+	c.PublicIP = "192.0.2.1"
 	log := slog.New(slog.DiscardHandler)
-	publicIP := "192.0.2.1"
-	m, err := newKubeManager(ctx, k, &publicIP, new(string), log, newMetrics(), noEvents{})
+	m, err := newKubeManager(ctx, &c, log, newMetrics(), noEvents{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if publicIP != "198.51.100.7" {
-		t.Errorf("public IP %s, want the annotation's 198.51.100.7", publicIP)
+	if c.PublicIP != "198.51.100.7" || c.PublicIPv6 != "" {
+		t.Errorf("public IPs %q %q, want the annotation's 198.51.100.7 and none", c.PublicIP, c.PublicIPv6)
 	}
 	cfg, err := m.GetConfig(ctx)
 	if err != nil || cfg.Backend.Type != subnet.BackendHostGW {

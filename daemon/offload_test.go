@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/subnet"
 )
@@ -162,7 +163,7 @@ func TestPathMTUNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.st.b, err = backend.New(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.11"), MTU: 1500}, "linux"); err != nil {
+	if r.st.b, err = backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.11"), MTU: 1500}, linux.Capabilities(), backend.IPv4); err != nil {
 		t.Fatal(err)
 	}
 	r.d.mtu = r.st.b.MTU()

@@ -13,13 +13,14 @@ import (
 )
 
 // probeTarget is where a peer answers through what this node programmed for it: its VTEP
-// address through the tunnel, or, routed, its subnet's gateway (the first address after the
+// address through the tunnel (VXLAN's or WireGuard's), or, routed, its subnet's gateway (the first address after the
 // subnet's own: the CNI bridge's on the peer). Behind it, the echoes of the pods' MTU go to
 // the last address before the subnet's broadcast address, which the peer forwards to its
 // pods' bridge (the CNI's IPAM hands addresses out from the start of the range).
 func probeTarget(key string, p backend.Peer) probe.Target {
 	a := p.VTEP()
-	if !p.Overlay() {
+	// A WireGuard peer's device holds its VTEP address, through the tunnel.
+	if !p.Overlay() && p.WGKey.IsZero() {
 		a = a.Next()
 	}
 	return probe.Target{Key: key, Addr: a, Behind: subnet.LastAddr(p.Subnet).Prev()}

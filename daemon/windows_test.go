@@ -55,7 +55,6 @@ func startWindowsDaemon(t *testing.T, cli *clientv3.Client, dir string, hns *hns
 			Plane:      plane,
 			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
 			DefaultIf:  func() (string, error) { return "Ethernet", nil },
-			GOOS:       "windows",
 		})
 	}()
 	t.Cleanup(func() { d.stop(t) })
@@ -199,7 +198,7 @@ func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
 		backend, says string
 		plane6        bool
 	}{
-		// HNS Overlay networks carry no IPv6 between pods (subnet.Config.CheckFor), even
+		// HNS Overlay networks carry no IPv6 between pods (windows.Capabilities), even
 		// with an IPv6 plane at hand.
 		{`{"Type":"vxlan","VNI":4096,"Port":4789}`, "Overlay", true},
 		// A data plane without an IPv6 family refuses any IPv6 config.
@@ -225,7 +224,6 @@ func TestDaemonWindowsRefusesIPv6Overlay(t *testing.T) {
 				Plane:      plane,
 				Interfaces: func() ([]netif.Interface, error) { return nil, nil },
 				DefaultIf:  func() (string, error) { return "Ethernet", nil },
-				GOOS:       "windows",
 			}
 			if c.plane6 {
 				deps.PlaneV6 = plane.IPv6()
@@ -289,7 +287,7 @@ func TestDaemonWindowsDualStackHostGW(t *testing.T) {
 		go func() {
 			done <- RunWith(ctx, c, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane, PlaneV6: plane.IPv6(),
 				Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
-				DefaultIf:  func() (string, error) { return name, nil }, GOOS: "windows"})
+				DefaultIf:  func() (string, error) { return name, nil }})
 		}()
 		return func() {
 			cancel()
@@ -411,7 +409,7 @@ func TestDaemonWindowsDualStackOldHNS(t *testing.T) {
 	defer cancel()
 	err := RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane, PlaneV6: plane.IPv6(),
 		Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
-		DefaultIf:  func() (string, error) { return "Ethernet", nil }, GOOS: "windows"})
+		DefaultIf:  func() (string, error) { return "Ethernet", nil }})
 	var ce *subnet.ConfigError
 	if !errors.As(err, &ce) || ce.Key != "EnableIPv6" || !strings.Contains(err.Error(), "11.10") {
 		t.Fatalf("start-up on HNS 10.0: %v, want a config error naming EnableIPv6 and HNS 11.10", err)
@@ -465,7 +463,7 @@ func runWindowsHostGW(t *testing.T, hns *hnstest.HNS, host windows.Host, ifName 
 	go func() {
 		done <- RunWith(ctx, cfg, log, Deps{Manager: etcd.New(cli, etcd.Options{Logger: log}), Plane: plane,
 			Interfaces: func() ([]netif.Interface, error) { return ifs, nil },
-			DefaultIf:  func() (string, error) { return ifName, nil }, GOOS: "windows"})
+			DefaultIf:  func() (string, error) { return ifName, nil }})
 	}()
 	t.Cleanup(func() {
 		cancel()

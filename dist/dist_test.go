@@ -33,14 +33,26 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/cni"
 	"github.com/weftnet/weft/cni/install"
 	"github.com/weftnet/weft/dist/image"
 	"github.com/weftnet/weft/internal/atomicfile"
 	"github.com/weftnet/weft/internal/kubetest"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
+	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnsfile"
 )
+
+// planeCaps are the capabilities of the data plane weftd runs on goos, as a DaemonSet's
+// os.name names it.
+func planeCaps(goos string) backend.Capabilities {
+	if goos == "windows" {
+		return windows.Capabilities()
+	}
+	return linux.Capabilities()
+}
 
 // The files under test, relative to dist/ (the test's working directory).
 const (
@@ -625,11 +637,11 @@ func TestNetConf(t *testing.T) {
 			continue
 		}
 		for _, goos := range []string{"linux", "windows"} {
-			if err := cfg.CheckFor(goos); err != nil {
+			if err := planeCaps(goos).Check(cfg); err != nil {
 				t.Errorf("%s on %s: %v", src.name, goos, err)
 			}
 		}
-		if cfg.Backend.Type != subnet.BackendVXLAN || cfg.Backend.VNIFor("linux") != 4096 || cfg.Backend.Port != 4789 {
+		if cfg.Backend.Type != subnet.BackendVXLAN || linux.Capabilities().VNI(cfg.Backend) != 4096 || cfg.Backend.Port != 4789 {
 			t.Errorf("%s: backend %+v, want vxlan with VNI 4096 and port 4789 (mixed clusters)", src.name, cfg.Backend)
 		}
 	}
@@ -751,7 +763,7 @@ func checkWindowsCNI(t *testing.T, data map[string]string) {
 			hnsName = "cbr0"
 		}
 	case hnsName == "":
-		hnsName = fmt.Sprintf("flannel.%d", net.Backend.VNIFor("windows"))
+		hnsName = fmt.Sprintf("flannel.%d", windows.Capabilities().VNI(net.Backend))
 	}
 	var got struct {
 		Name       string

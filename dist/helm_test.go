@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/weftnet/weft/linux"
 )
 
 // The chart, relative to dist/.
@@ -433,7 +435,7 @@ func checkConfigs(t *testing.T, objs []*unstructured.Unstructured) {
 			continue
 		}
 		goos, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "os", "name")
-		if err := net.CheckFor(goos); err != nil {
+		if err := planeCaps(goos).Check(net); err != nil {
 			t.Errorf("net-conf.json on %s: %v", goos, err)
 		}
 		if goos == "windows" {
@@ -545,7 +547,7 @@ func helmInstall(t *testing.T, rc *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if net := parseNetConf(t, cm.Data); net.Backend.VNIFor("linux") != 4097 {
+	if net := parseNetConf(t, cm.Data); linux.Capabilities().VNI(net.Backend) != 4097 {
 		t.Errorf("after helm upgrade with vni 4097: net-conf.json %s", cm.Data["net-conf.json"])
 	}
 

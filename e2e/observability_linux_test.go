@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -183,10 +184,12 @@ func TestObservability(t *testing.T) {
 	t.Run("weftctl doctor", func(t *testing.T) {
 		doctor := func() (ctl.DoctorReport, int) {
 			t.Helper()
-			args := []string{"doctor", "--etcd-endpoints=" + cluster.EtcdURL, "--subnet-file=" + n1.SubnetFile}
-			table, _, _ := tools.weftctl(t, n1, args...)
+			// Beside weftd, with its environment (set -a; . /etc/weft/weftd.env), which
+			// holds its flags.
+			env := []string{"WEFTD_ETCD_ENDPOINTS=" + cluster.EtcdURL, "WEFTD_SUBNET_FILE=" + n1.SubnetFile, "WEFTD_IFACE=eth0"}
+			table, _, _ := tools.weftctlEnv(t, n1, env, "doctor")
 			t.Logf("weftctl doctor on %s:\n%s", n1.Name, table)
-			out, stderr, code := tools.weftctl(t, n1, append(args, "-o", "json")...)
+			out, stderr, code := tools.weftctlEnv(t, n1, env, "doctor", "-o", "json")
 			var rep ctl.DoctorReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("weftctl doctor -o json: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
@@ -262,11 +265,15 @@ func TestObservability(t *testing.T) {
 	})
 }
 
-// waitRoute waits until n routes to the peer subnet sn.
-func waitRoute(t *testing.T, n *cluster.Node, sn fmt.Stringer) {
+// waitRoute waits until n routes to the peer subnet sn, of either family.
+func waitRoute(t *testing.T, n *cluster.Node, sn netip.Prefix) {
 	t.Helper()
+	fam := "-4"
+	if sn.Addr().Is6() {
+		fam = "-6" // ip(8) shows IPv4 routes unless told otherwise
+	}
 	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		out := nodeExec(t, n, "ip", "route", "show", "exact", sn.String())
+		out := nodeExec(t, n, "ip", fam, "route", "show", "exact", sn.String())
 		if strings.TrimSpace(out) != "" {
 			return
 		}
@@ -344,9 +351,16 @@ func (tt testTools) etcdCommand() []string { return []string{tt.demo, "--serve-e
 // weftctl runs weftctl inside a node and returns its stdout, stderr and exit status.
 func (tt testTools) weftctl(t *testing.T, n *cluster.Node, args ...string) (string, string, int) {
 	t.Helper()
+	return tt.weftctlEnv(t, n, nil, args...)
+}
+
+// weftctlEnv is weftctl with env ("KEY=value") added to this process's environment.
+func (tt testTools) weftctlEnv(t *testing.T, n *cluster.Node, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.NS, tt.weftctlBin}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -41,7 +41,7 @@ func dualStates(t *testing.T, conf string, peers ...subnet.Lease) (*backend.Stat
 		Attrs: subnet.LeaseAttrs{PublicIP: node.PublicIP, PublicIPv6: node.PublicIPv6, BackendType: cfg.Backend.Type}}
 	var sts [2]*backend.State
 	for i, fam := range []backend.Family{backend.IPv4, backend.IPv6} {
-		b, err := backend.NewFor(cfg, node, "linux", fam)
+		b, err := backend.NewFor(cfg, node, Capabilities(), fam)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,6 +82,9 @@ func New(log *slog.Logger) (*Plane, error) {
 	return p, nil
 }
 
+// Capabilities implements backend.Plane: see the package's Capabilities.
+func (p *Plane) Capabilities() backend.Capabilities { return Capabilities() }
+
 // Close releases the netlink sockets and the namespace handle. The kernel state stays.
 func (p *Plane) Close() error {
 	p.h.Close()

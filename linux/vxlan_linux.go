@@ -12,10 +12,6 @@ import (
 	"github.com/weftnet/weft/backend"
 )
 
-// defaultVXLANPort is the port the kernel gives a VXLAN device created without one (the
-// vxlan module's vxlan_port parameter, which nobody changes).
-const defaultVXLANPort = 8472
-
 // EnsureVXLAN adopts the device dev.Name when it exists with compatible settings (VNI, port,
 // local address, underlay, learning, GBP), changing in place only what can be (MTU, up state);
 // replaces it, saying why, when it is incompatible; and creates it otherwise. A compatible

@@ -24,9 +24,21 @@ type Node struct {
 	Overlay     *Overlay      `json:"overlay,omitempty"`
 	Unreachable []Unreachable `json:"unreachable,omitempty"`
 	// Offload is the transmit checksum offload of each overlay device; none for host-gw.
-	Offload  []Offload `json:"offload,omitempty"`
-	Ready    bool      `json:"ready"`
-	NotReady string    `json:"notReadyReason,omitempty"`
+	Offload []Offload `json:"offload,omitempty"`
+	// WireGuard is each WireGuard device (the wireguard backend): which WireGuard runs it.
+	WireGuard []WireGuard `json:"wireguard,omitempty"`
+	Ready     bool        `json:"ready"`
+	NotReady  string      `json:"notReadyReason,omitempty"`
+}
+
+// WireGuard is one WireGuard device of the node.
+type WireGuard struct {
+	Device     string `json:"device"`
+	ListenPort int    `json:"listenPort"`
+	PublicKey  string `json:"publicKey"`
+	// Implementation is "kernel", or "user space" where the kernel has no WireGuard: that
+	// device runs in weftd and stops with it, so a restart cuts the tunnels until it is back.
+	Implementation string `json:"implementation"`
 }
 
 // Lease is the node's own lease.

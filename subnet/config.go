@@ -2,6 +2,7 @@ package subnet
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,22 +10,39 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Backend types weft implements.
 const (
-	BackendVXLAN  = "vxlan"
-	BackendHostGW = "host-gw"
+	BackendVXLAN     = "vxlan"
+	BackendHostGW    = "host-gw"
+	BackendWireGuard = "wireguard"
 )
 
-// VXLAN limits and the Windows rules (HNS accepts only VNI >= 4096 on UDP port 4789).
+// WireGuard's modes (Backend.Mode), as flanneld names them: how a dual-stack network's two
+// families ride the tunnels.
 const (
-	MaxVNI            = 1<<24 - 1
-	DefaultVNILinux   = 1
-	DefaultVNIWindows = 4096
-	WindowsVXLANPort  = 4789
-	MaxVNIWindows     = 1<<16 - 1
+	// WGSeparate: one device per family (flannel-wg, flannel-wg-v6), each over its family's
+	// underlay, on ListenPort and ListenPortV6.
+	WGSeparate = "separate"
+	// WGAuto: one device, flannel-wg, carries both families, over IPv4 or IPv6 chosen per
+	// peer by the addresses of both ends.
+	WGAuto = "auto"
+	// WGIPv4 and WGIPv6: one device carries both families, over that underlay family.
+	WGIPv4 = "ipv4"
+	WGIPv6 = "ipv6"
 )
+
+// WireGuard's defaults, flanneld's.
+const (
+	DefaultWGListenPort   = 51820
+	DefaultWGListenPortV6 = 51821
+)
+
+// MaxVNI is the largest VNI VXLAN carries (24 bits); a data plane may carry fewer (see
+// backend.Capabilities).
+const MaxVNI = 1<<24 - 1
 
 // maxSubnetBits bounds how many subnets a network may hold (2^62), so that subnet indexes
 // fit in 64 bits. Only IPv6 can reach it, with tiny subnets in a huge network.
@@ -60,28 +78,26 @@ type BackendConfig struct {
 	Type string // lower-cased, as flanneld looks backends up and names them in leases
 
 	// vxlan
-	VNI           *uint32 // nil: the OS default (see VNIFor)
-	Port          uint16  // 0: the kernel default (8472) on Linux, 4789 on Windows
+	VNI           *uint32 // nil: the data plane's default (backend.Capabilities.VNI)
+	Port          uint16  // 0: the data plane's default (8472 on Linux, 4789 on Windows)
 	MTU           int     // 0: derived from the external interface
 	GBP           bool
 	Learning      bool
 	DirectRouting bool
 	MacPrefix     string // Windows remote endpoint MAC prefix, "0E-2A" form
 
+	// wireguard
+	Mode         string // WGSeparate (the default), WGAuto, WGIPv4 or WGIPv6
+	ListenPort   uint16 // the IPv4 device's (or the single device's) UDP port
+	ListenPortV6 uint16 // flannel-wg-v6's, in separate mode
+	PSK          string // a preshared key for every peer, base64 as wg(8) writes it; "" none
+	// PersistentKeepalive is how often an idle tunnel sends a keepalive (flanneld's
+	// PersistentKeepaliveInterval, in seconds); 0 never.
+	PersistentKeepalive time.Duration
+
 	// Windows
 	Name          string // HNS network name
 	DNSServerList string // host-gw on Windows
-}
-
-// VNIFor returns the configured VNI, or the default of goos ("windows" or anything else).
-func (b BackendConfig) VNIFor(goos string) uint32 {
-	if b.VNI != nil {
-		return *b.VNI
-	}
-	if goos == "windows" {
-		return DefaultVNIWindows
-	}
-	return DefaultVNILinux
 }
 
 // ConfigError names the key of net-conf.json that is wrong, its value and why.
@@ -133,6 +149,17 @@ type rawVXLAN struct {
 	DirectRouting *bool
 	MacPrefix     *string
 	Name          *string
+}
+
+// rawWireGuard holds the keys flanneld's wireguard backend reads (Linux only: on Windows it
+// has none). MTU is the underlay's, as for vxlan.
+type rawWireGuard struct {
+	ListenPort                  *int64
+	ListenPortV6                *int64
+	MTU                         *int64
+	PSK                         *string
+	PersistentKeepaliveInterval *int64
+	Mode                        *string
 }
 
 // rawHostGW holds the keys flanneld's host-gw backend reads, on Windows only.
@@ -333,6 +360,11 @@ func parseBackend(data json.RawMessage) (BackendConfig, []string, error) {
 		if ignored, err = decode(data, &raw, "Backend.", "Type"); err == nil {
 			err = be.setVXLAN(raw)
 		}
+	case BackendWireGuard:
+		var raw rawWireGuard
+		if ignored, err = decode(data, &raw, "Backend.", "Type"); err == nil {
+			err = be.setWireGuard(raw)
+		}
 	case BackendHostGW:
 		var raw rawHostGW
 		if ignored, err = decode(data, &raw, "Backend.", "Type"); err == nil {
@@ -349,8 +381,6 @@ func parseBackend(data json.RawMessage) (BackendConfig, []string, error) {
 func unsupportedBackend(typ string) string {
 	var why string
 	switch typ {
-	case "wireguard":
-		why = "weft has no WireGuard backend yet (it is coming, in flanneld's formats); keep this cluster's nodes on flanneld until then"
 	case "udp":
 		why = "weft has no udp backend (flanneld's user-space tunnel, for kernels without VXLAN)"
 	case "ipip", "ipsec":
@@ -364,7 +394,7 @@ func unsupportedBackend(typ string) string {
 	default:
 		why = "no backend of flanneld v0.28 or weft has this type"
 	}
-	return fmt.Sprintf("%s; weft runs %q and %q, every node of a cluster the same", why, BackendVXLAN, BackendHostGW)
+	return fmt.Sprintf("%s; weft runs %q, %q and %q, every node of a cluster the same", why, BackendVXLAN, BackendHostGW, BackendWireGuard)
 }
 
 func (be *BackendConfig) setVXLAN(raw rawVXLAN) error {
@@ -400,6 +430,58 @@ func (be *BackendConfig) setVXLAN(raw rawVXLAN) error {
 	return nil
 }
 
+func (be *BackendConfig) setWireGuard(raw rawWireGuard) error {
+	be.Mode = WGSeparate
+	if raw.Mode != nil {
+		// flanneld compares the mode as written: "Auto" stops it ("no valid Mode configured").
+		switch m := *raw.Mode; m {
+		case WGSeparate, WGAuto, WGIPv4, WGIPv6:
+			be.Mode = m
+		default:
+			return configErr("Backend.Mode", m, "must be %q, %q, %q or %q (flanneld's modes, lower case)", WGSeparate, WGAuto, WGIPv4, WGIPv6)
+		}
+	}
+	port := func(key string, v *int64, def uint16) (uint16, error) {
+		if v == nil {
+			return def, nil
+		}
+		// flanneld takes 0 as "any port" and then publishes 0, which its peers read as their
+		// own port: no peer could reach the node.
+		if *v < 1 || *v > 65535 {
+			return 0, configErr(key, fmt.Sprint(*v), "not a UDP port from 1 to 65535 (the peers dial the port the lease publishes)")
+		}
+		return uint16(*v), nil
+	}
+	var err error
+	if be.ListenPort, err = port("Backend.ListenPort", raw.ListenPort, DefaultWGListenPort); err != nil {
+		return err
+	}
+	if be.ListenPortV6, err = port("Backend.ListenPortV6", raw.ListenPortV6, DefaultWGListenPortV6); err != nil {
+		return err
+	}
+	if raw.MTU != nil {
+		// The underlay's, as flanneld reads it: WireGuard takes 80 bytes, and IPv4 needs 68.
+		if *raw.MTU != 0 && (*raw.MTU < 148 || *raw.MTU > 65535) {
+			return configErr("Backend.MTU", fmt.Sprint(*raw.MTU), "must be between 148 and 65535 (the underlay MTU, WireGuard takes 80; 0 for the interface's)")
+		}
+		be.MTU = int(*raw.MTU)
+	}
+	if raw.PSK != nil && *raw.PSK != "" {
+		if k, err := base64.StdEncoding.DecodeString(*raw.PSK); err != nil || len(k) != 32 {
+			// The value is a secret: the error does not repeat it.
+			return configErr("Backend.PSK", "", "not a WireGuard key (32 bytes in base64, as wg genpsk writes it)")
+		}
+		be.PSK = *raw.PSK
+	}
+	if v := raw.PersistentKeepaliveInterval; v != nil {
+		if *v < 0 || *v > 65535 {
+			return configErr("Backend.PersistentKeepaliveInterval", fmt.Sprint(*v), "must be between 0 and 65535 seconds (0: no keepalives)")
+		}
+		be.PersistentKeepalive = time.Duration(*v) * time.Second
+	}
+	return nil
+}
+
 func (be *BackendConfig) setHostGW(raw rawHostGW) error {
 	be.Name = deref(raw.Name)
 	be.DNSServerList = deref(raw.DNSServerList)
@@ -410,30 +492,6 @@ func (be *BackendConfig) setHostGW(raw rawHostGW) error {
 		if _, err := netip.ParseAddr(s); err != nil {
 			return configErr("Backend.DNSServerList", be.DNSServerList, "%q is not an IP address", s)
 		}
-	}
-	return nil
-}
-
-// CheckFor refuses what the data plane of goos cannot do: HNS only takes VXLAN networks
-// with VNI 4096 or more on UDP port 4789.
-func (c *Config) CheckFor(goos string) error {
-	if goos != "windows" || c.Backend.Type != BackendVXLAN {
-		return nil
-	}
-	if vni := c.Backend.VNIFor(goos); vni < DefaultVNIWindows || vni > MaxVNIWindows {
-		return configErr("Backend.VNI", fmt.Sprint(vni), "Windows needs a VNI from %d to %d (HNS keeps it in 16 bits)", DefaultVNIWindows, MaxVNIWindows)
-	}
-	if c.EnableIPv6 {
-		return configErr("EnableIPv6", "true", "not available with vxlan on Windows: HNS Overlay networks cannot carry IPv6 between pods (host-gw, an L2Bridge network, can)")
-	}
-	if c.Backend.DirectRouting {
-		return configErr("Backend.DirectRouting", "true", "not available on Windows: HNS overlay networks always encapsulate")
-	}
-	if c.Backend.GBP {
-		return configErr("Backend.GBP", "true", "not available on Windows")
-	}
-	if p := c.Backend.Port; p != 0 && p != WindowsVXLANPort {
-		return configErr("Backend.Port", fmt.Sprint(p), "Windows only carries VXLAN on UDP port %d", WindowsVXLANPort)
 	}
 	return nil
 }

@@ -63,33 +63,31 @@ func TestParseConfigBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.Backend
-	if b.VNIFor("linux") != 4096 || b.Port != 4789 || b.MTU != 1400 || !b.GBP || !b.DirectRouting || b.Learning || b.Name != "vxlan0" || b.MacPrefix != "0E-2A" {
+	if vni(b) != 4096 || b.Port != 4789 || b.MTU != 1400 || !b.GBP || !b.DirectRouting || b.Learning || b.Name != "vxlan0" || b.MacPrefix != "0E-2A" {
 		t.Errorf("backend %+v", b)
-	}
-	if err := c.CheckFor("windows"); err == nil {
-		t.Error("DirectRouting and GBP accepted on windows")
-	}
-	w, err := ParseConfig([]byte(`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.CheckFor("windows"); err != nil {
-		t.Errorf("VNI 4096 port 4789 refused on windows: %v", err)
 	}
 	d, err := ParseConfig([]byte(`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Backend.VNIFor("linux") != 1 || d.Backend.VNIFor("windows") != 4096 || d.Backend.Port != 0 {
-		t.Errorf("defaults: VNI linux %d windows %d port %d", d.Backend.VNIFor("linux"), d.Backend.VNIFor("windows"), d.Backend.Port)
+	if vni(d.Backend) != -1 || d.Backend.Port != 0 {
+		t.Errorf("defaults: VNI %d port %d; want none given (the data plane's defaults)", vni(d.Backend), d.Backend.Port)
 	}
 	z, err := ParseConfig([]byte(`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":0}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if z.Backend.VNIFor("linux") != 0 {
-		t.Errorf("explicit VNI 0 became %d", z.Backend.VNIFor("linux"))
+	if vni(z.Backend) != 0 {
+		t.Errorf("explicit VNI 0 became %d", vni(z.Backend))
 	}
+}
+
+// vni is the configured VNI, -1 for none.
+func vni(b BackendConfig) int64 {
+	if b.VNI == nil {
+		return -1
+	}
+	return int64(*b.VNI)
 }
 
 // TestParseConfigErrors checks that each bad config is refused with the key named.
@@ -122,7 +120,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fd00::/56","IPv6SubnetMin":"fd00::1"}`, "IPv6SubnetMin", "fd00::1"},
 		{`{"EnableIPv6":true,"Network":"10.0.0.0/16","IPv6Network":"fd00::/8","IPv6SubnetLen":120}`, "IPv6SubnetLen", "120"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"udp"}}`, "Backend.Type", "udp"},
-		{`{"Network":"10.0.0.0/16","Backend":{"Type":"WireGuard"}}`, "Backend.Type", "WireGuard"},
+		{`{"Network":"10.0.0.0/16","Backend":{"Type":"IPIP"}}`, "Backend.Type", "IPIP"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan-gbp"}}`, "Backend.Type", "vxlan-gbp"},
 		{`{"Network":"10.0.0.0/16","Backend":{"Type":1}}`, "Backend.Type", ""},
 		{`{"Network":"10.0.0.0/16"}`, "Backend", ""},
@@ -161,26 +159,6 @@ func TestParseConfigSyntax(t *testing.T) {
 	for _, conf := range []string{``, `{`, `{"Network":"10.0.0.0/16"} {}`, `{"Network":"10.0.0.0/16"}x`, `[]`, `null`} {
 		if _, err := ParseConfig([]byte(conf)); err == nil {
 			t.Errorf("%q accepted", conf)
-		}
-	}
-}
-
-func TestCheckForWindows(t *testing.T) {
-	for conf, key := range map[string]string{
-		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":1}}`:                                                   "Backend.VNI",
-		`{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":8472}}`:                                    "Backend.Port",
-		`{"Network":"10.0.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10::/56","Backend":{"Type":"vxlan","VNI":4096}}`: "EnableIPv6",
-	} {
-		c, err := ParseConfig([]byte(conf))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.CheckFor("linux"); err != nil {
-			t.Errorf("%s refused on linux: %v", conf, err)
-		}
-		var ce *ConfigError
-		if err := c.CheckFor("windows"); !errors.As(err, &ce) || ce.Key != key {
-			t.Errorf("%s on windows: %v, want an error naming %s", conf, err, key)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // flannelKey is a key of net-conf.json that flanneld v0.28 reads, with a value it takes, and
@@ -62,7 +63,7 @@ func flannelKeys() []flannelKey {
 		// flanneld looks the type up lower-cased.
 		{"*", "Type", `"Host-GW"`, "", func(c *Config) bool { return c.Backend.Type == BackendHostGW }},
 
-		{"vxlan", "VNI", `4096`, "", func(c *Config) bool { return c.Backend.VNIFor("linux") == 4096 }},
+		{"vxlan", "VNI", `4096`, "", func(c *Config) bool { return vni(c.Backend) == 4096 }},
 		{"vxlan", "Port", `4789`, "", func(c *Config) bool { return c.Backend.Port == 4789 }},
 		{"vxlan", "MTU", `1400`, "", func(c *Config) bool { return c.Backend.MTU == 1400 }},
 		{"vxlan", "GBP", `true`, "", func(c *Config) bool { return c.Backend.GBP }},
@@ -71,13 +72,17 @@ func flannelKeys() []flannelKey {
 		{"vxlan", "MacPrefix", `"0E-2B"`, "", func(c *Config) bool { return c.Backend.MacPrefix == "0E-2B" }},
 		{"vxlan", "Name", `"vxlan0"`, "", func(c *Config) bool { return c.Backend.Name == "vxlan0" }},
 		{"host-gw", "Name", `"cbr1"`, "", func(c *Config) bool { return c.Backend.Name == "cbr1" }},
+		{"wireguard", "ListenPort", `51900`, "", func(c *Config) bool { return c.Backend.ListenPort == 51900 && c.Backend.ListenPortV6 == 51821 }},
+		{"wireguard", "ListenPortV6", `51901`, "", func(c *Config) bool { return c.Backend.ListenPortV6 == 51901 && c.Backend.ListenPort == 51820 }},
+		{"wireguard", "MTU", `1420`, "", func(c *Config) bool { return c.Backend.MTU == 1420 }},
+		{"wireguard", "PSK", `"` + testPSK + `"`, "", func(c *Config) bool { return c.Backend.PSK == testPSK }},
+		{"wireguard", "PersistentKeepaliveInterval", `25`, "", func(c *Config) bool { return c.Backend.PersistentKeepalive == 25*time.Second }},
+		{"wireguard", "Mode", `"auto"`, "", func(c *Config) bool { return c.Backend.Mode == WGAuto }},
 		{"host-gw", "DNSServerList", `"10.96.0.10,10.96.0.11"`, "",
 			func(c *Config) bool { return c.Backend.DNSServerList == "10.96.0.10,10.96.0.11" }},
 	}
 	// The backends weft does not have, with the keys flanneld's read: refused by type.
 	for typ, keys := range map[string]map[string]string{
-		"wireguard": {"ListenPort": `51820`, "ListenPortV6": `51821`, "MTU": `1420`, "PSK": `"c2VjcmV0"`,
-			"PersistentKeepaliveInterval": `25`, "Mode": `"separate"`},
 		"udp":         {"Port": `8285`},
 		"ipip":        {"DirectRouting": `true`},
 		"ipsec":       {"UDPEncap": `true`, "ESPProposal": `"aes128gcm16-prfsha256-ecp256"`, "PSK": `"a very long secret for ipsec"`},
@@ -132,13 +137,37 @@ func TestFlannelKeys(t *testing.T) {
 	}
 }
 
-// TestWireGuardRefused: a wireguard cluster's config stops weftd, saying that weft has no
-// WireGuard backend yet, rather than running another backend beside its flanneld nodes.
-func TestWireGuardRefused(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"Network":"10.42.0.0/16","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":25,"Mode":"auto"}}`))
-	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Key != "Backend.Type" || ce.Value != "wireguard" || !strings.Contains(ce.Reason, "no WireGuard backend yet") {
-		t.Errorf("wireguard: %v", err)
+// testPSK is a preshared key as wg genpsk writes it.
+const testPSK = "FpCyhws9cxwWoV4xELtfJvjJN+zQVRPISllRWgeopVE="
+
+// TestWireGuardConfig: a wireguard config without options gets flanneld's defaults; values
+// flanneld would take but that leave the peers unable to reach the node, or that it stops on,
+// are refused by key.
+func TestWireGuardConfig(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"Network":"10.42.0.0/16","Backend":{"Type":"WireGuard"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := BackendConfig{Type: BackendWireGuard, Mode: WGSeparate, ListenPort: 51820, ListenPortV6: 51821}
+	if c.Backend.Type != want.Type || c.Backend.Mode != want.Mode || c.Backend.ListenPort != want.ListenPort ||
+		c.Backend.ListenPortV6 != want.ListenPortV6 || c.Backend.PSK != "" || c.Backend.PersistentKeepalive != 0 {
+		t.Errorf("defaults: %+v, want %+v", c.Backend, want)
+	}
+	for _, tc := range []struct{ backend, key, value string }{
+		{`"Mode":"Auto"`, "Backend.Mode", "Auto"},
+		{`"Mode":"both"`, "Backend.Mode", "both"},
+		{`"ListenPort":0`, "Backend.ListenPort", "0"},
+		{`"ListenPortV6":65536`, "Backend.ListenPortV6", "65536"},
+		{`"PSK":"c2VjcmV0"`, "Backend.PSK", ""},
+		{`"PersistentKeepaliveInterval":-1`, "Backend.PersistentKeepaliveInterval", "-1"},
+		{`"MTU":100`, "Backend.MTU", "100"},
+	} {
+		conf := `{"Network":"10.42.0.0/16","Backend":{"Type":"wireguard",` + tc.backend + `}}`
+		_, err := ParseConfig([]byte(conf))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != tc.key || ce.Value != tc.value {
+			t.Errorf("%s: %v, want %s=%s refused", conf, err, tc.key, tc.value)
+		}
 	}
 }
 
@@ -169,7 +198,7 @@ func TestParseConfigIgnored(t *testing.T) {
 	}
 	// Of two spellings of one key the last wins, as in flanneld's encoding/json.
 	c := mustConfig(t, `{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","Vni":1,"VNI":2,"vni":3}}`)
-	if c.Backend.VNIFor("linux") != 3 {
-		t.Errorf("VNI %d, want the last one's, 3", c.Backend.VNIFor("linux"))
+	if vni(c.Backend) != 3 {
+		t.Errorf("VNI %d, want the last one's, 3", vni(c.Backend))
 	}
 }

@@ -66,7 +66,7 @@ func mustConfig(t *testing.T, js string) *subnet.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.CheckFor("windows"); err != nil {
+	if err := windows.Capabilities().Check(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
@@ -123,7 +123,7 @@ func (n *winNode) restart() {
 	n.plane = windows.New(n.hns, n.host, c, testLogger(n.t))
 	node := backend.Node{Underlay: n.underlay, Addr: n.pub, MTU: 1500, PublicIP: n.pub,
 		Connected: []netip.Prefix{netip.PrefixFrom(n.pub, 24).Masked()}}
-	b, err := backend.New(n.cfg, node, "windows")
+	b, err := backend.NewFor(n.cfg, node, windows.Capabilities(), backend.IPv4)
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func TestFullApplyRepairsDrift(t *testing.T) {
 func TestPrepareCanceled(t *testing.T) {
 	cfg := mustConfig(t, vxlanConf)
 	pub := netip.MustParseAddr("192.168.1.10")
-	b, err := backend.New(cfg, backend.Node{Underlay: testAdapter, Addr: pub, PublicIP: pub, MTU: 1500}, "windows")
+	b, err := backend.NewFor(cfg, backend.Node{Underlay: testAdapter, Addr: pub, PublicIP: pub, MTU: 1500}, windows.Capabilities(), backend.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnstest"
@@ -22,17 +23,17 @@ func TestMixedClusterAgrees(t *testing.T) {
 		b     *backend.Backend
 		lease subnet.Lease
 	}
-	var linux []linuxNode
+	var linuxNodes []linuxNode
 	var leases []subnet.Lease
 	for i, mac := range []string{"c6:d2:32:6f:8f:44", "6e:11:22:33:44:55"} {
 		pub := netip.MustParseAddr(fmt.Sprintf("192.168.1.%d", 21+i))
 		l := vxlanLease(t, fmt.Sprintf("10.244.%d.0/24", 11+i), pub.String(), mac)
-		b, err := backend.New(cfg, backend.Node{Underlay: "eth0", Addr: pub, PublicIP: pub, MTU: 1500,
-			Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}, "linux")
+		b, err := backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: pub, PublicIP: pub, MTU: 1500,
+			Connected: []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24")}}, linux.Capabilities(), backend.IPv4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		linux = append(linux, linuxNode{b, l})
+		linuxNodes = append(linuxNodes, linuxNode{b, l})
 		leases = append(leases, l)
 	}
 	var wins []*winNode
@@ -74,7 +75,7 @@ func TestMixedClusterAgrees(t *testing.T) {
 		}
 	}
 
-	for _, ln := range linux {
+	for _, ln := range linuxNodes {
 		st, skipped := backend.Desired(ln.b, ln.lease, leases, false)
 		if len(skipped) > 0 {
 			t.Errorf("linux %s skipped %v", ln.lease.Attrs.PublicIP, skipped)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/backend"
-	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows/hnsfile"
 )
 
@@ -340,13 +339,6 @@ func (p *Plane) ensureOverlay(ctx context.Context, st *backend.State) (backend.M
 	if err := checkSubnet(sn); err != nil {
 		return backend.MAC{}, err
 	}
-	// HNS takes VSIDs from 4096; hcn's RemoteSubnetRoute carries the VNI in 16 bits.
-	if dev.VNI < subnet.DefaultVNIWindows || dev.VNI > subnet.MaxVNIWindows {
-		return backend.MAC{}, fmt.Errorf("VNI %d: HNS needs a VNI between %d and %d", dev.VNI, subnet.DefaultVNIWindows, subnet.MaxVNIWindows)
-	}
-	if dev.Port != 0 && dev.Port != subnet.WindowsVXLANPort {
-		return backend.MAC{}, fmt.Errorf("VXLAN port %d: HNS only uses %d", dev.Port, subnet.WindowsVXLANPort)
-	}
 	v, err := p.hns.Version()
 	if err != nil {
 		return backend.MAC{}, fmt.Errorf("HNS version: %w", err)
@@ -498,27 +490,15 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	return ch, err
 }
 
-// overlayPeers are the peers of a vxlan State in subnet order. A peer routed straight to
-// its public IP (DirectRouting) cannot be had on Windows: it is reported and left out.
-func overlayPeers(st *backend.State) ([]backend.Peer, error) {
+// overlayPeers are the peers of a vxlan State in subnet order, every one through the overlay
+// (the plane's Capabilities have no DirectRouting).
+func overlayPeers(st *backend.State) []backend.Peer {
 	peers := make([]backend.Peer, 0, st.Peers.Len())
-	var errs []error
-	for key, pr := range st.Peers.All() {
-		if err := checkOverlayPeer(key, pr); err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	for _, pr := range st.Peers.All() {
 		peers = append(peers, pr)
 	}
 	slices.SortFunc(peers, func(a, b backend.Peer) int { return a.Subnet.Addr().Compare(b.Subnet.Addr()) })
-	return peers, errors.Join(errs...)
-}
-
-func checkOverlayPeer(key string, pr backend.Peer) error {
-	if !pr.Overlay() {
-		return fmt.Errorf("peer %s (%s via %s): DirectRouting is not supported on Windows", key, pr.Subnet, pr.PublicIP)
-	}
-	return nil
+	return peers
 }
 
 // overlayNetworkFor looks up st's Overlay network and checks that it still serves st.
@@ -556,8 +536,8 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	}
 	m := model{own: st.Own, network: n.Name, networkID: n.ID, overlay: true, vni: st.Device.VNI, macPrefix: macPrefix(st),
 		rsr: map[netip.Prefix]Policy{}, eps: map[netip.Addr]remoteEP{}}
-	peers, peerErr := overlayPeers(st)
-	errs := []error{peerErr}
+	peers := overlayPeers(st)
+	var errs []error
 	if added, err := p.ensureHostRoute(n); err != nil {
 		errs = append(errs, err)
 	} else if added {
@@ -679,15 +659,9 @@ func changed(c backend.PeerChange) []netip.Prefix {
 
 // changeRSR brings one peer's RemoteSubnetRoute policy to what c.New wants.
 func (p *Plane) changeRSR(c backend.PeerChange, ch backend.Changes) error {
-	var errs []error
 	var want Policy
 	if c.New.IsValid() {
-		if err := checkOverlayPeer(c.Key, c.New); err != nil {
-			errs = append(errs, err)
-			c.New = backend.Peer{} // not routable here: whatever was programmed for it goes
-		} else {
-			want = RemoteSubnetRoutePolicy(rsrSettings(c.New, p.m.vni))
-		}
+		want = RemoteSubnetRoutePolicy(rsrSettings(c.New, p.m.vni))
 	}
 	for _, sn := range changed(c) {
 		have, ok := p.m.rsr[sn]
@@ -695,12 +669,12 @@ func (p *Plane) changeRSR(c backend.PeerChange, ch backend.Changes) error {
 			continue
 		}
 		if c.New.IsValid() && sn == c.New.Subnet && sameRSRPolicy(have, want) {
-			return errors.Join(errs...)
+			return nil
 		}
 		err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestRemove, have))
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			// HNS takes one policy per destination: no new one while the old one stays.
-			return errors.Join(append(errs, fmt.Errorf("peer %s: removing RemoteSubnetRoute policy for %s: %w", c.Key, sn, err))...)
+			return fmt.Errorf("peer %s: removing RemoteSubnetRoute policy for %s: %w", c.Key, sn, err)
 		}
 		delete(p.m.rsr, sn)
 		if err == nil {
@@ -709,12 +683,12 @@ func (p *Plane) changeRSR(c backend.PeerChange, ch backend.Changes) error {
 	}
 	if c.New.IsValid() {
 		if err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestAdd, want)); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("peer %s: adding RemoteSubnetRoute policy for %s: %w", c.Key, c.New.Subnet, err))...)
+			return fmt.Errorf("peer %s: adding RemoteSubnetRoute policy for %s: %w", c.Key, c.New.Subnet, err)
 		}
 		p.m.rsr[c.New.Subnet] = want
 		ch[changePolicy]++
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // changeEndpoints brings the remote endpoints of one peer's pod addresses to what c.New
@@ -723,12 +697,8 @@ func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error 
 	want := map[netip.Addr]HostComputeEndpoint{}
 	var errs []error
 	if c.New.IsValid() {
-		if err := checkOverlayPeer(c.Key, c.New); err != nil {
-			errs = append(errs, err)
-		} else {
-			for _, ip := range podAddresses(c.New.Subnet) {
-				want[ip] = remoteEndpoint(p.m.networkID, p.m.macPrefix, ip, c.New.PublicIP)
-			}
+		for _, ip := range podAddresses(c.New.Subnet) {
+			want[ip] = remoteEndpoint(p.m.networkID, p.m.macPrefix, ip, c.New.PublicIP)
 		}
 	}
 	for _, sn := range changed(c) {
@@ -812,7 +782,7 @@ func (p *Plane) Watch(ctx context.Context, drift func()) error {
 func (p *Plane) Close() error { return nil }
 
 // IPv6 is the plane of a dual-stack network's IPv6 family: host-gw only, since HNS Overlay
-// networks carry no IPv6 between pods (subnet.Config.CheckFor refuses that config). It
+// networks carry no IPv6 between pods (Capabilities: the config is refused). It
 // shares p's HNS, host and lock: Prepare makes (or finds) the one L2Bridge network that
 // carries both families' subnets, Apply programs the IPv6 peers' host routes from a model of
 // its own, Watch looks at the network as p's does.
@@ -820,27 +790,15 @@ func (p *Plane) IPv6() backend.Plane { return ipv6Plane{p} }
 
 type ipv6Plane struct{ p *Plane }
 
-// overlay refuses an Overlay (vxlan) State: HNS carries no IPv6 between its pods.
-func (ipv6Plane) overlay(st *backend.State) error {
-	if st.Device != nil {
-		return errors.New("IPv6 over an HNS Overlay network: HNS carries no IPv6 between pods")
-	}
-	return nil
-}
-
 func (v ipv6Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
-	if err := v.overlay(st); err != nil {
-		return backend.MAC{}, err
-	}
 	return v.p.Prepare(ctx, st)
 }
 
 func (v ipv6Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
-	if err := v.overlay(st); err != nil {
-		return nil, err
-	}
 	return v.p.Apply(ctx, st, u)
 }
+
+func (v ipv6Plane) Capabilities() backend.Capabilities { return v.p.Capabilities() }
 
 func (v ipv6Plane) Watch(ctx context.Context, drift func()) error { return v.p.Watch(ctx, drift) }
 

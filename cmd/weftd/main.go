@@ -16,6 +16,7 @@ import (
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/internal/flagenv"
+	"github.com/weftnet/weft/wgkey"
 )
 
 func main() {
@@ -56,6 +57,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.NotifySocket = os.Getenv("NOTIFY_SOCKET")
+	cfg.WireGuardKeyFile = wgkey.Path(os.LookupEnv)
 	cfg.NodeName = os.Getenv("NODE_NAME")
 	lvl, err := lf.level(fs)
 	if err != nil {

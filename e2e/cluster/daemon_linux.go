@@ -1,6 +1,14 @@
 package cluster
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// wgSocketDir is where user-space WireGuard devices serve their UAPI sockets, and wgctrl
+// looks for them.
+const wgSocketDir = "/run/wireguard"
 
 // StartDaemon starts argv (a binary and its flags) in the node's namespace in weftd's place,
 // the way Start starts weftd: output appended to LogPath after a line naming the run, a
@@ -18,10 +26,19 @@ func (n *Node) StartDaemon(argv ...string) error {
 	if n.proc != nil && !n.proc.exited() {
 		return fmt.Errorf("node %s: its daemon is running already (pid %d)", n.Name, n.proc.cmd.Process.Pid)
 	}
-	var env []string
+	env := os.Environ()
 	if n.c.opts.Kube != nil {
 		env = n.kubeEnv()
 	}
+	// A node's WireGuard key is its own, as on a machine of its own (flanneld and weftd read
+	// the file WIREGUARD_KEY_FILE names); so is /run/wireguard, where user-space WireGuard
+	// devices serve their UAPI sockets by device name: every node has a flannel-wg. `ip netns
+	// exec` gives the daemon a mount namespace of its own, so the mount stays the node's.
+	env = append(env, "WIREGUARD_KEY_FILE="+filepath.Join(n.Dir, "wgkey"))
+	if err := os.MkdirAll(wgSocketDir, 0o755); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	argv = append([]string{"sh", "-c", `mount -t tmpfs weft-e2e-wireguard ` + wgSocketDir + ` && exec "$@"`, "sh"}, argv...)
 	n.runs++
 	p, err := n.c.spawn(n.NS, n.LogPath, n.runs, env, argv)
 	if err != nil {

@@ -35,5 +35,13 @@
 // packages), busybox (Debian's busybox-static), the pause image under the framework's tag,
 // and CoreDNS (tools/coredns), which DeployCoreDNS deploys as kubeadm does.
 //
+// weft is deployed as its users deploy it: DeployWeft applies dist/kubernetes, HelmInstallWeft
+// installs dist/helm/weft. A cluster can also start on flannel, as the clusters weft replaces
+// do: FlannelImages makes flannel's images (flanneld v0.28.10 with Debian's iptables, and
+// flannel's CNI plugin, from tools/flannel), DeployFlannel applies testdata/kube-flannel.yml,
+// flannel's kube-flannel.yml of that release with the differences it names. StartPings runs
+// a mesh of 10 ms pings between pods, counted in the pods' network namespaces, for the
+// changes that must not interrupt traffic (the migration from flannel).
+//
 // The package is Linux-only; on other systems it holds only this documentation.
 package kubecluster

@@ -155,3 +155,17 @@ func imageOf(cfg v1.Config, trees ...*fsTree) (v1.Image, error) {
 	}
 	return img, nil
 }
+
+// treeArchive writes the image of the trees, run as cfg says, named ref, to an image archive
+// in dir, which it returns.
+func treeArchive(dir, ref string, cfg v1.Config, trees ...*fsTree) (string, error) {
+	img, err := imageOf(cfg, trees...)
+	if err != nil {
+		return "", fmt.Errorf("kubecluster: %s: %w", ref, err)
+	}
+	out := archivePath(dir, ref)
+	if err := writeArchive(out, ref, img); err != nil {
+		return "", fmt.Errorf("kubecluster: %w", err)
+	}
+	return out, nil
+}

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,9 +113,10 @@ func (c *Cluster) exec(ctx context.Context, pod string, argv ...string) (string,
 // TestPodNetwork deploys weft on three nodes and checks what flannel's users check on a
 // cluster (issue 19, item 4): pods on different nodes ping and stream TCP to each other, a
 // ClusterIP Service and a NodePort reach a pod on another node through kube-proxy, weft's
-// Events are on the Node, `kubectl exec` runs weftctl in a weft pod, a real Prometheus scrapes
-// every node as the README says, and a rolling restart of the DaemonSet loses no packet of
-// two pods pinging each other every 10 ms and keeps each node's podCIDR and VTEP MAC.
+// Events are on the Node, `kubectl exec` runs weftctl status and doctor in a weft pod (the
+// doctor finds no problem), a real Prometheus scrapes every node as the README says, and a
+// rolling restart of the DaemonSet loses no packet of two pods pinging each other every 10 ms
+// and keeps each node's podCIDR and VTEP MAC.
 func TestPodNetwork(t *testing.T) {
 	c := newCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -247,29 +247,38 @@ func TestPodNetwork(t *testing.T) {
 		}
 	})
 
+	// weftctl doctor in a weft pod, given weftd's arguments of the DaemonSet as the README
+	// says: its service account, NODE_NAME and WEFTD_HEALTHZ_IP are the pod's.
+	t.Run("WeftctlDoctor", func(t *testing.T) {
+		pod, err := c.Kubectl(ctx, "get", "pods", "-n", "kube-flannel", "-l", "app.kubernetes.io/name=weft",
+			"--field-selector=spec.nodeName=node3", "-o", "jsonpath={.items[0].metadata.name}")
+		if err != nil || pod == "" {
+			t.Fatalf("the weft pod of node3: %q, %v", pod, err)
+		}
+		out, err := c.Kubectl(ctx, "exec", "-n", "kube-flannel", pod, "-c", "weftd", "--",
+			"weftctl", "doctor", "--kube-subnet-mgr", "--net-config-path=/etc/kube-flannel/net-conf.json", "--ip-masq")
+		if err != nil || !strings.Contains(out, "no problems found") || !strings.Contains(out, ", Node node3") {
+			t.Errorf("weftctl doctor in %s: %v\n%s", pod, err, out)
+		} else {
+			t.Logf("weftctl doctor in %s:\n%s", pod, out)
+		}
+	})
+
 	t.Run("Prometheus", func(t *testing.T) {
 		scrapeNodes(ctx, t, c, names)
 	})
 
 	t.Run("RollingRestart", func(t *testing.T) {
-		pingers := []struct{ from, to *corev1.Pod }{{pods["node1"], pods["node2"]}, {pods["node2"], pods["node1"]}}
-		var wg sync.WaitGroup
-		results := make([]pingResult, len(pingers))
-		for i, p := range pingers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[i] = c.pingUntilStopped(ctx, p.from.Name, p.to.Status.PodIP)
-			}()
+		// Two pods of their own, on node1 and node2, ping each other every 10 ms; the
+		// network's losses are counted in their namespaces (StartPings says why ping's own
+		// count is not enough).
+		states, err := c.RunPods(ctx, PingPod("ping-node1", "node1", BusyBoxImage), PingPod("ping-node2", "node2", BusyBoxImage))
+		if err != nil {
+			t.Fatal(err)
 		}
-		// Both pings are running once their pid files are there.
-		for _, p := range pingers {
-			for ctx.Err() == nil {
-				if _, err := c.exec(ctx, p.from.Name, "cat", "/tmp/ping.pid"); err == nil {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+		pings, err := c.StartPings(ctx, states)
+		if err != nil {
+			t.Fatal(err)
 		}
 		start := time.Now()
 		if _, err := c.Kubectl(ctx, "rollout", "restart", "-n", "kube-flannel", "ds/weft"); err != nil {
@@ -281,21 +290,23 @@ func TestPodNetwork(t *testing.T) {
 		t.Logf("rollout restart of ds/weft done in %v", time.Since(start).Round(time.Millisecond))
 		// A second of pings after the last node's new weftd, then stop them.
 		time.Sleep(time.Second)
-		for _, p := range pingers {
-			if _, err := c.exec(ctx, p.from.Name, "sh", "-c", "kill -INT $(cat /tmp/ping.pid)"); err != nil {
-				t.Errorf("stopping the ping in %s: %v", p.from.Name, err)
+		results, err := pings.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range results {
+			t.Logf("during the rollout: %s", r.Describe(pings.Start()))
+			if r.NetSent < 100 || r.NetSent != r.NetReceived {
+				t.Errorf("ping %s -> %s: %d requests left, %d replies came back; want no loss", r.From, r.To, r.NetSent, r.NetReceived)
 			}
 		}
-		wg.Wait()
-		for i, p := range pingers {
-			r := results[i]
-			if r.err != nil {
-				t.Errorf("ping %s → %s: %v", p.from.Name, p.to.Name, r.err)
-				continue
+		for _, s := range states {
+			now, err := c.PodState(ctx, "default", s.Name)
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("ping %s → %s every 10 ms during the rollout: %d sent, %d received", p.from.Name, p.to.Name, r.sent, r.received)
-			if r.sent < 100 || r.received != r.sent {
-				t.Errorf("ping %s → %s: %d sent, %d received; want no loss", p.from.Name, p.to.Name, r.sent, r.received)
+			if now != s {
+				t.Errorf("pod %s changed during the rollout: %+v, now %+v", s.Name, s, now)
 			}
 		}
 		after, err := c.WaitNodes(ctx, NetworkReady)
@@ -331,38 +342,6 @@ func nodeNetworks(t *testing.T, nodes []corev1.Node) map[string]nodeNetwork {
 		out[n.Name] = nodeNetwork{PodCIDR: n.Spec.PodCIDR, VtepMAC: data.VtepMAC}
 	}
 	return out
-}
-
-// pingResult is what a ping saw: the echoes sent up to the last one answered, and of those
-// the ones answered. An echo sent after the last answer counts in neither: the ping may have
-// been stopped before its answer could come.
-type pingResult struct {
-	sent, received int
-	err            error
-}
-
-// pingReply is a line of busybox ping for an answered echo: "64 bytes from 10.244.1.2:
-// seq=17 ttl=62 time=0.412 ms".
-var pingReply = regexp.MustCompile(`(?m)^\d+ bytes from .*: seq=(\d+) `)
-
-// pingUntilStopped pings ip from the pod every 10 ms until the ping is sent SIGINT (its pid is
-// in the pod's /tmp/ping.pid), and counts the echoes answered by their sequence numbers.
-func (c *Cluster) pingUntilStopped(ctx context.Context, pod, ip string) pingResult {
-	out, err := c.exec(ctx, pod, "sh", "-c", "ping -i 0.01 "+ip+" & echo $! >/tmp/ping.pid; wait; rm -f /tmp/ping.pid")
-	seen := map[int]bool{}
-	last := -1
-	for _, m := range pingReply.FindAllStringSubmatch(out, -1) {
-		seq, _ := strconv.Atoi(m[1])
-		seen[seq] = true
-		last = max(last, seq)
-	}
-	if last < 0 {
-		if err == nil {
-			err = fmt.Errorf("no answer in %q", out)
-		}
-		return pingResult{err: err}
-	}
-	return pingResult{sent: last + 1, received: len(seen)}
 }
 
 // scrapeNodes runs a real Prometheus in the underlay that scrapes the weft DaemonSet's

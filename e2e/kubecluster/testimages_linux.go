@@ -125,15 +125,7 @@ func BusyBoxArchive(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	img, err := imageOf(busyboxConfig(), bb)
-	if err != nil {
-		return "", fmt.Errorf("kubecluster: %s: %w", BusyBoxImage, err)
-	}
-	out := archivePath(dir, BusyBoxImage)
-	if err := writeArchive(out, BusyBoxImage, img); err != nil {
-		return "", fmt.Errorf("kubecluster: %w", err)
-	}
-	return out, nil
+	return treeArchive(dir, BusyBoxImage, busyboxConfig(), bb)
 }
 
 // busyboxTree is Debian's busybox-static at /bin/busybox, each of its applets a link to it
@@ -224,6 +216,12 @@ func (t *fsTree) hostProgram(ctx context.Context, p, src string) error {
 	if err != nil || interp == "" {
 		return err
 	}
+	return t.libraries(ctx, src)
+}
+
+// libraries adds the shared libraries ldd says the program or library src loads, as
+// hostProgram does.
+func (t *fsTree) libraries(ctx context.Context, src string) error {
 	out, err := exec.CommandContext(ctx, "ldd", src).Output()
 	if err != nil {
 		return fmt.Errorf("ldd %s: %w", src, err)

@@ -84,6 +84,12 @@ func (c *Cluster) DeployWeft(ctx context.Context, repo, work string) ([]corev1.N
 		}
 		c.log.Logf("kubectl apply -f %s:\n%s", filepath.Base(f), strings.TrimSpace(out))
 	}
+	return c.waitNetworkReady(ctx, "the apply")
+}
+
+// waitNetworkReady waits until every node is NetworkReady and returns the nodes, logging how
+// long that took after what (the deployment), or, if it fails, the pods.
+func (c *Cluster) waitNetworkReady(ctx context.Context, after string) ([]corev1.Node, error) {
 	start := time.Now()
 	nodes, err := c.WaitNodes(ctx, NetworkReady)
 	if err != nil {
@@ -92,7 +98,7 @@ func (c *Cluster) DeployWeft(ctx context.Context, repo, work string) ([]corev1.N
 		}
 		return nil, err
 	}
-	c.log.Logf("kubecluster: every node Ready with NetworkUnavailable False %v after the apply", time.Since(start).Round(time.Millisecond))
+	c.log.Logf("kubecluster: every node Ready with NetworkUnavailable False %v after %s", time.Since(start).Round(time.Millisecond), after)
 	return nodes, nil
 }
 

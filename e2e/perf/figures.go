@@ -126,6 +126,10 @@ func figTputFactor(n int64) figure {
 	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor}
 }
 
+func figTputWireGuard(n int64) figure {
+	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate}
+}
+
 // mebibytes writes a size as the table does: 64 MiB, 4 GiB, 1500 bytes.
 func mebibytes(n int64) string {
 	switch {

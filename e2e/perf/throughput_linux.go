@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"syscall"
 	"time"
 
@@ -34,7 +35,107 @@ func (b *bench) runThroughput(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", d, err)
 		}
 	}
+	for _, d := range b.cfg.Daemons() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := b.wireGuardThroughput(ctx, d); err != nil {
+			return fmt.Errorf("%s: WireGuard: %w", d, err)
+		}
+	}
 	return nil
+}
+
+// tputCluster makes the two-node cluster of a throughput run of daemon on the network config
+// netConf, its files in the directory named dir; the caller closes it (closeCluster).
+func (b *bench) tputCluster(daemon, netConf, dir string) (*cluster.Cluster, *tputRun, error) {
+	c, err := cluster.New(clusterLog{b}, cluster.Options{NetConf: netConf, CNIBin: b.cfg.CNIBin, Dir: b.clusterDir(dir)})
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &tputRun{b: b, daemon: daemon}
+	for i, name := range []string{"tput1", "tput2"} {
+		if r.nodes[i], err = c.AddNode(name); err != nil {
+			b.closeCluster(c)
+			return nil, nil, err
+		}
+	}
+	return c, r, nil
+}
+
+func (b *bench) closeCluster(c *cluster.Cluster) {
+	if err := c.Close(); err != nil {
+		b.log.Warn("closing the cluster", "error", err)
+	}
+}
+
+// wireGuardNetConf is NetConf on the wireguard backend.
+const wireGuardNetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.128.0.0","SubnetMax":"10.255.255.0",` +
+	`"Backend":{"Type":"wireguard"}}`
+
+// wireGuardThroughput measures TCP from a pod on one node to a pod on the other through
+// WireGuard, Reps streams, beside VXLAN's figures. flanneld's wireguard backend needs the
+// kernel's WireGuard; where the kernel has none its figure says so. weftd runs the kernel's
+// device where there is one, else its own in user space, as its /status says.
+func (b *bench) wireGuardThroughput(ctx context.Context, daemon string) error {
+	fig := figTputWireGuard(b.cfg.ThroughputBytes)
+	if daemon == Flanneld && !kernelWireGuard() {
+		b.figs.add(fig, daemon, missing("no WireGuard in this kernel"))
+		return nil
+	}
+	c, r, err := b.tputCluster(daemon, wireGuardNetConf, "throughput-wireguard-"+daemon)
+	if err != nil {
+		return err
+	}
+	defer b.closeCluster(c)
+	if err := r.streams(ctx, c, fig); err != nil {
+		b.fail("%s: WireGuard throughput: %v", daemon, err)
+		if !b.figs.has(fig, daemon) {
+			b.figs.add(fig, daemon, missing("failed"))
+		}
+	}
+	return nil
+}
+
+// streams starts the daemons, makes the pods and records Reps streams' rates under fig.
+func (r *tputRun) streams(ctx context.Context, c *cluster.Cluster, fig figure) error {
+	if err := r.start(); err != nil {
+		return err
+	}
+	var err error
+	for i, node := range r.nodes {
+		if r.pods[i], err = c.AddPod(node, "pod"); err != nil {
+			return err
+		}
+	}
+	if err := r.waitPath(ctx); err != nil {
+		return err
+	}
+	for range r.b.cfg.Reps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := cluster.Throughput(r.pods[0], r.pods[1], r.b.cfg.ThroughputBytes, streamTimeout)
+		if err != nil {
+			return err
+		}
+		v := Value{N: res.Mbps() * 1e6}
+		r.b.log.Info("pod-to-pod TCP over WireGuard", "daemon", r.daemon, "bytes", res.Bytes,
+			"took", res.Elapsed.Round(time.Millisecond), "rate", v.Format(Rate))
+		r.b.figs.add(fig, r.daemon, v)
+	}
+	return nil
+}
+
+// kernelWireGuard reports whether this kernel makes WireGuard devices: it makes one, in a
+// network namespace of its own, and deletes it.
+func kernelWireGuard() bool {
+	const ns = "weft-bench-wgprobe"
+	if exec.Command("ip", "netns", "add", ns).Run() != nil {
+		return false
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	return exec.Command("ip", "-n", ns, "link", "add", "wgprobe", "type", "wireguard").Run() == nil
 }
 
 // tputRun is a daemon's throughput measurement: two nodes running it, a pod on each.
@@ -51,23 +152,11 @@ type tputRun struct {
 // which has no such flag, with the offload switched off under it through the same ioctl),
 // and the ratio of the two medians. A daemon that fails leaves its figures missing.
 func (b *bench) throughput(ctx context.Context, daemon string) error {
-	c, err := cluster.New(clusterLog{b}, cluster.Options{
-		NetConf: NetConf, CNIBin: b.cfg.CNIBin, Dir: b.clusterDir("throughput-" + daemon),
-	})
+	c, r, err := b.tputCluster(daemon, NetConf, "throughput-"+daemon)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			b.log.Warn("closing the cluster", "error", err)
-		}
-	}()
-	r := &tputRun{b: b, daemon: daemon}
-	for i, name := range []string{"tput1", "tput2"} {
-		if r.nodes[i], err = c.AddNode(name); err != nil {
-			return err
-		}
-	}
+	defer b.closeCluster(c)
 	n := b.cfg.ThroughputBytes
 	on, off, err := r.run(ctx, c)
 	b.figs.add(figTputFactor(n), daemon, factor(on, off))

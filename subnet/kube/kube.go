@@ -94,6 +94,11 @@ func New(c Config) (*Manager, error) {
 	if c.NodeName == "" {
 		return nil, errors.New("kube: no node name: set NODE_NAME to the name of this node's Node object")
 	}
+	return open(c)
+}
+
+// open is New for c's node, or for no node at all (List).
+func open(c Config) (*Manager, error) {
 	prefix := c.AnnotationPrefix
 	if prefix == "" {
 		prefix = DefaultAnnotationPrefix

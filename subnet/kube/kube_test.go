@@ -67,6 +67,7 @@ func TestKube(t *testing.T) {
 	t.Run("Protobuf", func(t *testing.T) { testProtobuf(t, c) })
 	t.Run("MalformedPeersSkipped", func(t *testing.T) { testMalformed(t, c) })
 	t.Run("RBACEnforced", func(t *testing.T) { testRBACEnforced(t, c) })
+	t.Run("List", func(t *testing.T) { testList(t, c) })
 }
 
 func vxlanAttrs(ip string) subnet.LeaseAttrs {

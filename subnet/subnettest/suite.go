@@ -88,7 +88,7 @@ func testConfig(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Network != netip.MustParsePrefix("10.42.0.0/16") || cfg.SubnetLen != 24 || cfg.Backend.VNIFor("linux") != 4096 {
+	if cfg.Network != netip.MustParsePrefix("10.42.0.0/16") || cfg.SubnetLen != 24 || cfg.Backend.VNI == nil || *cfg.Backend.VNI != 4096 {
 		t.Errorf("config = %+v, want Network 10.42.0.0/16, SubnetLen 24, VNI 4096", cfg)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // TestRead: what each file may say, and what Read makes of it.
 func TestRead(t *testing.T) {
-	subnetFile := filepath.Join(t.TempDir(), "subnet.env")
+	subnetFile := filepath.Join(tempDir(t), "subnet.env")
 	netFile, vipFile := Paths(subnetFile)
 	if n, err := Read(subnetFile); err != nil || n != (Network{}) {
 		t.Errorf("no files: %+v, %v; want zero, nil", n, err)
@@ -64,7 +64,7 @@ func TestRead(t *testing.T) {
 // TestReadsWhatIsWritten: Read gives back what WriteNetwork and WriteSourceVIP wrote, and the
 // source VIP file is host-local's 0.2.0 result, which kube-proxy's start-up scripts read.
 func TestReadsWhatIsWritten(t *testing.T) {
-	subnetFile := filepath.Join(t.TempDir(), "run", "subnet.env")
+	subnetFile := filepath.Join(tempDir(t), "run", "subnet.env")
 	netFile, vipFile := Paths(subnetFile)
 	vip := netip.MustParsePrefix("10.244.1.254/24")
 	if err := WriteSourceVIP(vipFile, vip); err != nil { // makes the directory
@@ -81,4 +81,32 @@ func TestReadsWhatIsWritten(t *testing.T) {
 	if want := `{"cniVersion":"0.2.0","ip4":{"ip":"10.244.1.254/24"}}` + "\n"; err != nil || string(b) != want {
 		t.Errorf("%s holds %q, %v; want %q", SourceVIPFile, b, err, want)
 	}
+}
+
+// tempDir is a directory for one test, removed file by file when it ends. t.TempDir's
+// cleanup fails under Wine, where these tests run (make wine): Go's RemoveAll deletes through
+// FileDispositionInformationEx, which Wine 8 answers with STATUS_INVALID_DEVICE_REQUEST
+// ("Invalid function"), a status Go does not fall back from; os.Remove's DeleteFile works.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hnsfile-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var paths []string
+		_ = filepath.WalkDir(dir, func(path string, _ os.DirEntry, err error) error {
+			if err == nil {
+				paths = append(paths, path)
+			}
+			return nil
+		})
+		// Deepest first: a directory's entries before it.
+		for i := len(paths) - 1; i >= 0; i-- {
+			if err := os.Remove(paths[i]); err != nil {
+				t.Errorf("removing the test's directory: %v", err)
+			}
+		}
+	})
+	return dir
 }

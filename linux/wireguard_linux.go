@@ -1,0 +1,493 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// WireGuard runs the wireguard backend: the device (the kernel's where the kernel has
+// WireGuard, else the same device in user space over TUN, served on its UAPI socket so that
+// wgctrl configures both alike), its address, the route of the cluster network through it
+// (flannel's one route: the peers are told apart by their allowed IPs) and one WireGuard peer
+// per peer lease. What is no WireGuard's (masquerade, forward rules, the blackhole route) is
+// the netlink Plane's, which it embeds. A restart of weftd keeps a kernel device, its key and
+// its peers as they are; a user-space device lives in weftd and dies with it.
+type WireGuard struct {
+	*Plane
+	log *slog.Logger
+
+	mu     sync.Mutex
+	wg     *wgctrl.Client
+	user   map[string]*userDevice // the devices this process runs, by name
+	kernel *bool                  // whether the kernel has WireGuard; nil until asked
+	// peers is what the last Apply programmed, by lease key: the incremental Apply's base.
+	peers   map[string]backend.Peer
+	dev     *backend.WireGuardDevice
+	ownNet  netip.Prefix
+	network netip.Prefix // routed through dev
+}
+
+var _ backend.Plane = (*WireGuard)(nil)
+
+// userDevice is a WireGuard device run by this process.
+type userDevice struct {
+	dev  *device.Device
+	uapi net.Listener
+}
+
+// NewWireGuard opens the wireguard data plane on the current thread's network namespace
+// (see New).
+func NewWireGuard(log *slog.Logger) (*WireGuard, error) {
+	p, err := New(log)
+	if err != nil {
+		return nil, err
+	}
+	return &WireGuard{Plane: p, log: log, user: map[string]*userDevice{}, peers: map[string]backend.Peer{}}, nil
+}
+
+// client is the wgctrl client, opened on first use: a node of another backend opens none.
+func (w *WireGuard) client() (*wgctrl.Client, error) {
+	if w.wg != nil {
+		return w.wg, nil
+	}
+	c, err := wgctrl.New()
+	if err != nil {
+		return nil, fmt.Errorf("opening wgctrl: %w", err)
+	}
+	w.wg = c
+	return c, nil
+}
+
+// Implementation says which WireGuard runs the device name: "kernel", "user space", or ""
+// before it is made.
+func (w *WireGuard) Implementation(name string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.user[name] != nil {
+		return "user space"
+	}
+	if w.kernel != nil && *w.kernel {
+		return "kernel"
+	}
+	return ""
+}
+
+// Close stops the plane. The user-space devices stay up until the process exits, so that a
+// weftd shutting down keeps the tunnels while it can.
+func (w *WireGuard) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var err error
+	if w.wg != nil {
+		err = w.wg.Close()
+	}
+	return errors.Join(err, w.Plane.Close())
+}
+
+// Prepare makes or adopts the State's WireGuard device and sets its key and port; its peers
+// are left as they are (a restart reuses them). Other backends go to the netlink Plane.
+func (w *WireGuard) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
+	if st.WireGuard == nil {
+		return w.Plane.Prepare(ctx, st)
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.MAC{}, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return backend.MAC{}, w.ensureDevice(*st.WireGuard)
+}
+
+func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
+	link, err := w.h.LinkByName(d.Name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		if u := w.user[d.Name]; u != nil {
+			// Deleted under weftd: what ran it goes too, its socket first, so that the new
+			// device can serve its own.
+			w.log.Info("the user-space WireGuard device was deleted: making it again", "dev", d.Name)
+			u.uapi.Close()
+			u.dev.Close()
+			delete(w.user, d.Name)
+		}
+		if err := w.createDevice(d); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("looking up WireGuard device %s: %w", d.Name, err)
+	case link.Type() == "wireguard":
+		yes := true
+		w.kernel = &yes
+		w.log.Info("adopting the kernel's WireGuard device", "dev", d.Name)
+	case w.user[d.Name] == nil:
+		// A TUN device of that name that this process does not run: a user-space device's
+		// remains, or someone else's; it cannot carry weft's tunnel.
+		w.log.Info("replacing a device that is no WireGuard device of this process", "dev", d.Name, "type", link.Type())
+		if err := w.h.LinkDel(link); err != nil {
+			return fmt.Errorf("deleting %s (%s) to make the WireGuard device: %w", d.Name, link.Type(), err)
+		}
+		if err := w.createDevice(d); err != nil {
+			return err
+		}
+	}
+	c, err := w.client()
+	if err != nil {
+		return err
+	}
+	cfg := wgtypes.Config{PrivateKey: (*wgtypes.Key)(&d.PrivateKey), ListenPort: ptr(int(d.ListenPort))}
+	if err := c.ConfigureDevice(d.Name, cfg); err != nil {
+		return fmt.Errorf("configuring WireGuard device %s (key, port %d): %w", d.Name, d.ListenPort, err)
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// createDevice makes the device in the kernel if it has WireGuard, else in user space.
+func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
+	if w.kernel == nil || *w.kernel {
+		err := w.h.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: d.Name, MTU: d.MTU}})
+		has := err == nil || !errors.Is(err, unix.EOPNOTSUPP)
+		if w.kernel == nil {
+			w.kernel = &has
+			if !has {
+				w.log.Warn("the kernel has no WireGuard: running the WireGuard devices in user space, in weftd; they stop when weftd does", "err", err)
+			}
+		}
+		if err == nil {
+			w.log.Info("made the kernel's WireGuard device", "dev", d.Name, "mtu", d.MTU)
+			return nil
+		}
+		if has {
+			return fmt.Errorf("creating WireGuard device %s: %w", d.Name, err)
+		}
+	}
+	t, err := tun.CreateTUN(d.Name, d.MTU)
+	if err != nil {
+		return fmt.Errorf("creating TUN device %s for user-space WireGuard: %w", d.Name, err)
+	}
+	log := w.log.With("dev", d.Name)
+	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
+		Verbosef: func(format string, args ...any) { log.Debug(fmt.Sprintf(format, args...)) },
+		Errorf:   func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) },
+	})
+	f, err := ipc.UAPIOpen(d.Name)
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("opening the UAPI socket of user-space WireGuard device %s: %w", d.Name, err)
+	}
+	l, err := ipc.UAPIListen(d.Name, f)
+	if err != nil {
+		f.Close()
+		dev.Close()
+		return fmt.Errorf("listening on the UAPI socket of %s: %w", d.Name, err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go dev.IpcHandle(c)
+		}
+	}()
+	if err := dev.Up(); err != nil {
+		l.Close()
+		dev.Close()
+		return fmt.Errorf("bringing user-space WireGuard device %s up: %w", d.Name, err)
+	}
+	w.user[d.Name] = &userDevice{dev: dev, uapi: l}
+	w.log.Info("made a user-space WireGuard device", "dev", d.Name, "mtu", d.MTU)
+	return nil
+}
+
+// Apply makes the system match st: the netlink Plane's part on a full update, then the
+// device's link, address, route and every peer; an incremental update writes the changed
+// peers only.
+func (w *WireGuard) Apply(ctx context.Context, st *backend.State, u backend.Update) (backend.Changes, error) {
+	if st.WireGuard == nil {
+		return w.Plane.Apply(ctx, st, u)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	full := u.Full || w.dev == nil || *w.dev != *st.WireGuard || w.ownNet != st.Own
+	if !full {
+		return w.applyPeers(st.WireGuard, u.Peers)
+	}
+	// The netlink Plane programs no peer: they are WireGuard's. It keeps the masquerade,
+	// forward rules and blackhole route of the State.
+	inner := *st
+	inner.WireGuard, inner.Peers = nil, backend.PeerMap{}
+	ch, err := w.Plane.Apply(ctx, &inner, backend.Update{Full: true})
+	if ch == nil {
+		ch = backend.Changes{}
+	}
+	dev := *st.WireGuard
+	w.dev, w.ownNet, w.network = &dev, st.Own, st.Network()
+	w.peers = map[string]backend.Peer{}
+	for k, p := range st.Peers.All() {
+		w.peers[k] = p
+	}
+	werr := w.reconcile(st, ch)
+	return ch, errors.Join(err, werr)
+}
+
+// reconcile makes the device's link, address, route and peers those of st.
+func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
+	d := st.WireGuard
+	link, err := w.h.LinkByName(d.Name)
+	if err != nil {
+		return &backend.MissingDeviceError{Name: d.Name}
+	}
+	var errs []error
+	if link.Attrs().MTU != d.MTU {
+		if err := w.h.LinkSetMTU(link, d.MTU); err != nil {
+			errs = append(errs, fmt.Errorf("setting %s's MTU to %d: %w", d.Name, d.MTU, err))
+		}
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := w.h.LinkSetUp(link); err != nil {
+			errs = append(errs, fmt.Errorf("setting %s up: %w", d.Name, err))
+		}
+	}
+	for _, a := range st.DeviceAddresses() {
+		if err := w.h.AddrReplace(link, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
+			errs = append(errs, fmt.Errorf("adding address %s to %s: %w", a, d.Name, err))
+		}
+	}
+	if n := st.Network(); n.IsValid() {
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(n), Scope: netlink.SCOPE_LINK}
+		if !w.routed(n, link.Attrs().Index) {
+			if err := w.h.RouteReplace(r); err != nil {
+				errs = append(errs, fmt.Errorf("routing %s through %s: %w", n, d.Name, err))
+			} else {
+				ch["route"]++
+			}
+		}
+	}
+	wc, err := w.client()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	dev, err := wc.Device(d.Name)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("reading WireGuard device %s: %w", d.Name, err))...)
+	}
+	if dev.PrivateKey != wgtypes.Key(d.PrivateKey) || dev.ListenPort != int(d.ListenPort) {
+		cfg := wgtypes.Config{PrivateKey: (*wgtypes.Key)(&d.PrivateKey), ListenPort: ptr(int(d.ListenPort))}
+		if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
+			errs = append(errs, fmt.Errorf("configuring %s's key and port: %w", d.Name, err))
+		}
+	}
+	want := map[wgtypes.Key]backend.Peer{}
+	for _, p := range w.peers {
+		want[wgtypes.Key(p.WGKey)] = p
+	}
+	var cfg wgtypes.Config
+	for _, have := range dev.Peers {
+		p, ok := want[have.PublicKey]
+		if !ok {
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: have.PublicKey, Remove: true})
+			continue
+		}
+		if peerMatches(have, p, d) {
+			delete(want, have.PublicKey)
+		}
+	}
+	for _, p := range want {
+		cfg.Peers = append(cfg.Peers, peerConfig(p, d))
+	}
+	if len(cfg.Peers) > 0 {
+		if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
+			errs = append(errs, fmt.Errorf("programming %d WireGuard peers of %s: %w", len(cfg.Peers), d.Name, err))
+		} else {
+			ch["wireguard_peer"] += len(cfg.Peers)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyPeers programs the changed peers only: one wgctrl call for them all.
+func (w *WireGuard) applyPeers(d *backend.WireGuardDevice, changes []backend.PeerChange) (backend.Changes, error) {
+	var cfg wgtypes.Config
+	for _, c := range changes {
+		if c.Old.IsValid() && (!c.New.IsValid() || c.Old.WGKey != c.New.WGKey) {
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(c.Old.WGKey), Remove: true})
+		}
+		if c.New.IsValid() {
+			cfg.Peers = append(cfg.Peers, peerConfig(c.New, d))
+			w.peers[c.Key] = c.New
+		} else {
+			delete(w.peers, c.Key)
+		}
+	}
+	if len(cfg.Peers) == 0 {
+		return backend.Changes{}, nil
+	}
+	wc, err := w.client()
+	if err != nil {
+		return backend.Changes{}, err
+	}
+	if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
+		return backend.Changes{}, fmt.Errorf("programming %d WireGuard peers of %s: %w", len(cfg.Peers), d.Name, err)
+	}
+	return backend.Changes{"wireguard_peer": len(cfg.Peers)}, nil
+}
+
+// peerConfig is p as a WireGuard peer of the device d: its subnet as allowed IPs, its
+// endpoint, d's keepalive and preshared key.
+func peerConfig(p backend.Peer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
+	pc := wgtypes.PeerConfig{
+		PublicKey:                   wgtypes.Key(p.WGKey),
+		Endpoint:                    net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.PublicIP, p.WGPort)),
+		PersistentKeepaliveInterval: ptr(d.Keepalive),
+		ReplaceAllowedIPs:           true,
+		AllowedIPs:                  []net.IPNet{*ipNet(p.Subnet.Masked())},
+	}
+	if !d.PSK.IsZero() {
+		pc.PresharedKey = (*wgtypes.Key)(&d.PSK)
+	}
+	return pc
+}
+
+// peerMatches reports whether the device's peer have is p as peerConfig programs it.
+func peerMatches(have wgtypes.Peer, p backend.Peer, d *backend.WireGuardDevice) bool {
+	if have.Endpoint == nil {
+		return false
+	}
+	// wgctrl reads IPv4 endpoints as IPv4-mapped IPv6 addresses.
+	ep := have.Endpoint.AddrPort()
+	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != netip.AddrPortFrom(p.PublicIP, p.WGPort) ||
+		have.PersistentKeepaliveInterval != d.Keepalive || have.PresharedKey != wgtypes.Key(d.PSK) || len(have.AllowedIPs) != 1 {
+		return false
+	}
+	a, ok := netip.AddrFromSlice(have.AllowedIPs[0].IP)
+	ones, _ := have.AllowedIPs[0].Mask.Size()
+	return ok && netip.PrefixFrom(a.Unmap(), ones) == p.Subnet.Masked()
+}
+
+// routed reports whether the network n is routed through the device of index dev, alone.
+func (w *WireGuard) routed(n netip.Prefix, dev int) bool {
+	have, err := w.h.RouteListFiltered(netlinkFamily(n), &netlink.Route{Dst: ipNet(n)}, netlink.RT_FILTER_DST)
+	return err == nil && len(have) == 1 && have[0].LinkIndex == dev && have[0].Gw == nil
+}
+
+func netlinkFamily(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
+// Watch reports the netlink Plane's drift, and the WireGuard device's: the device gone or
+// down, the network's route deleted, and (looked at every wgCheckEvery, since no
+// notification tells of them) its peers or key changed behind the plane's back.
+func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	report := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		drift()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- w.Plane.Watch(ctx, report) }()
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{Namespace: &w.ns}); err != nil {
+		return fmt.Errorf("subscribing to links: %w", err)
+	}
+	routes := make(chan netlink.RouteUpdate, 256)
+	if err := netlink.RouteSubscribeWithOptions(routes, ctx.Done(), netlink.RouteSubscribeOptions{Namespace: &w.ns}); err != nil {
+		return fmt.Errorf("subscribing to routes: %w", err)
+	}
+	tick := time.NewTicker(wgCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return <-errc
+		case err := <-errc:
+			return err
+		case u, ok := <-links:
+			if !ok {
+				return <-errc
+			}
+			w.mu.Lock()
+			ours := w.dev != nil && u.Link.Attrs().Name == w.dev.Name
+			w.mu.Unlock()
+			if ours && (u.Header.Type == unix.RTM_DELLINK || u.Link.Attrs().Flags&unix.IFF_UP == 0) {
+				report()
+			}
+		case u, ok := <-routes:
+			if !ok {
+				return <-errc
+			}
+			w.mu.Lock()
+			ours := u.Type == unix.RTM_DELROUTE && w.network.IsValid() && u.Dst != nil && prefixOf(u.Dst) == w.network
+			w.mu.Unlock()
+			if ours {
+				report()
+			}
+		case <-tick.C:
+			if w.drifted() {
+				report()
+			}
+		}
+	}
+}
+
+// wgCheckEvery is how often Watch compares the device's peers with what it programmed.
+const wgCheckEvery = 10 * time.Second
+
+// drifted reports whether the device's route, key, port or peers differ from the last
+// Apply's.
+func (w *WireGuard) drifted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dev == nil || w.wg == nil {
+		return false
+	}
+	link, err := w.h.LinkByName(w.dev.Name)
+	if err != nil || !w.routed(w.network, link.Attrs().Index) {
+		return true
+	}
+	dev, err := w.wg.Device(w.dev.Name)
+	if err != nil {
+		return true
+	}
+	if dev.PrivateKey != wgtypes.Key(w.dev.PrivateKey) || dev.ListenPort != int(w.dev.ListenPort) || len(dev.Peers) != len(w.peers) {
+		return true
+	}
+	want := map[wgtypes.Key]backend.Peer{}
+	for _, p := range w.peers {
+		want[wgtypes.Key(p.WGKey)] = p
+	}
+	for _, have := range dev.Peers {
+		if p, ok := want[have.PublicKey]; !ok || !peerMatches(have, p, w.dev) {
+			return true
+		}
+	}
+	return false
+}
