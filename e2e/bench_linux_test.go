@@ -38,9 +38,10 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatalf("the run had errors: %q", rep.Errors)
 	}
 	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99 and those of etcd's
-	// delivery (the floor), bulk join; throughput with the offload on and off, their ratio.
-	if len(rep.Rows) != 12 {
-		t.Errorf("%d figures, want 12: %+v", len(rep.Rows), rep.Rows)
+	// delivery (the floor), bulk join; throughput with the offload on and off, their ratio,
+	// and over WireGuard.
+	if len(rep.Rows) != 13 {
+		t.Errorf("%d figures, want 13: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]
