@@ -48,6 +48,7 @@ var e2eSkips = []E2ESkip{
 // images imported into every node, and fails if any spec that ran failed. It prints the
 // suite's summary and each skipped spec with its reason. make conformance runs it.
 func TestConformance(t *testing.T) {
+	needLong(t)
 	opts := needCluster(t)
 	repo, err := cluster.RepoRoot()
 	if err != nil {
