@@ -799,7 +799,7 @@ func TestGetConfig(t *testing.T) {
 	for _, tc := range []struct{ conf, key string }{
 		{`{"Network":"10.42.0.0/16","Bogus":1}`, "Backend"}, // Bogus is ignored, the missing Backend is not
 		{`{"Network":"10.42.0.0/16","SubnetLen":24,"SubnetMin":"10.42.1.5"}`, "SubnetMin"},
-		{`{"Network":"10.42.0.0/16","Backend":{"Type":"wireguard","VNI":1}}`, "Backend.Type"},
+		{`{"Network":"10.42.0.0/16","Backend":{"Type":"udp","Port":8285}}`, "Backend.Type"},
 		{`{"Network":"not-a-net"}`, "Network"},
 	} {
 		m, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}, NodeName: "n", NetConfPath: writeNetConf(t, tc.conf)})
