@@ -144,19 +144,8 @@ func (g *cgroupTree) pids() []int {
 
 // remove kills every process in the tree, then removes its cgroups, deepest first.
 func (g *cgroupTree) remove() error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pids := g.pids()
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: processes %v still alive after SIGKILL", g.rel, pids)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // it may be gone already
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := killAll(g.pids); err != nil {
+		return fmt.Errorf("cgroup %s: %w", g.rel, err)
 	}
 	var errs []error
 	for _, m := range g.mounts {

@@ -121,9 +121,15 @@ func killNamespaces(files ...string) error {
 	if len(want) == 0 {
 		return nil
 	}
+	return killAll(func() []int { return processesIn(want) })
+}
+
+// killAll sends SIGKILL to every process list names, again and again, until list names none
+// or ten seconds have passed: a process may fork while its siblings die.
+func killAll(list func() []int) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids := processesIn(want)
+		pids := list()
 		if len(pids) == 0 {
 			return nil
 		}
