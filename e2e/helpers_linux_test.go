@@ -275,6 +275,24 @@ func mustSubnet(t *testing.T, n *cluster.Node) netip.Prefix {
 	return sn
 }
 
+// freeSubnets lists every /24 of 10.244.0.0/16 that none of the nodes holds, in order: the
+// subnets a test may write leases of its own on without overwriting a live node's.
+func freeSubnets(t *testing.T, nodes []*cluster.Node) []netip.Prefix {
+	t.Helper()
+	held := map[netip.Prefix]bool{}
+	for _, n := range nodes {
+		held[mustSubnet(t, n)] = true
+	}
+	var free []netip.Prefix
+	for i := range 256 {
+		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
+		if !held[sn] {
+			free = append(free, sn)
+		}
+	}
+	return free
+}
+
 // leaseOf finds the lease of a subnet (of either family) in etcd.
 func leaseOf(t *testing.T, c *cluster.Cluster, sn netip.Prefix) subnet.Lease {
 	t.Helper()

@@ -52,13 +52,7 @@ func TestLeaseStorm(t *testing.T) {
 	pods := onePodEach(t, c, nodes)
 	pingAll(t, pods)
 	live := leaseOf(t, c, mustSubnet(t, nodes[1]))
-	var free []netip.Prefix // every subnet of 10.244.0.0/16 but the nodes'
-	for i := range 256 {
-		sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
-		if sn != mustSubnet(t, nodes[0]) && sn != live.Subnet {
-			free = append(free, sn)
-		}
-	}
+	free := freeSubnets(t, nodes)
 	before := memoryOf(t, nodes)
 
 	run, err := cluster.StartPing(pods[0], pods[1].IP, int((stormFor+2*time.Second)/(10*time.Millisecond)), 10*time.Millisecond)

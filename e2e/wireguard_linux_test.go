@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"maps"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -149,12 +148,16 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for sn, v := range map[string]string{
-		"10.244.250.0/24": `{"PublicIP":"192.0.2.50","BackendType":"wireguard","BackendData":{"PublicKey":"not a key","Port":51820}}`,
-		"10.244.251.0/24": `{"PublicIP":"192.0.2.51","BackendType":"wireguard","BackendData":{"PublicKey":"HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=","Port":70000}}`,
-		"10.244.252.0/24": `{"PublicIP":"192.0.2.52","BackendType":"wireguard","BackendData":{"PublicKey":"` + data.PublicKey + `","Port":51820}}`,
+	// On subnets no node holds: the allocator picks at random, and a hostile write over a
+	// node's own lease would be a test of something else.
+	free := freeSubnets(t, nodes)
+	for i, v := range []string{
+		`{"PublicIP":"192.0.2.50","BackendType":"wireguard","BackendData":{"PublicKey":"not a key","Port":51820}}`,
+		`{"PublicIP":"192.0.2.51","BackendType":"wireguard","BackendData":{"PublicKey":"HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw=","Port":70000}}`,
+		`{"PublicIP":"192.0.2.52","BackendType":"wireguard","BackendData":{"PublicKey":"` + data.PublicKey + `","Port":51820}}`,
 	} {
-		key := c.EtcdPrefix() + "/subnets/" + subnet.Lease{Subnet: netip.MustParsePrefix(sn)}.Key()
+		sn := free[len(free)-1-i]
+		key := c.EtcdPrefix() + "/subnets/" + subnet.Lease{Subnet: sn}.Key()
 		if _, err := c.Etcd().Put(ctx, key, v); err != nil {
 			t.Fatal(err)
 		}
