@@ -4,8 +4,6 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/weftnet/weft/backend"
 )
 
@@ -63,20 +61,18 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	links, err := dump("links", p.h.LinkList)
+	name := ""
+	if dev != nil {
+		name = dev.Name
+	}
+	// Without the device only routes are read: every neighbour, FDB entry and address of st
+	// then shows as missing, which is what a full Apply would write after EnsureVXLAN.
+	snap, err := p.dumpKernel(name, owned.family(), false)
 	if err != nil {
 		return Report{}, err
 	}
-	names := make(map[int]string, len(links))
-	var vx netlink.Link
-	for _, l := range links {
-		names[l.Attrs().Index] = l.Attrs().Name
-		if dev != nil && l.Attrs().Name == dev.Name {
-			vx = l
-		}
-	}
 	var r Report
-	if dev != nil {
+	if vx := snap.vx; dev != nil {
 		r.Device = &DeviceReport{Name: dev.Name, Missing: vx == nil}
 		if vx != nil {
 			a := vx.Attrs()
@@ -87,12 +83,6 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 			}
 			r.Device.Incompatible = incompatible(vx, link)
 		}
-	}
-	// Without the device, read dumps only routes: every neighbour, FDB entry and address of
-	// st then shows as missing, which is what a full Apply would write after EnsureVXLAN.
-	snap, err := p.read(vx, names, owned.family())
-	if err != nil {
-		return Report{}, err
 	}
 	have := snap.state
 	pl := diff(want, have, owned)
@@ -106,8 +96,8 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 		}
 		r.Nexthops = append(r.Nexthops, c)
 	}
-	for _, i := range pl.DelNexthops {
-		r.Nexthops = append(r.Nexthops, Change[Nexthop]{Have: have.Nexthops[i].Nexthop})
+	for _, n := range pl.DelNexthops {
+		r.Nexthops = append(r.Nexthops, Change[Nexthop]{Have: n})
 	}
 	for _, w := range pl.SetRoutes {
 		c := Change[Route]{Want: w}
@@ -119,8 +109,8 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 		}
 		r.Routes = append(r.Routes, c)
 	}
-	for _, i := range pl.DelRoutes {
-		r.Routes = append(r.Routes, Change[Route]{Have: have.Routes[i].Route})
+	for _, k := range pl.DelRoutes {
+		r.Routes = append(r.Routes, Change[Route]{Have: k.Route})
 	}
 	for _, w := range pl.SetNeighbors {
 		c := Change[Neighbor]{Want: w}
@@ -131,8 +121,8 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 		}
 		r.Neighbors = append(r.Neighbors, c)
 	}
-	for _, i := range pl.DelNeighbors {
-		r.Neighbors = append(r.Neighbors, Change[Neighbor]{Have: have.Neighbors[i].Neighbor})
+	for _, n := range pl.DelNeighbors {
+		r.Neighbors = append(r.Neighbors, Change[Neighbor]{Have: n})
 	}
 	for _, w := range pl.SetFDB {
 		c := Change[FDBEntry]{Want: w}
@@ -145,14 +135,14 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 		}
 		r.FDB = append(r.FDB, c)
 	}
-	for _, i := range pl.DelFDB {
-		r.FDB = append(r.FDB, Change[FDBEntry]{Have: have.FDB[i].FDBEntry})
+	for _, f := range pl.DelFDB {
+		r.FDB = append(r.FDB, Change[FDBEntry]{Have: f})
 	}
 	for _, a := range pl.AddAddrs {
 		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Want: a})
 	}
-	for _, i := range pl.DelAddrs {
-		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Have: have.Addrs[i]})
+	for _, a := range pl.DelAddrs {
+		r.Addrs = append(r.Addrs, Change[netip.Prefix]{Have: a})
 	}
 	return r, nil
 }

@@ -2,7 +2,6 @@ package linux
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 
@@ -59,24 +58,6 @@ func fromRoute(r netlink.Route, names map[int]string) kernelRoute {
 	}
 	k.Blackhole = r.Type == unix.RTN_BLACKHOLE
 	return k
-}
-
-func routeString(r Route) string {
-	if r.Blackhole {
-		return "blackhole " + r.Dst.String()
-	}
-	s := r.Dst.String()
-	if r.NH != 0 {
-		s += fmt.Sprintf(" nhid %d", r.NH)
-	}
-	if r.Gw.IsValid() {
-		s += " via " + r.Gw.String()
-	}
-	s += " dev " + r.Dev
-	if r.Onlink {
-		s += " onlink"
-	}
-	return s
 }
 
 // familyOf is the address family of a.

@@ -281,38 +281,37 @@ type kernelState struct {
 	Addrs     []netip.Prefix // of the VXLAN device
 }
 
-// plan is what a full Apply must write: entries to add or replace, and the indexes (into the
-// kernelState slices) of entries to delete. Indexes rather than values, so the delete can
-// name the exact kernel entry (metric, protocol, scope) that was dumped.
-type plan struct {
-	SetNexthops  []Nexthop
-	DelNexthops  []int
-	SetRoutes    []Route
-	DelRoutes    []int
-	SetNeighbors []Neighbor
-	DelNeighbors []int
-	SetFDB       []FDBEntry
-	DelFDB       []int
-	AddAddrs     []netip.Prefix
-	DelAddrs     []int
-}
-
-func (p plan) empty() bool {
-	return len(p.SetNexthops)+len(p.DelNexthops)+len(p.SetRoutes)+len(p.DelRoutes)+len(p.SetNeighbors)+len(p.DelNeighbors)+
-		len(p.SetFDB)+len(p.DelFDB)+len(p.AddAddrs)+len(p.DelAddrs) == 0
-}
-
-// diff computes what turns have into want, touching only what own allows.
+// diff computes the plan that turns have into want, touching only what own allows. The
+// entries it deletes are those dumped, so that each delete names the exact kernel entry
+// (metric, protocol, scope).
 func diff(want Want, have kernelState, own Ownership) plan {
 	vx, addrs := want.Device, want.Addrs
 	var p plan
 	v6 := len(own.Networks) > 0 && own.Networks[0].Addr().Is6()
-	p.SetNexthops, p.DelNexthops = diffNexthops(want.Nexthops, have.Nexthops, v6)
-	p.SetRoutes, p.DelRoutes = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
-	p.SetNeighbors, p.DelNeighbors = diffNeighbors(want.Neighbors, have.Neighbors, vx)
-	p.SetFDB, p.DelFDB = diffFDB(want.FDB, have.FDB, vx)
-	p.AddAddrs, p.DelAddrs = diffAddrs(addrs, have.Addrs, own.Networks)
+	var del []int
+	p.SetNexthops, del = diffNexthops(want.Nexthops, have.Nexthops, v6)
+	p.DelNexthops = pickOf(have.Nexthops, del, func(n kernelNexthop) Nexthop { return n.Nexthop })
+	p.SetRoutes, del = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
+	p.DelRoutes = pickOf(have.Routes, del, func(r kernelRoute) kernelRoute { return r })
+	p.SetNeighbors, del = diffNeighbors(want.Neighbors, have.Neighbors, vx)
+	p.DelNeighbors = pickOf(have.Neighbors, del, func(n kernelNeighbor) Neighbor { return n.Neighbor })
+	p.SetFDB, del = diffFDB(want.FDB, have.FDB, vx)
+	p.DelFDB = pickOf(have.FDB, del, func(f kernelFDB) FDBEntry { return f.FDBEntry })
+	p.AddAddrs, del = diffAddrs(addrs, have.Addrs, own.Networks)
+	p.DelAddrs = pickOf(have.Addrs, del, func(a netip.Prefix) netip.Prefix { return a })
 	return p
+}
+
+// pickOf is the entries of have at the indexes idx, as the plan holds them.
+func pickOf[T, U any](have []T, idx []int, as func(T) U) []U {
+	if len(idx) == 0 {
+		return nil
+	}
+	out := make([]U, len(idx))
+	for j, i := range idx {
+		out[j] = as(have[i])
+	}
+	return out
 }
 
 // routeOwner returns the ownership test for routes: inside the cluster networks, not to our

@@ -1,7 +1,6 @@
 package linux
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -98,13 +97,6 @@ func (m *model) setIndexes(index map[string]int) {
 	m.devIndex = index[m.dev]
 }
 
-// layout is how the model's peers are programmed.
-func (m *model) layout() layout {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.layoutLocked()
-}
-
 func (m *model) layoutLocked() layout {
 	return layout{dev: m.dev, underlay: m.underlay, network: m.network, nexthops: m.nexthops}
 }
@@ -121,12 +113,6 @@ func (m *model) fits(st *backend.State) bool {
 	return m.valid && m.indexes != nil && dev == m.dev && st.Underlay == m.underlay && st.Network() == m.network && st.Own == m.own
 }
 
-func (m *model) learn(p backend.Peer) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.learnLocked(p)
-}
-
 func (m *model) learnLocked(p backend.Peer) {
 	if !p.IsValid() {
 		return
@@ -137,29 +123,55 @@ func (m *model) learnLocked(p backend.Peer) {
 	}
 }
 
-func (m *model) forget(p backend.Peer) {
-	if !p.IsValid() {
-		return
-	}
+// change applies changes to the model and returns the plan that takes the kernel from what
+// the model held to what it holds now. What was programmed comes from the model itself: a
+// change's Old only names the subnet its key held. The subnets the changes touch are read
+// before and after, forgetting every old subnet before learning any new one, so that peers
+// that swap subnets or MACs in one batch end up as the State has them.
+func (m *model) change(changes []backend.PeerChange) plan {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if have, ok := m.get(p.Subnet); ok && have == p {
-		m.del(p.Subnet)
+	var touched []netip.Prefix
+	seen := make(map[netip.Prefix]bool, 2*len(changes))
+	for _, pc := range changes {
+		for _, p := range [2]backend.Peer{pc.Old, pc.New} {
+			if p.IsValid() && !seen[p.Subnet] {
+				seen[p.Subnet] = true
+				touched = append(touched, p.Subnet)
+			}
+		}
 	}
-	if s, ok := m.macs[p.VTEPMAC]; ok && s == p.Subnet {
-		delete(m.macs, p.VTEPMAC)
+	before := make([]backend.Peer, len(touched))
+	for i, sn := range touched {
+		before[i], _ = m.get(sn)
 	}
+	for _, pc := range changes {
+		if !pc.Old.IsValid() {
+			continue
+		}
+		if p, ok := m.get(pc.Old.Subnet); ok {
+			m.del(p.Subnet)
+			if s, ok := m.macs[p.VTEPMAC]; ok && s == p.Subnet {
+				delete(m.macs, p.VTEPMAC)
+			}
+		}
+	}
+	for _, pc := range changes {
+		m.learnLocked(pc.New)
+	}
+	after := make([]backend.Peer, len(touched))
+	for i, sn := range touched {
+		after[i], _ = m.get(sn)
+	}
+	return m.layoutLocked().planPeers(before, after)
 }
 
-// index is the interface index of dev as the last full Apply found it.
-func (m *model) index(dev string) (int, error) {
+// links are the interface indexes by name as the last full Apply found them; the map is
+// never changed once made.
+func (m *model) links() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i, ok := m.indexes[dev]
-	if !ok {
-		return 0, fmt.Errorf("device %q does not exist", dev)
-	}
-	return i, nil
+	return m.indexes
 }
 
 // names are the interface names by index, for reading notifications; the map is never

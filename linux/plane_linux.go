@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,78 +151,47 @@ func dump[T any](what string, list func() ([]T, error)) ([]T, error) {
 	return nil, fmt.Errorf("listing %s: %w", what, err)
 }
 
-// snapshot is a dump in both forms: portable for the diff, raw for exact deletes.
+// snapshot is what a full Apply diffs against, as dumped.
 type snapshot struct {
-	state  kernelState
-	vx     netlink.Link // nil for host-gw
-	neighs []netlink.Neigh
-	addrs  []netlink.Addr
+	state kernelState
+	index map[string]int // interface indexes by name
+	vx    netlink.Link   // the overlay device; nil for host-gw or when it is missing
 }
 
-// reconcile makes the kernel match st: the VXLAN device's addresses, the nexthop objects,
-// routes, neighbours and FDB entries. It dumps the kernel state, diffs it against st and
-// writes only the differences, with replace semantics so that a changed entry never
-// disappears in between. Entries outside owned are never touched. It goes on past a failing
-// entry, so one bad peer cannot hold back the others, and returns what it changed with the
-// errors joined.
-func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
+// dumpKernel reads what a full Apply diffs against: the interfaces, the main table's routes
+// of family (AF_INET, AF_INET6: only the plane's own, so that a dual-stack node's two planes
+// each read half), weft's nexthop objects, and the neighbours, FDB entries and addresses of
+// the overlay device dev ("" for host-gw). With repair, as a full Apply reads it, a missing
+// device is a MissingDeviceError and a device that is down is set up before the rest is
+// read; without, as Diff reads it, the device is read as found, and a missing one has no
+// entries.
+func (p *Plane) dumpKernel(dev string, family uint8, repair bool) (snapshot, error) {
 	links, err := dump("links", p.h.LinkList)
 	if err != nil {
-		return Changes{}, err
+		return snapshot{}, err
 	}
-	index := make(map[string]int, len(links))
+	s := snapshot{index: make(map[string]int, len(links))}
 	names := make(map[int]string, len(links))
-	var vx netlink.Link
 	for _, l := range links {
 		a := l.Attrs()
-		index[a.Name] = a.Index
+		s.index[a.Name] = a.Index
 		names[a.Index] = a.Name
-		if st.Device != "" && a.Name == st.Device {
-			vx = l
+		if dev != "" && a.Name == dev {
+			s.vx = l
 		}
 	}
-	p.model.setIndexes(index)
-	if st.Device != "" {
-		if vx == nil {
-			return Changes{}, &backend.MissingDeviceError{Name: st.Device}
+	if repair && dev != "" {
+		if s.vx == nil {
+			return snapshot{}, &backend.MissingDeviceError{Name: dev}
 		}
-		if vx.Attrs().Flags&net.FlagUp == 0 {
+		if s.vx.Attrs().Flags&net.FlagUp == 0 {
 			// Down, the kernel dropped every route through it and refuses onlink ones.
-			p.log.Info("setting VXLAN device up", "dev", st.Device)
-			if err := p.h.LinkSetUp(vx); err != nil {
-				return Changes{}, fmt.Errorf("setting VXLAN device %s up: %w", st.Device, err)
+			p.log.Info("setting VXLAN device up", "dev", dev)
+			if err := p.h.LinkSetUp(s.vx); err != nil {
+				return snapshot{}, fmt.Errorf("setting VXLAN device %s up: %w", dev, err)
 			}
 		}
 	}
-	snap, err := p.read(vx, names, owned.family())
-	if err != nil {
-		return Changes{}, err
-	}
-	pl := diff(st, snap.state, owned)
-	if pl.empty() {
-		return Changes{}, nil
-	}
-	return p.apply(pl, snap, index)
-}
-
-func (p *Plane) listNexthops(names map[int]string) ([]kernelNexthop, error) {
-	return dump("nexthops", func() ([]kernelNexthop, error) {
-		var out []kernelNexthop
-		err := p.nl.dump(message{typ: unix.RTM_GETNEXTHOP, body: nhmsg(unix.AF_UNSPEC, 0, 0)}, unix.RTM_NEWNEXTHOP, func(b []byte) {
-			if n, ok := parseNexthop(b, names); ok {
-				out = append(out, n)
-			}
-		})
-		return out, err
-	})
-}
-
-// read dumps the routes of family (AF_INET, AF_INET6: only the plane's own, so that a
-// dual-stack node's two planes each read half) and weft's nexthop objects, and the
-// neighbours, FDB entries and addresses of vx (nil for host-gw).
-func (p *Plane) read(vx netlink.Link, names map[int]string, family uint8) (snapshot, error) {
-	s := snapshot{vx: vx}
-	var err error
 	if s.state.Routes, err = dump("routes", func() ([]kernelRoute, error) {
 		var out []kernelRoute
 		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
@@ -238,18 +208,19 @@ func (p *Plane) read(vx netlink.Link, names map[int]string, family uint8) (snaps
 			return s, err
 		}
 	}
-	if vx == nil {
+	if s.vx == nil {
 		return s, nil
 	}
-	name, idx := vx.Attrs().Name, vx.Attrs().Index
+	name, idx := s.vx.Attrs().Name, s.vx.Attrs().Index
 	// ARP and NDP come in one dump; the FDB (bridge family) only when asked for by family.
-	if s.neighs, err = dump("neighbours of "+name, func() ([]netlink.Neigh, error) {
+	neighs, err := dump("neighbours of "+name, func() ([]netlink.Neigh, error) {
 		return p.h.NeighList(idx, netlink.FAMILY_ALL)
-	}); err != nil {
+	})
+	if err != nil {
 		return s, err
 	}
-	s.state.Neighbors = make([]kernelNeighbor, 0, len(s.neighs))
-	for _, n := range s.neighs {
+	s.state.Neighbors = make([]kernelNeighbor, 0, len(neighs))
+	for _, n := range neighs {
 		s.state.Neighbors = append(s.state.Neighbors, kernelNeighbor{
 			Neighbor:  Neighbor{IP: addrOf(n.IP), MAC: macOf(n.HardwareAddr), Dev: name},
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
@@ -268,131 +239,163 @@ func (p *Plane) read(vx netlink.Link, names map[int]string, family uint8) (snaps
 			Permanent: n.State&netlink.NUD_PERMANENT != 0,
 		})
 	}
-	if s.addrs, err = dump("addresses of "+name, func() ([]netlink.Addr, error) {
-		return p.h.AddrList(vx, netlink.FAMILY_ALL)
-	}); err != nil {
+	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) {
+		return p.h.AddrList(s.vx, netlink.FAMILY_ALL)
+	})
+	if err != nil {
 		return s, err
 	}
-	for _, a := range s.addrs {
+	for _, a := range addrs {
 		s.state.Addrs = append(s.state.Addrs, prefixOf(a.IPNet))
 	}
 	return s, nil
 }
 
-// batch is writes to send together: each with the counter its success adds to, and what it
-// is for the log and errors.
-type batch struct {
-	msgs []message
-	what []string
-	cnt  []*int
-	del  []bool
-}
-
-func (b *batch) add(m message, counter *int, del bool, what string) {
-	b.msgs, b.cnt, b.del, b.what = append(b.msgs, m), append(b.cnt, counter), append(b.del, del), append(b.what, what)
-}
-
-// flush sends the batch and counts what it wrote: a delete of something already gone (by
-// hand, or rewritten in place by a replace just before) counts nothing and is no error.
-func (p *Plane) flush(b *batch, errs *[]error) {
-	for i, err := range p.nl.exec(b.msgs) {
-		n := 1
-		if b.del[i] {
-			n, err = deleted(err)
-		}
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s: %w", b.what[i], err))
-			continue
-		}
-		*b.cnt[i] += n
-		p.log.Debug(b.what[i])
+// reconcile makes the kernel match st: the VXLAN device's addresses, the nexthop objects,
+// routes, neighbours and FDB entries. It dumps the kernel state, diffs it against st and
+// writes only the differences, with replace semantics so that a changed entry never
+// disappears in between. Entries outside owned are never touched. It goes on past a failing
+// entry, so one bad peer cannot hold back the others, and returns what it changed with the
+// errors joined.
+func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
+	snap, err := p.dumpKernel(st.Device, owned.family(), true)
+	if err != nil {
+		return Changes{}, err
 	}
-	*b = batch{}
+	p.model.setIndexes(snap.index)
+	pl := diff(st, snap.state, owned)
+	if pl.empty() {
+		return Changes{}, nil
+	}
+	return p.write(&pl, snap.vx)
 }
 
-// apply writes pl: additions first (addresses, then FDB and neighbours, then the nexthop
-// objects and routes that rely on them), deletions after, so that a changed peer is never
-// unreachable in between.
-func (p *Plane) apply(pl plan, s snapshot, index map[string]int) (Changes, error) {
+func (p *Plane) listNexthops(names map[int]string) ([]kernelNexthop, error) {
+	return dump("nexthops", func() ([]kernelNexthop, error) {
+		var out []kernelNexthop
+		err := p.nl.dump(message{typ: unix.RTM_GETNEXTHOP, body: nhmsg(unix.AF_UNSPEC, 0, 0)}, unix.RTM_NEWNEXTHOP, func(b []byte) {
+			if n, ok := parseNexthop(b, names); ok {
+				out = append(out, n)
+			}
+		})
+		return out, err
+	})
+}
+
+// write is the plane's one writer: it executes pl, full or incremental, in the order walk
+// gives, sending the writes between two flushes in one batch. Devices are found by name
+// among the interfaces of the last full Apply; vx is the overlay device, for its addresses
+// (nil when pl has none). It goes on past a failing write, so one bad entry cannot hold back
+// the others, and returns what it wrote with the errors joined. A delete of something
+// already gone (by hand, or rewritten in place by a replace just before) counts nothing and
+// is no error.
+func (p *Plane) write(pl *plan, vx netlink.Link) (Changes, error) {
 	var c Changes
 	var errs []error
 	var b batch
-	// on resolves the device of an entry, or keeps the error: one bad entry must not stop
-	// the others.
-	on := func(dev, what string) (int, bool) {
+	index := p.model.links()
+	link := func(o op) (int, bool) {
+		dev := pl.dev(o)
 		i, ok := index[dev]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: device %q does not exist", what, dev))
+			errs = append(errs, fmt.Errorf("%s: device %q does not exist", pl.describe(o), dev))
 		}
 		return i, ok
 	}
-
-	for _, a := range pl.AddAddrs {
-		if err := p.h.AddrReplace(s.vx, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
-			errs = append(errs, fmt.Errorf("adding address %s to %s: %w", a, s.vx.Attrs().Name, err))
-			continue
+	pl.walk(func(o op) {
+		if o.kind == kindAddress {
+			p.writeAddr(pl, o, vx, &c, &errs)
+			return
 		}
-		c.AddrsAdded++
-	}
-	for _, f := range pl.SetFDB {
-		what := fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
-		if i, ok := on(f.Dev, what); ok {
-			b.add(fdbSet(f, i), &c.FDBAdded, false, what)
+		var m message
+		switch i := o.i; {
+		case o.kind == kindRoute && !o.del && pl.SetRoutes[i].Blackhole:
+			m = blackholeAdd(pl.SetRoutes[i])
+		case o.kind == kindRoute && o.del && pl.DelRoutes[i].raw != (rawRoute{}):
+			m = routeDel(pl.DelRoutes[i]) // as dumped: its device is named by index already
+		default:
+			dev, ok := link(o)
+			switch {
+			case o.kind == kindRoute && o.del && (ok || pl.DelRoutes[i].NH != 0):
+				m = routeDelOwn(pl.DelRoutes[i].Route, dev)
+			case o.kind == kindRoute && !o.del && (ok || pl.SetRoutes[i].NH != 0):
+				m = routeSet(pl.SetRoutes[i], dev)
+			case !ok:
+				return
+			case o.kind == kindNexthop && o.del:
+				m = nexthopDel(pl.DelNexthops[i].ID)
+			case o.kind == kindNexthop:
+				m = nexthopSet(pl.SetNexthops[i], dev)
+			case o.kind == kindNeighbor && o.del:
+				m = neighDel(pl.DelNeighbors[i].IP, dev)
+			case o.kind == kindNeighbor:
+				m = neighSet(pl.SetNeighbors[i], dev)
+			case o.kind == kindFDB && o.del:
+				m = fdbDel(pl.DelFDB[i], dev)
+			default:
+				m = fdbSet(pl.SetFDB[i], dev)
+			}
 		}
-	}
-	for _, n := range pl.SetNeighbors {
-		what := fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
-		if i, ok := on(n.Dev, what); ok {
-			b.add(neighSet(n, i), &c.NeighborsAdded, false, what)
-		}
-	}
-	p.flush(&b, &errs)
-	for _, n := range pl.SetNexthops {
-		what := "replacing nexthop " + n.String()
-		if i, ok := on(n.Dev, what); ok {
-			b.add(nexthopSet(n, i), &c.NexthopsAdded, false, what)
-		}
-	}
-	p.flush(&b, &errs)
-	for _, r := range pl.SetRoutes {
-		if r.Blackhole {
-			b.add(blackholeAdd(r), &c.RoutesAdded, false, "adding route "+routeString(r))
-			continue
-		}
-		what := "replacing route " + routeString(r)
-		if i, ok := on(r.Dev, what); ok || r.NH != 0 {
-			b.add(routeSet(r, i), &c.RoutesAdded, false, what)
-		}
-	}
-	p.flush(&b, &errs)
-
-	for _, i := range pl.DelRoutes {
-		b.add(routeDel(s.state.Routes[i]), &c.RoutesRemoved, true, "deleting route "+routeString(s.state.Routes[i].Route))
-	}
-	p.flush(&b, &errs)
-	for _, i := range pl.DelNexthops {
-		n := s.state.Nexthops[i]
-		b.add(nexthopDel(n.ID), &c.NexthopsRemoved, true, "deleting nexthop "+n.Nexthop.String())
-	}
-	for _, i := range pl.DelNeighbors {
-		n := s.neighs[i]
-		b.add(neighDel(addrOf(n.IP), n.LinkIndex), &c.NeighborsRemoved, true, fmt.Sprintf("deleting neighbour %s dev %s", n.IP, s.vx.Attrs().Name))
-	}
-	for _, i := range pl.DelFDB {
-		f := s.state.FDB[i].FDBEntry
-		b.add(fdbDel(f, s.vx.Attrs().Index), &c.FDBRemoved, true, fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev))
-	}
-	p.flush(&b, &errs)
-	for _, i := range pl.DelAddrs {
-		a := s.addrs[i]
-		gone, err := deleted(p.h.AddrDel(s.vx, &a))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("deleting address %s from %s: %w", a.IPNet, s.vx.Attrs().Name, err))
-			continue
-		}
-		c.AddrsRemoved += gone
-	}
+		b.add(m, o)
+	}, func() { p.flush(pl, &b, &c, &errs) })
 	return c, errors.Join(errs...)
+}
+
+// writeAddr adds or deletes an address of the overlay device, at once: the netlink library
+// writes them, outside the batches.
+func (p *Plane) writeAddr(pl *plan, o op, vx netlink.Link, c *Changes, errs *[]error) {
+	if vx == nil {
+		*errs = append(*errs, fmt.Errorf("%s: no overlay device", pl.describe(o)))
+		return
+	}
+	if !o.del {
+		a := pl.AddAddrs[o.i]
+		if err := p.h.AddrReplace(vx, &netlink.Addr{IPNet: ipNet(a)}); err != nil {
+			*errs = append(*errs, fmt.Errorf("adding address %s to %s: %w", a, vx.Attrs().Name, err))
+			return
+		}
+		*c.counter(o)++
+		return
+	}
+	a := pl.DelAddrs[o.i]
+	gone, err := deleted(p.h.AddrDel(vx, &netlink.Addr{IPNet: ipNet(a)}))
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("deleting address %s from %s: %w", a, vx.Attrs().Name, err))
+		return
+	}
+	*c.counter(o) += gone
+}
+
+// batch is writes of a plan to send together, with the op each one is.
+type batch struct {
+	msgs []message
+	ops  []op
+}
+
+func (b *batch) add(m message, o op) { b.msgs, b.ops = append(b.msgs, m), append(b.ops, o) }
+
+// flush sends the batch and counts what it wrote into c. What a write was is spelled out
+// only for an error or the debug log: a cold start makes tens of thousands.
+func (p *Plane) flush(pl *plan, b *batch, c *Changes, errs *[]error) {
+	if len(b.msgs) == 0 {
+		return
+	}
+	debug := p.log.Enabled(context.Background(), slog.LevelDebug)
+	for i, err := range p.nl.exec(b.msgs) {
+		o, n := b.ops[i], 1
+		if o.del {
+			n, err = deleted(err)
+		}
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("%s: %w", pl.describe(o), err))
+			continue
+		}
+		*c.counter(o) += n
+		if debug {
+			p.log.Debug(pl.describe(o))
+		}
+	}
+	b.msgs, b.ops = b.msgs[:0], b.ops[:0]
 }
 
 // SetMasqueradeFullyRandom says whether the masquerade picks source ports fully at random

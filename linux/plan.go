@@ -1,0 +1,267 @@
+package linux
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// plan is what one Apply writes, full or incremental: the entries of each kind to set (add,
+// or replace in place) and to delete. A full Apply's comes from the diff of a dump
+// (diff), an incremental one's from the model before and after the peers changed
+// (model.change); the one writer executes either in the order walk gives.
+type plan struct {
+	AddAddrs     []netip.Prefix // of the overlay device
+	SetFDB       []FDBEntry
+	SetNeighbors []Neighbor
+	SetNexthops  []Nexthop
+	SetRoutes    []Route
+	// DelRoutes are routes as dumped, deleted exactly as the kernel holds them (metric,
+	// protocol, scope), or routes the plane wrote itself (a zero raw), deleted as it wrote
+	// them.
+	DelRoutes    []kernelRoute
+	DelNexthops  []Nexthop
+	DelNeighbors []Neighbor
+	DelFDB       []FDBEntry
+	DelAddrs     []netip.Prefix
+}
+
+func (p *plan) empty() bool {
+	return len(p.SetNexthops)+len(p.DelNexthops)+len(p.SetRoutes)+len(p.DelRoutes)+len(p.SetNeighbors)+len(p.DelNeighbors)+
+		len(p.SetFDB)+len(p.DelFDB)+len(p.AddAddrs)+len(p.DelAddrs) == 0
+}
+
+// kind is a kind of kernel entry, as Changes and the dataplane_changes metric count them.
+type kind uint8
+
+const (
+	kindAddress kind = iota
+	kindFDB
+	kindNeighbor
+	kindNexthop
+	kindRoute
+)
+
+var kindNames = [...]string{kindAddress: "address", kindFDB: "fdb", kindNeighbor: "neighbor", kindNexthop: "nexthop", kindRoute: "route"}
+
+func (k kind) String() string { return kindNames[k] }
+
+// op is one write of a plan: the i-th entry of the plan's slice of its kind, set or deleted.
+type op struct {
+	kind kind
+	del  bool
+	i    int
+}
+
+// walk calls write with each of the plan's writes in the order they must be made, and
+// flush where the writes so far must be done before the next are sent. Additions come first
+// and each before what relies on it (the device's addresses; FDB entries and neighbours,
+// which an onlink route through the device needs resolved; nexthop objects; routes), then
+// deletions in the reverse order (routes, then what no route uses any more; addresses
+// last), so that a changed peer is never unreachable in between and a peer that comes or
+// goes never has a route without its neighbour.
+func (p *plan) walk(write func(op), flush func()) {
+	each := func(k kind, del bool, n int) {
+		for i := range n {
+			write(op{kind: k, del: del, i: i})
+		}
+	}
+	each(kindAddress, false, len(p.AddAddrs))
+	each(kindFDB, false, len(p.SetFDB))
+	each(kindNeighbor, false, len(p.SetNeighbors))
+	flush()
+	each(kindNexthop, false, len(p.SetNexthops))
+	flush()
+	each(kindRoute, false, len(p.SetRoutes))
+	flush()
+	each(kindRoute, true, len(p.DelRoutes))
+	flush()
+	each(kindNexthop, true, len(p.DelNexthops))
+	each(kindNeighbor, true, len(p.DelNeighbors))
+	each(kindFDB, true, len(p.DelFDB))
+	flush()
+	each(kindAddress, true, len(p.DelAddrs))
+}
+
+// dev is the device o writes on, by name ("" for a blackhole route).
+func (p *plan) dev(o op) string {
+	switch k, del, i := o.kind, o.del, o.i; {
+	case k == kindFDB && del:
+		return p.DelFDB[i].Dev
+	case k == kindFDB:
+		return p.SetFDB[i].Dev
+	case k == kindNeighbor && del:
+		return p.DelNeighbors[i].Dev
+	case k == kindNeighbor:
+		return p.SetNeighbors[i].Dev
+	case k == kindNexthop && del:
+		return p.DelNexthops[i].Dev
+	case k == kindNexthop:
+		return p.SetNexthops[i].Dev
+	case k == kindRoute && del:
+		return p.DelRoutes[i].Dev
+	case k == kindRoute:
+		return p.SetRoutes[i].Dev
+	}
+	return ""
+}
+
+// describe says what o does, for the log and its error.
+func (p *plan) describe(o op) string {
+	switch k, del, i := o.kind, o.del, o.i; {
+	case k == kindAddress && del:
+		return "deleting address " + p.DelAddrs[i].String()
+	case k == kindAddress:
+		return "adding address " + p.AddAddrs[i].String()
+	case k == kindFDB && del:
+		f := p.DelFDB[i]
+		return fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
+	case k == kindFDB:
+		f := p.SetFDB[i]
+		return fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
+	case k == kindNeighbor && del:
+		n := p.DelNeighbors[i]
+		return fmt.Sprintf("deleting neighbour %s dev %s", n.IP, n.Dev)
+	case k == kindNeighbor:
+		n := p.SetNeighbors[i]
+		return fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
+	case k == kindNexthop && del:
+		return "deleting nexthop " + p.DelNexthops[i].String()
+	case k == kindNexthop:
+		return "replacing nexthop " + p.SetNexthops[i].String()
+	case k == kindRoute && del:
+		return "deleting route " + routeString(p.DelRoutes[i].Route)
+	case p.SetRoutes[i].Blackhole:
+		return "adding route " + routeString(p.SetRoutes[i])
+	default:
+		return "replacing route " + routeString(p.SetRoutes[i])
+	}
+}
+
+func routeString(r Route) string {
+	if r.Blackhole {
+		return "blackhole " + r.Dst.String()
+	}
+	s := r.Dst.String()
+	if r.NH != 0 {
+		s += fmt.Sprintf(" nhid %d", r.NH)
+	}
+	if r.Gw.IsValid() {
+		s += " via " + r.Gw.String()
+	}
+	s += " dev " + r.Dev
+	if r.Onlink {
+		s += " onlink"
+	}
+	return s
+}
+
+// counter is the count a successful o adds to.
+func (c *Changes) counter(o op) *int {
+	counters := [...][2]*int{
+		kindAddress:  {&c.AddrsAdded, &c.AddrsRemoved},
+		kindFDB:      {&c.FDBAdded, &c.FDBRemoved},
+		kindNeighbor: {&c.NeighborsAdded, &c.NeighborsRemoved},
+		kindNexthop:  {&c.NexthopsAdded, &c.NexthopsRemoved},
+		kindRoute:    {&c.RoutesAdded, &c.RoutesRemoved},
+	}
+	if o.del {
+		return counters[o.kind][1]
+	}
+	return counters[o.kind][0]
+}
+
+// counts renders Changes as the backend counts them, every kind present.
+func (c Changes) counts() backend.Changes {
+	return backend.Changes{
+		kindNexthop.String():  c.NexthopsAdded + c.NexthopsRemoved,
+		kindRoute.String():    c.RoutesAdded + c.RoutesRemoved,
+		kindNeighbor.String(): c.NeighborsAdded + c.NeighborsRemoved,
+		kindFDB.String():      c.FDBAdded + c.FDBRemoved,
+		kindAddress.String():  c.AddrsAdded + c.AddrsRemoved,
+	}
+}
+
+// peerKeys are the kernel entries of some peers, by what identifies each in the kernel: a
+// route by destination, a nexthop object by ID, a neighbour by address, an FDB entry by MAC.
+type peerKeys struct {
+	routes map[netip.Prefix]Route
+	nhs    map[uint32]Nexthop
+	neighs map[netip.Addr]Neighbor
+	fdb    map[backend.MAC]FDBEntry
+}
+
+func (l layout) keysOf(peers []backend.Peer) peerKeys {
+	k := peerKeys{routes: make(map[netip.Prefix]Route, len(peers)), nhs: map[uint32]Nexthop{},
+		neighs: map[netip.Addr]Neighbor{}, fdb: map[backend.MAC]FDBEntry{}}
+	for _, p := range peers {
+		if !p.IsValid() {
+			continue
+		}
+		e := l.entriesOf(p)
+		k.routes[e.route.Dst] = e.route
+		if e.nh != nil {
+			k.nhs[e.nh.ID] = *e.nh
+		}
+		if e.neigh != nil {
+			k.neighs[e.neigh.IP], k.fdb[e.fdb.MAC] = *e.neigh, *e.fdb
+		}
+	}
+	return k
+}
+
+// planPeers is the plan that takes the kernel from the entries of before to those of after:
+// the peers programmed and to program at the subnets a change touched (zero Peers where
+// none). An entry both have alike is left alone, one that only changed is replaced in
+// place, and only what after no longer has is deleted, so that no deletion takes away an
+// entry a peer of after has just written (a MAC or a subnet that moved between keys).
+func (l layout) planPeers(before, after []backend.Peer) plan {
+	was, now := l.keysOf(before), l.keysOf(after)
+	var pl plan
+	for _, p := range after {
+		if !p.IsValid() {
+			continue
+		}
+		e := l.entriesOf(p)
+		if f := e.fdb; f != nil {
+			if w, ok := was.fdb[f.MAC]; !ok || w != *f {
+				pl.SetFDB = append(pl.SetFDB, *f)
+			}
+			if w, ok := was.neighs[e.neigh.IP]; !ok || w != *e.neigh {
+				pl.SetNeighbors = append(pl.SetNeighbors, *e.neigh)
+			}
+		}
+		if n := e.nh; n != nil {
+			if w, ok := was.nhs[n.ID]; !ok || w != *n {
+				pl.SetNexthops = append(pl.SetNexthops, *n)
+			}
+		}
+		if w, ok := was.routes[e.route.Dst]; !ok || w != e.route {
+			pl.SetRoutes = append(pl.SetRoutes, e.route)
+		}
+	}
+	for _, p := range before {
+		if !p.IsValid() {
+			continue
+		}
+		e := l.entriesOf(p)
+		if _, ok := now.routes[e.route.Dst]; !ok {
+			pl.DelRoutes = append(pl.DelRoutes, kernelRoute{Route: e.route, Metric: defaultMetric(e.route.Dst)})
+		}
+		if n := e.nh; n != nil {
+			if _, ok := now.nhs[n.ID]; !ok {
+				pl.DelNexthops = append(pl.DelNexthops, *n)
+			}
+		}
+		if f := e.fdb; f != nil {
+			if _, ok := now.neighs[e.neigh.IP]; !ok {
+				pl.DelNeighbors = append(pl.DelNeighbors, *e.neigh)
+			}
+			if _, ok := now.fdb[f.MAC]; !ok {
+				pl.DelFDB = append(pl.DelFDB, *f)
+			}
+		}
+	}
+	return pl
+}
