@@ -249,8 +249,8 @@ func SkipCodes() []string {
 		SkipDuplicateIP, SkipBadData, SkipVNI, SkipDuplicateMAC, SkipDuplicateKey, SkipNotOnLink, SkipMalformed}
 }
 
-// Changes counts the entries a data plane wrote, by kind: "route", "nexthop", "neighbor",
-// "fdb", "address", "masquerade", "forward", "hns_policy", "hns_endpoint".
+// Changes counts the entries a data plane wrote, by kind ("route", "fdb", "hns_policy"):
+// the kinds the plane's Capabilities list in ChangeKinds.
 type Changes map[string]int
 
 // Add adds o's counts to c; c may be nil.

@@ -28,6 +28,9 @@ type Capabilities struct {
 	// Probes: ICMP echoes sent to the peers' addresses go through what the plane programmed,
 	// so the overlay probes tell whether a peer is reachable through it.
 	Probes bool
+	// ChangeKinds are every kind of entry the plane's Changes count, so that counters by
+	// kind can start each at zero.
+	ChangeKinds []string
 }
 
 // VXLANCapabilities are what the plane's vxlan backend carries.

@@ -44,14 +44,14 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 			var changed bool
 			changed, err = p.masquerade(st)
 			if changed {
-				ch["masquerade"]++
+				ch[changeMasquerade]++
 			}
 		}
 		// The forward rules whatever the routes' outcome: they are not the routes', and a
 		// node whose host drops forwarded traffic needs them for every peer that works.
 		changed, ferr := p.forward(st)
 		if changed {
-			ch["forward"]++
+			ch[changeForward]++
 		}
 		return ch, errors.Join(err, ferr)
 	}

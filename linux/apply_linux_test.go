@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,7 +54,19 @@ func (f *fixture) apply(st *backend.State, u backend.Update) backend.Changes {
 	if err != nil {
 		f.tb.Fatalf("Apply(full %t): %v", u.Full, err)
 	}
+	declaredKinds(f.tb, c)
 	return c
+}
+
+// declaredKinds checks that every kind Changes count is one Capabilities lists, so that the
+// daemon's counters of it start at zero.
+func declaredKinds(tb testing.TB, c backend.Changes) {
+	tb.Helper()
+	for k := range c {
+		if !slices.Contains(Capabilities().ChangeKinds, k) {
+			tb.Errorf("Apply counted %q, which Capabilities().ChangeKinds %v lacks", k, Capabilities().ChangeKinds)
+		}
+	}
 }
 
 // converged checks, through the full dump and diff, that the kernel holds exactly st.

@@ -31,6 +31,18 @@ func Capabilities() backend.Capabilities {
 			SingleTunnelDualStack: backend.Feature{Why: "weft runs WireGuard's IPv6 in separate mode only, " +
 				"one device per family (flanneld's auto and ipv6 modes dial the peers' ListenPortV6, on which their single device does not listen)"},
 		},
-		Probes: true,
+		Probes:      true,
+		ChangeKinds: changeKinds(),
 	}
+}
+
+// The kinds of Changes an Apply counts besides the plan's kernel entries.
+const (
+	changeMasquerade    = "masquerade"     // weft's nftables masquerade rules of a family
+	changeForward       = "forward"        // weft's nftables forward chain of a family
+	changeWireGuardPeer = "wireguard_peer" // a WireGuard device's peers, set in one write
+)
+
+func changeKinds() []string {
+	return append(kindNames[:len(kindNames):len(kindNames)], changeMasquerade, changeForward, changeWireGuardPeer)
 }

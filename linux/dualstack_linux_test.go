@@ -91,9 +91,14 @@ func TestDualStackVXLANPlanes(t *testing.T) {
 		p  *Plane
 		st *backend.State
 	}{{f.p, st4}, {p6, st6}} {
-		if _, err := c.p.Apply(ctx, c.st, backend.Update{Full: true}); err != nil {
+		ch, err := c.p.Apply(ctx, c.st, backend.Update{Full: true})
+		if err != nil {
 			t.Fatalf("%s: %v", c.st.Family, err)
 		}
+		if ch["masquerade"] != 1 {
+			t.Errorf("%s: first full Apply changed %v, want the masquerade rules among them", c.st.Family, ch)
+		}
+		declaredKinds(t, ch)
 	}
 	check := func(when string) {
 		t.Helper()
@@ -223,6 +228,7 @@ func TestDualStackForwardRules(t *testing.T) {
 			c.p.SetForwardRules(on)
 			ch, err := c.p.Apply(t.Context(), c.st, backend.Update{Full: true})
 			f.must(err)
+			declaredKinds(t, ch)
 			if ch["forward"] != want {
 				t.Errorf("%s, forward rules %t: %d forward changes, want %d", c.st.Family, on, ch["forward"], want)
 			}

@@ -282,7 +282,7 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 			if err := w.h.RouteReplace(r); err != nil {
 				errs = append(errs, fmt.Errorf("routing %s through %s: %w", n, d.Name, err))
 			} else {
-				ch["route"]++
+				ch[kindRoute.String()]++
 			}
 		}
 	}
@@ -322,7 +322,7 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 		if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
 			errs = append(errs, fmt.Errorf("programming %d WireGuard peers of %s: %w", len(cfg.Peers), d.Name, err))
 		} else {
-			ch["wireguard_peer"] += len(cfg.Peers)
+			ch[changeWireGuardPeer] += len(cfg.Peers)
 		}
 	}
 	return errors.Join(errs...)
@@ -352,7 +352,7 @@ func (w *WireGuard) applyPeers(d *backend.WireGuardDevice, changes []backend.Pee
 	if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
 		return backend.Changes{}, fmt.Errorf("programming %d WireGuard peers of %s: %w", len(cfg.Peers), d.Name, err)
 	}
-	return backend.Changes{"wireguard_peer": len(cfg.Peers)}, nil
+	return backend.Changes{changeWireGuardPeer: len(cfg.Peers)}, nil
 }
 
 // peerConfig is p as a WireGuard peer of the device d: its subnet as allowed IPs, its

@@ -32,7 +32,8 @@ func Capabilities() backend.Capabilities {
 		HostGW: backend.HostGWCapabilities{IPv6: backend.Feature{Has: true}},
 		// flanneld's wireguard backend is not built for Windows: a node there stops on such a
 		// config, and so does weftd, saying so.
-		WireGuard: backend.WireGuardCapabilities{Has: backend.Feature{Why: "flanneld has no WireGuard backend on Windows either; run Linux nodes, or vxlan or host-gw"}},
+		WireGuard:   backend.WireGuardCapabilities{Has: backend.Feature{Why: "flanneld has no WireGuard backend on Windows either; run Linux nodes, or vxlan or host-gw"}},
+		ChangeKinds: []string{changeNetwork, changePolicy, changeEndpoint, changeNamespace, changeForward, changeRoute},
 	}
 }
 

@@ -173,7 +173,7 @@ func (n *winNode) converge(peers []subnet.Lease) (backend.Changes, error) {
 	for _, l := range peers {
 		n.set.Put(l, &r)
 	}
-	return n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Peers: r.Changes})
+	return n.declared(n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Peers: r.Changes}))
 }
 
 // full applies peers in full, from a new Set: the daemon's start, resync or drift repair.
@@ -184,7 +184,19 @@ func (n *winNode) full(peers []subnet.Lease) (backend.Changes, error) {
 		n.set.Put(l, &r)
 	}
 	n.logSkipped(r.Skipped)
-	return n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Full: true})
+	return n.declared(n.plane.Apply(n.t.Context(), n.set.State(), backend.Update{Full: true}))
+}
+
+// declared checks that every kind an Apply counted is one the plane's Capabilities list, so
+// that the daemon's counters of it start at zero.
+func (n *winNode) declared(ch backend.Changes, err error) (backend.Changes, error) {
+	n.t.Helper()
+	for k := range ch {
+		if !slices.Contains(n.plane.Capabilities().ChangeKinds, k) {
+			n.t.Errorf("Apply counted %q, which Capabilities().ChangeKinds %v lacks", k, n.plane.Capabilities().ChangeKinds)
+		}
+	}
+	return ch, err
 }
 
 func (n *winNode) logSkipped(skipped []backend.Skipped) {
