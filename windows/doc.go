@@ -8,7 +8,10 @@
 //   - Plane, a backend.Plane: Prepare creates or adopts the VXLAN Overlay network (or the
 //     host-gw L2Bridge network) once the lease acquisition has chosen the node's subnet,
 //     before the lease is published; Apply converges peers, by a diff of a listing on a
-//     full update and from its model of what it programmed otherwise.
+//     full update and from its model of what it programmed otherwise. plane.go holds what
+//     both modes share (the networks' life, Apply, Watch); overlay.go vxlan's Overlay
+//     network and its peers (RemoteSubnetRoute policies or remote endpoints); hostgw.go
+//     host-gw's L2Bridge network, its host endpoint and the host's routes.
 //
 // Only the adapters are Windows-only: the hcsshim hcn client (hcn_windows.go) and the IP
 // Helper route table (host_windows.go).

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weftnet/weft/backend"
@@ -346,4 +347,18 @@ func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes, m *model) 
 		m.routes[want.Dst] = want
 	}
 	return errors.Join(errs...)
+}
+
+// dnsServers are host-gw's DNSServerList.
+func dnsServers(st *backend.State) []string {
+	var out []string
+	if st.Config == nil {
+		return nil
+	}
+	for _, s := range strings.Split(st.Config.Backend.DNSServerList, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
