@@ -1,6 +1,7 @@
 package windows
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -174,7 +175,8 @@ func (p *Plane) overlayNetworkFor(st *backend.State) (*HostComputeNetwork, error
 	return n, nil
 }
 
-// applyOverlay is a full Apply of a vxlan State.
+// applyOverlay is a full Apply of a vxlan State: the network's RemoteSubnetRoute policies
+// and remote endpoints are listed and diffed against st, and the plan written.
 func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.Changes) error {
 	p.m = model{}
 	n, err := p.overlayNetworkFor(st)
@@ -196,59 +198,232 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	}
 	sc := scope{network: st.Network(), own: st.Own}
 	// Both kinds are always diffed, so a change of mode leaves nothing of the other behind.
-	plan := diffRemoteSubnetRoutes(rsrPeers, m.vni, n.Policies, sc)
-	m.rsr = plan.Keep
-	for _, pol := range plan.Remove {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
-		}
-		if err := p.hns.ModifyNetworkSettings(n.ID, PolicyRequest(RequestRemove, pol)); err != nil {
-			errs = append(errs, fmt.Errorf("removing %s policy %s: %w", pol.Type, pol.Settings, err))
-			continue
-		}
-		ch[changePolicy]++
+	var pl overlayPlan
+	rp := diffRemoteSubnetRoutes(rsrPeers, m.vni, n.Policies, sc)
+	m.rsr = rp.Keep
+	for _, pol := range rp.Remove {
+		pl.rsr = append(pl.rsr, rsrStep{remove: []rsrEntry{{Dst: rsrDst(pol), Policy: pol}}})
 	}
-	for _, a := range plan.Add {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+	for _, a := range rp.Add {
+		pl.rsr = append(pl.rsr, rsrStep{add: &a})
+	}
+	// The endpoints are listed after the policies are written, as they always were: a
+	// failed listing leaves the policies written.
+	if err := p.writeOverlay(ctx, pl, &m, ch); err != nil {
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			return errors.Join(errs...)
 		}
-		if err := p.hns.ModifyNetworkSettings(n.ID, PolicyRequest(RequestAdd, a.Policy)); err != nil {
-			errs = append(errs, fmt.Errorf("adding %s policy for %s: %w", a.Policy.Type, a.Dst, err))
-			continue
-		}
-		m.rsr[a.Dst] = a.Policy
-		ch[changePolicy]++
 	}
 	eps, err := p.hns.NetworkEndpoints(n.ID)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("listing endpoints of HNS network %s: %w", n.Name, err))...)
 	}
-	epp := diffRemoteEndpoints(epPeers, n.ID, m.macPrefix, eps, sc)
-	m.eps = epp.Keep
-	for _, ep := range epp.Delete {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
-		}
-		if err := p.hns.DeleteEndpoint(ep.ID); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, fmt.Errorf("deleting remote endpoint %s: %w", ep.Name, err))
-			continue
-		}
-		ch[changeEndpoint]++
+	ep := diffRemoteEndpoints(epPeers, n.ID, m.macPrefix, eps, sc)
+	m.eps = ep.Keep
+	pl = overlayPlan{}
+	for _, e := range ep.Delete {
+		pl.eps = append(pl.eps, epStep{ip: e.IP(), del: &remoteEP{id: e.ID, name: e.Name}})
 	}
-	for _, ep := range epp.Create {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("HNS network %s: %w", n.Name, err))...)
+	for _, e := range ep.Create {
+		pl.eps = append(pl.eps, epStep{ip: e.IP(), create: &e})
+	}
+	if err := p.writeOverlay(ctx, pl, &m, ch); err != nil {
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			return errors.Join(errs...)
 		}
-		made, err := p.hns.CreateEndpoint(&ep)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("creating remote endpoint %s: %w", ep.Name, err))
-			continue
-		}
-		m.eps[ep.IP()] = remoteEPOf(made)
-		ch[changeEndpoint]++
 	}
 	m.valid = true
 	p.m = m
+	return errors.Join(errs...)
+}
+
+// rsrDst is the destination of a RemoteSubnetRoute policy; invalid if it has none.
+func rsrDst(pol Policy) netip.Prefix {
+	var s RemoteSubnetRouteSettings
+	if pol.Decode(&s) != nil {
+		return netip.Prefix{}
+	}
+	dst, _ := netip.ParsePrefix(s.DestinationPrefix)
+	return dst
+}
+
+// overlayPlan is what an Apply writes of an Overlay network's peers, full or incremental,
+// in order: RemoteSubnetRoute policies, then remote endpoints. HNS takes one policy per
+// destination and one endpoint per address, with no replace: each step removes, then adds
+// what takes the place of what it removed, and adds nothing when a removal failed.
+type overlayPlan struct {
+	rsr []rsrStep
+	eps []epStep
+}
+
+// rsrStep removes policies (as HNS has them), then adds one.
+type rsrStep struct {
+	peer   string // the key of the peer it is for, for errors; "" in a full Apply
+	remove []rsrEntry
+	add    *rsrEntry
+}
+
+// epStep deletes the remote endpoint of ip, then creates its new one.
+type epStep struct {
+	peer   string
+	ip     netip.Addr
+	del    *remoteEP
+	create *HostComputeEndpoint
+}
+
+// overlayChanges is the plan of an incremental Apply: for each change, what the model has
+// at the subnets it touches becomes what its New wants, in the model's peer mode. What was
+// programmed is the model's: a change's Old only names the subnet its key held.
+func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) overlayPlan {
+	var pl overlayPlan
+	for _, c := range changes {
+		if mode == PeersRemoteEndpoints {
+			pl.eps = append(pl.eps, m.endpointSteps(c)...)
+			continue
+		}
+		if s, ok := m.rsrStep(c); ok {
+			pl.rsr = append(pl.rsr, s)
+		}
+	}
+	return pl
+}
+
+// rsrStep brings one peer's RemoteSubnetRoute policy to what c.New wants; ok is false when
+// the model has it already.
+func (m *model) rsrStep(c backend.PeerChange) (rsrStep, bool) {
+	s := rsrStep{peer: c.Key}
+	var want Policy
+	if c.New.IsValid() {
+		want = RemoteSubnetRoutePolicy(rsrSettings(c.New, m.vni))
+	}
+	for _, sn := range changed(c) {
+		have, ok := m.rsr[sn]
+		if !ok {
+			continue
+		}
+		if c.New.IsValid() && sn == c.New.Subnet && sameRSRPolicy(have, want) {
+			return rsrStep{}, false
+		}
+		s.remove = append(s.remove, rsrEntry{Dst: sn, Policy: have})
+	}
+	if c.New.IsValid() {
+		s.add = &rsrEntry{Dst: c.New.Subnet, Policy: want}
+	}
+	return s, len(s.remove) > 0 || s.add != nil
+}
+
+// endpointSteps bring the remote endpoints of one peer's pod addresses to what c.New wants:
+// those that already stand for the same peer stay.
+func (m *model) endpointSteps(c backend.PeerChange) []epStep {
+	want := map[netip.Addr]HostComputeEndpoint{}
+	if c.New.IsValid() {
+		for _, ip := range podAddresses(c.New.Subnet) {
+			want[ip] = remoteEndpoint(m.networkID, m.macPrefix, ip, c.New.PublicIP)
+		}
+	}
+	var steps []epStep
+	seen := map[netip.Addr]bool{}
+	for _, sn := range changed(c) {
+		for _, ip := range podAddresses(sn) {
+			if seen[ip] {
+				continue // in both subnets: written once
+			}
+			seen[ip] = true
+			have, ok := m.eps[ip]
+			w, wanted := want[ip]
+			if ok && wanted && have.same(remoteEPOf(&w)) {
+				continue
+			}
+			s := epStep{peer: c.Key, ip: ip}
+			if ok {
+				s.del = &have
+			}
+			if wanted {
+				s.create = &w
+			}
+			if s.del != nil || s.create != nil {
+				steps = append(steps, s)
+			}
+		}
+	}
+	return steps
+}
+
+// writeOverlay is the Overlay network's one writer: it executes pl on m's network and keeps
+// m as HNS has it. It goes on past a failed step, so one bad peer cannot hold back the
+// others, and stops, with ctx's error, when ctx ends.
+func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch backend.Changes) error {
+	var errs []error
+	fail := func(peer string, err error) {
+		if peer != "" {
+			err = fmt.Errorf("peer %s: %w", peer, err)
+		}
+		errs = append(errs, err)
+	}
+	stopped := func() bool {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("HNS network %s: %w", m.network, err))
+			return true
+		}
+		return false
+	}
+	for _, s := range pl.rsr {
+		if stopped() {
+			return errors.Join(errs...)
+		}
+		removed := true
+		for _, r := range s.remove {
+			err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestRemove, r.Policy))
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				fail(s.peer, fmt.Errorf("removing RemoteSubnetRoute policy for %s: %w", r.Dst, err))
+				removed = false
+				continue
+			}
+			if have, ok := m.rsr[r.Dst]; ok && have.Type == r.Policy.Type && bytes.Equal(have.Settings, r.Policy.Settings) {
+				delete(m.rsr, r.Dst)
+			}
+			if err == nil {
+				ch[changePolicy]++
+			}
+		}
+		// HNS takes one policy per destination: no new one while an old one stays.
+		if s.add == nil || !removed {
+			continue
+		}
+		if err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestAdd, s.add.Policy)); err != nil {
+			fail(s.peer, fmt.Errorf("adding RemoteSubnetRoute policy for %s: %w", s.add.Dst, err))
+			continue
+		}
+		m.rsr[s.add.Dst] = s.add.Policy
+		ch[changePolicy]++
+	}
+	for _, s := range pl.eps {
+		if stopped() {
+			return errors.Join(errs...)
+		}
+		if d := s.del; d != nil {
+			if err := p.hns.DeleteEndpoint(d.id); err != nil && !errors.Is(err, ErrNotFound) {
+				fail(s.peer, fmt.Errorf("deleting remote endpoint %s: %w", d.name, err))
+				continue // HNS takes one endpoint per address
+			}
+			if m.eps[s.ip].id == d.id {
+				delete(m.eps, s.ip)
+			}
+			ch[changeEndpoint]++
+		}
+		if s.create == nil {
+			continue
+		}
+		made, err := p.hns.CreateEndpoint(s.create)
+		if err != nil {
+			fail(s.peer, fmt.Errorf("creating remote endpoint %s: %w", s.create.Name, err))
+			continue
+		}
+		m.eps[s.ip] = remoteEPOf(made)
+		ch[changeEndpoint]++
+	}
 	return errors.Join(errs...)
 }
 
@@ -266,80 +441,4 @@ func (p *Plane) ensureHostRoute(n *HostComputeNetwork) (bool, error) {
 		return false, fmt.Errorf("adding HostRoute policy to HNS network %s: %w", n.Name, err)
 	}
 	return true, nil
-}
-
-// changeRSR brings one peer's RemoteSubnetRoute policy to what c.New wants.
-func (p *Plane) changeRSR(c backend.PeerChange, ch backend.Changes) error {
-	var want Policy
-	if c.New.IsValid() {
-		want = RemoteSubnetRoutePolicy(rsrSettings(c.New, p.m.vni))
-	}
-	for _, sn := range changed(c) {
-		have, ok := p.m.rsr[sn]
-		if !ok {
-			continue
-		}
-		if c.New.IsValid() && sn == c.New.Subnet && sameRSRPolicy(have, want) {
-			return nil
-		}
-		err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestRemove, have))
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			// HNS takes one policy per destination: no new one while the old one stays.
-			return fmt.Errorf("peer %s: removing RemoteSubnetRoute policy for %s: %w", c.Key, sn, err)
-		}
-		delete(p.m.rsr, sn)
-		if err == nil {
-			ch[changePolicy]++
-		}
-	}
-	if c.New.IsValid() {
-		if err := p.hns.ModifyNetworkSettings(p.m.networkID, PolicyRequest(RequestAdd, want)); err != nil {
-			return fmt.Errorf("peer %s: adding RemoteSubnetRoute policy for %s: %w", c.Key, c.New.Subnet, err)
-		}
-		p.m.rsr[c.New.Subnet] = want
-		ch[changePolicy]++
-	}
-	return nil
-}
-
-// changeEndpoints brings the remote endpoints of one peer's pod addresses to what c.New
-// wants: those that already stand for the same peer stay.
-func (p *Plane) changeEndpoints(c backend.PeerChange, ch backend.Changes) error {
-	want := map[netip.Addr]HostComputeEndpoint{}
-	var errs []error
-	if c.New.IsValid() {
-		for _, ip := range podAddresses(c.New.Subnet) {
-			want[ip] = remoteEndpoint(p.m.networkID, p.m.macPrefix, ip, c.New.PublicIP)
-		}
-	}
-	for _, sn := range changed(c) {
-		for _, ip := range podAddresses(sn) {
-			have, ok := p.m.eps[ip]
-			w, wanted := want[ip]
-			if ok && wanted && have.same(remoteEPOf(&w)) {
-				delete(want, ip)
-				continue
-			}
-			if ok {
-				if err := p.hns.DeleteEndpoint(have.id); err != nil && !errors.Is(err, ErrNotFound) {
-					errs = append(errs, fmt.Errorf("peer %s: deleting remote endpoint %s: %w", c.Key, have.name, err))
-					delete(want, ip) // HNS takes one endpoint per address
-					continue
-				}
-				delete(p.m.eps, ip)
-				ch[changeEndpoint]++
-			}
-			if !wanted {
-				continue
-			}
-			made, err := p.hns.CreateEndpoint(&w)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("peer %s: creating remote endpoint %s: %w", c.Key, w.Name, err))
-				continue
-			}
-			p.m.eps[ip] = remoteEPOf(made)
-			ch[changeEndpoint]++
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -353,21 +353,15 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 // applyPeers is an incremental Apply: each change is compared with the model and written
 // alone. It stops early, with ctx's error, when ctx ends.
 func (p *Plane) applyPeers(ctx context.Context, st *backend.State, changes []backend.PeerChange, ch backend.Changes) error {
+	if p.m.overlay {
+		return p.writeOverlay(ctx, p.m.overlayChanges(changes, p.mode), &p.m, ch)
+	}
 	var errs []error
 	for _, c := range changes {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("applying peer changes: %w", err))...)
 		}
-		var err error
-		switch {
-		case !p.m.overlay:
-			err = p.changeRoute(c, ch, p.modelOf(st))
-		case p.mode == PeersRemoteEndpoints:
-			err = p.changeEndpoints(c, ch)
-		default:
-			err = p.changeRSR(c, ch)
-		}
-		if err != nil {
+		if err := p.changeRoute(c, ch, p.modelOf(st)); err != nil {
 			errs = append(errs, err)
 		}
 	}
