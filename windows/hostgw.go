@@ -283,70 +283,106 @@ func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.C
 	for _, r := range want {
 		nm.routes[r.Dst] = r
 	}
+	var rp routeWrites
 	for _, r := range plan.Add {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("adding routes: %w", err))...)
-		}
-		if err := p.host.AddRoute(r); err != nil {
-			delete(nm.routes, r.Dst)
-			errs = append(errs, fmt.Errorf("adding route %s: %w", r, err))
-			continue
-		}
-		ch[changeRoute]++
+		rp.add = append(rp.add, routeEntry{route: r})
 	}
 	for _, r := range plan.Delete {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("deleting routes: %w", err))...)
+		rp.del = append(rp.del, routeEntry{route: r})
+	}
+	if err := p.writeRoutes(ctx, rp, &nm, ch); err != nil {
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			return errors.Join(errs...)
 		}
-		if err := p.host.DeleteRoute(r); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, fmt.Errorf("deleting route %s: %w", r, err))
-			continue
-		}
-		ch[changeRoute]++
 	}
 	nm.valid = true
 	*m = nm
 	return errors.Join(errs...)
 }
 
-// changeRoute brings one peer's host-gw route to what c.New wants, from the family's model m:
-// the new route is added before the old one goes, so the peer is never without one.
-func (p *Plane) changeRoute(c backend.PeerChange, ch backend.Changes, m *model) error {
+// routeWrites is what an Apply writes of host-gw's routes, full or incremental: routes to
+// add, then routes to delete, so that a peer whose route changes is never without one; a
+// route whose destination's new route could not be added stays.
+type routeWrites struct {
+	add, del []routeEntry
+}
+
+// routeEntry is a route with the key of the peer it is for, for errors ("" in a full Apply).
+type routeEntry struct {
+	peer  string
+	route HostRoute
+}
+
+// routeChanges is the plan of an incremental host-gw Apply from the family's model m: at
+// each subnet the changes touch, the route m has becomes the one the changes want, taken all
+// together. What was programmed is m's: a change's Old only names the subnet its key held.
+func (m *model) routeChanges(changes []backend.PeerChange) (routeWrites, error) {
+	sns, keys, want := touched(changes)
+	var pl routeWrites
 	var errs []error
-	var want HostRoute
-	if c.New.IsValid() {
-		r, err := peerRoute(m.ifs, c.Key, c.New)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			want = r
+	for _, sn := range sns {
+		have, had := m.routes[sn]
+		var w HostRoute
+		if p, ok := want[sn]; ok {
+			r, err := peerRoute(m.ifs, keys[sn], p)
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				w = r
+			}
+		}
+		if had && w.Dst.IsValid() && have.same(w) {
+			continue
+		}
+		if w.Dst.IsValid() {
+			pl.add = append(pl.add, routeEntry{peer: keys[sn], route: w})
+		}
+		if had {
+			pl.del = append(pl.del, routeEntry{peer: keys[sn], route: have})
 		}
 	}
-	if want.Dst.IsValid() {
-		if have, ok := m.routes[want.Dst]; ok && have.same(want) {
-			return errors.Join(errs...)
+	return pl, errors.Join(errs...)
+}
+
+// writeRoutes is host-gw's one writer: it executes pl on the host and keeps the family's
+// model m as the host has it. It goes on past a failed write, so one bad peer cannot hold
+// back the others, and stops, with ctx's error, when ctx ends.
+func (p *Plane) writeRoutes(ctx context.Context, pl routeWrites, m *model, ch backend.Changes) error {
+	w := writeErrors{ctx: ctx, what: "writing routes"}
+	failed := map[netip.Prefix]bool{}
+	for _, e := range pl.add {
+		if w.stopped() {
+			return w.err()
 		}
-		if err := p.host.AddRoute(want); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("peer %s: adding route %s: %w", c.Key, want, err))...)
+		if err := p.host.AddRoute(e.route); err != nil {
+			failed[e.route.Dst] = true
+			if have, ok := m.routes[e.route.Dst]; ok && have.same(e.route) {
+				delete(m.routes, e.route.Dst)
+			}
+			w.fail(e.peer, fmt.Errorf("adding route %s: %w", e.route, err))
+			continue
+		}
+		m.routes[e.route.Dst] = e.route
+		ch[changeRoute]++
+	}
+	for _, e := range pl.del {
+		if failed[e.route.Dst] {
+			continue // the destination's new route is not in: the old one stays
+		}
+		if w.stopped() {
+			return w.err()
+		}
+		if err := p.host.DeleteRoute(e.route); err != nil && !errors.Is(err, ErrNotFound) {
+			w.fail(e.peer, fmt.Errorf("deleting route %s: %w", e.route, err))
+			continue
+		}
+		if have, ok := m.routes[e.route.Dst]; ok && have.same(e.route) {
+			delete(m.routes, e.route.Dst)
 		}
 		ch[changeRoute]++
 	}
-	for _, sn := range changed(c) {
-		have, ok := m.routes[sn]
-		if !ok || (want.Dst.IsValid() && have.same(want)) {
-			continue
-		}
-		if err := p.host.DeleteRoute(have); err != nil && !errors.Is(err, ErrNotFound) {
-			errs = append(errs, fmt.Errorf("peer %s: deleting route %s: %w", c.Key, have, err))
-			continue
-		}
-		delete(m.routes, sn)
-		ch[changeRoute]++
-	}
-	if want.Dst.IsValid() {
-		m.routes[want.Dst] = want
-	}
-	return errors.Join(errs...)
+	return w.err()
 }
 
 // dnsServers are host-gw's DNSServerList.

@@ -273,111 +273,102 @@ type epStep struct {
 	create *HostComputeEndpoint
 }
 
-// overlayChanges is the plan of an incremental Apply: for each change, what the model has
-// at the subnets it touches becomes what its New wants, in the model's peer mode. What was
-// programmed is the model's: a change's Old only names the subnet its key held.
-func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) overlayPlan {
-	var pl overlayPlan
+// touched are the subnets a batch of changes touches, in order, each once, with the key of
+// the peer each is for (a New's key before an Old's), and the peers the changes want, by
+// subnet.
+func touched(changes []backend.PeerChange) (sns []netip.Prefix, keys map[netip.Prefix]string, want map[netip.Prefix]backend.Peer) {
+	keys, want = map[netip.Prefix]string{}, map[netip.Prefix]backend.Peer{}
 	for _, c := range changes {
-		if mode == PeersRemoteEndpoints {
-			pl.eps = append(pl.eps, m.endpointSteps(c)...)
-			continue
-		}
-		if s, ok := m.rsrStep(c); ok {
-			pl.rsr = append(pl.rsr, s)
+		for _, sn := range changed(c) {
+			if _, ok := keys[sn]; !ok {
+				sns = append(sns, sn)
+				keys[sn] = c.Key
+			}
 		}
 	}
-	return pl
+	for _, c := range changes {
+		if c.New.IsValid() {
+			want[c.New.Subnet], keys[c.New.Subnet] = c.New, c.Key
+		}
+	}
+	return sns, keys, want
 }
 
-// rsrStep brings one peer's RemoteSubnetRoute policy to what c.New wants; ok is false when
-// the model has it already.
-func (m *model) rsrStep(c backend.PeerChange) (rsrStep, bool) {
-	s := rsrStep{peer: c.Key}
-	var want Policy
-	if c.New.IsValid() {
-		want = RemoteSubnetRoutePolicy(rsrSettings(c.New, m.vni))
-	}
-	for _, sn := range changed(c) {
-		have, ok := m.rsr[sn]
-		if !ok {
-			continue
+// overlayChanges is the plan of an incremental Apply, in the model's peer mode: at each
+// subnet (pod address) the changes touch, what the model has becomes what the changes want,
+// taken all together, so that peers that swap subnets in one batch end up as the State has
+// them. What was programmed is the model's: a change's Old only names the subnet its key
+// held.
+func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) overlayPlan {
+	sns, keys, want := touched(changes)
+	var pl overlayPlan
+	if mode != PeersRemoteEndpoints {
+		for _, sn := range sns {
+			s := rsrStep{peer: keys[sn]}
+			have, had := m.rsr[sn]
+			if p, ok := want[sn]; ok {
+				w := RemoteSubnetRoutePolicy(rsrSettings(p, m.vni))
+				if had && sameRSRPolicy(have, w) {
+					continue
+				}
+				s.add = &rsrEntry{Dst: sn, Policy: w}
+			}
+			if had {
+				s.remove = []rsrEntry{{Dst: sn, Policy: have}}
+			}
+			if s.add != nil || s.remove != nil {
+				pl.rsr = append(pl.rsr, s)
+			}
 		}
-		if c.New.IsValid() && sn == c.New.Subnet && sameRSRPolicy(have, want) {
-			return rsrStep{}, false
-		}
-		s.remove = append(s.remove, rsrEntry{Dst: sn, Policy: have})
+		return pl
 	}
-	if c.New.IsValid() {
-		s.add = &rsrEntry{Dst: c.New.Subnet, Policy: want}
-	}
-	return s, len(s.remove) > 0 || s.add != nil
-}
-
-// endpointSteps bring the remote endpoints of one peer's pod addresses to what c.New wants:
-// those that already stand for the same peer stay.
-func (m *model) endpointSteps(c backend.PeerChange) []epStep {
-	want := map[netip.Addr]HostComputeEndpoint{}
-	if c.New.IsValid() {
-		for _, ip := range podAddresses(c.New.Subnet) {
-			want[ip] = remoteEndpoint(m.networkID, m.macPrefix, ip, c.New.PublicIP)
+	wantEP := map[netip.Addr]HostComputeEndpoint{}
+	for _, p := range want {
+		for _, ip := range podAddresses(p.Subnet) {
+			wantEP[ip] = remoteEndpoint(m.networkID, m.macPrefix, ip, p.PublicIP)
 		}
 	}
-	var steps []epStep
 	seen := map[netip.Addr]bool{}
-	for _, sn := range changed(c) {
+	for _, sn := range sns {
 		for _, ip := range podAddresses(sn) {
 			if seen[ip] {
-				continue // in both subnets: written once
-			}
-			seen[ip] = true
-			have, ok := m.eps[ip]
-			w, wanted := want[ip]
-			if ok && wanted && have.same(remoteEPOf(&w)) {
 				continue
 			}
-			s := epStep{peer: c.Key, ip: ip}
-			if ok {
+			seen[ip] = true
+			have, had := m.eps[ip]
+			w, wanted := wantEP[ip]
+			if had && wanted && have.same(remoteEPOf(&w)) {
+				continue
+			}
+			s := epStep{peer: keys[sn], ip: ip}
+			if had {
 				s.del = &have
 			}
 			if wanted {
 				s.create = &w
 			}
 			if s.del != nil || s.create != nil {
-				steps = append(steps, s)
+				pl.eps = append(pl.eps, s)
 			}
 		}
 	}
-	return steps
+	return pl
 }
 
 // writeOverlay is the Overlay network's one writer: it executes pl on m's network and keeps
 // m as HNS has it. It goes on past a failed step, so one bad peer cannot hold back the
 // others, and stops, with ctx's error, when ctx ends.
 func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch backend.Changes) error {
-	var errs []error
-	fail := func(peer string, err error) {
-		if peer != "" {
-			err = fmt.Errorf("peer %s: %w", peer, err)
-		}
-		errs = append(errs, err)
-	}
-	stopped := func() bool {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("HNS network %s: %w", m.network, err))
-			return true
-		}
-		return false
-	}
+	w := writeErrors{ctx: ctx, what: "HNS network " + m.network}
 	for _, s := range pl.rsr {
-		if stopped() {
-			return errors.Join(errs...)
+		if w.stopped() {
+			return w.err()
 		}
 		removed := true
 		for _, r := range s.remove {
 			err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestRemove, r.Policy))
 			if err != nil && !errors.Is(err, ErrNotFound) {
-				fail(s.peer, fmt.Errorf("removing RemoteSubnetRoute policy for %s: %w", r.Dst, err))
+				w.fail(s.peer, fmt.Errorf("removing RemoteSubnetRoute policy for %s: %w", r.Dst, err))
 				removed = false
 				continue
 			}
@@ -393,19 +384,19 @@ func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch b
 			continue
 		}
 		if err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestAdd, s.add.Policy)); err != nil {
-			fail(s.peer, fmt.Errorf("adding RemoteSubnetRoute policy for %s: %w", s.add.Dst, err))
+			w.fail(s.peer, fmt.Errorf("adding RemoteSubnetRoute policy for %s: %w", s.add.Dst, err))
 			continue
 		}
 		m.rsr[s.add.Dst] = s.add.Policy
 		ch[changePolicy]++
 	}
 	for _, s := range pl.eps {
-		if stopped() {
-			return errors.Join(errs...)
+		if w.stopped() {
+			return w.err()
 		}
 		if d := s.del; d != nil {
 			if err := p.hns.DeleteEndpoint(d.id); err != nil && !errors.Is(err, ErrNotFound) {
-				fail(s.peer, fmt.Errorf("deleting remote endpoint %s: %w", d.name, err))
+				w.fail(s.peer, fmt.Errorf("deleting remote endpoint %s: %w", d.name, err))
 				continue // HNS takes one endpoint per address
 			}
 			if m.eps[s.ip].id == d.id {
@@ -418,13 +409,13 @@ func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch b
 		}
 		made, err := p.hns.CreateEndpoint(s.create)
 		if err != nil {
-			fail(s.peer, fmt.Errorf("creating remote endpoint %s: %w", s.create.Name, err))
+			w.fail(s.peer, fmt.Errorf("creating remote endpoint %s: %w", s.create.Name, err))
 			continue
 		}
 		m.eps[s.ip] = remoteEPOf(made)
 		ch[changeEndpoint]++
 	}
-	return errors.Join(errs...)
+	return w.err()
 }
 
 // ensureHostRoute adds the HostRoute policy, which lets the host reach its own pods on the

@@ -350,23 +350,42 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	return ch, err
 }
 
-// applyPeers is an incremental Apply: each change is compared with the model and written
-// alone. It stops early, with ctx's error, when ctx ends.
+// applyPeers is an incremental Apply: the changes, compared with the model, make a plan
+// that the mode's one writer executes, as it does a full Apply's. It stops early, with
+// ctx's error, when ctx ends.
 func (p *Plane) applyPeers(ctx context.Context, st *backend.State, changes []backend.PeerChange, ch backend.Changes) error {
 	if p.m.overlay {
 		return p.writeOverlay(ctx, p.m.overlayChanges(changes, p.mode), &p.m, ch)
 	}
-	var errs []error
-	for _, c := range changes {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("applying peer changes: %w", err))...)
-		}
-		if err := p.changeRoute(c, ch, p.modelOf(st)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	m := p.modelOf(st)
+	pl, err := m.routeChanges(changes)
+	return errors.Join(err, p.writeRoutes(ctx, pl, m, ch))
 }
+
+// writeErrors are a writer's errors, each naming the peer it is for when there is one.
+type writeErrors struct {
+	ctx  context.Context
+	what string // what the writer does, for ctx's error
+	errs []error
+}
+
+func (w *writeErrors) fail(peer string, err error) {
+	if peer != "" {
+		err = fmt.Errorf("peer %s: %w", peer, err)
+	}
+	w.errs = append(w.errs, err)
+}
+
+// stopped reports whether ctx ended, and keeps its error.
+func (w *writeErrors) stopped() bool {
+	if err := w.ctx.Err(); err != nil {
+		w.errs = append(w.errs, fmt.Errorf("%s: %w", w.what, err))
+		return true
+	}
+	return false
+}
+
+func (w *writeErrors) err() error { return errors.Join(w.errs...) }
 
 // changed is the subnets a peer change touches: the old one and the new one.
 func changed(c backend.PeerChange) []netip.Prefix {
