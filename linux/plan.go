@@ -183,29 +183,30 @@ func (c Changes) counts() backend.Changes {
 	}
 }
 
-// peerKeys are the kernel entries of some peers, by what identifies each in the kernel: a
-// route by destination, a nexthop object by ID, a neighbour by address, an FDB entry by MAC.
-type peerKeys struct {
-	routes map[netip.Prefix]Route
-	nhs    map[uint32]Nexthop
-	neighs map[netip.Addr]Neighbor
-	fdb    map[backend.MAC]FDBEntry
+// entryKey identifies a kernel entry of a peer: a route by destination, a nexthop object by
+// ID, a neighbour by address, an FDB entry by MAC.
+type entryKey struct {
+	kind kind
+	dst  netip.Prefix
+	ip   netip.Addr
+	id   uint32
+	mac  backend.MAC
 }
 
-func (l layout) keysOf(peers []backend.Peer) peerKeys {
-	k := peerKeys{routes: make(map[netip.Prefix]Route, len(peers)), nhs: map[uint32]Nexthop{},
-		neighs: map[netip.Addr]Neighbor{}, fdb: map[backend.MAC]FDBEntry{}}
-	for _, p := range peers {
-		if !p.IsValid() {
-			continue
+// entryKeys indexes the entries es by key: the index of the peer each belongs to.
+func entryKeys(es []peerEntries) map[entryKey]int {
+	k := make(map[entryKey]int, 4*len(es))
+	for i, e := range es {
+		if !e.route.Dst.IsValid() {
+			continue // no peer
 		}
-		e := l.entriesOf(p)
-		k.routes[e.route.Dst] = e.route
+		k[entryKey{kind: kindRoute, dst: e.route.Dst}] = i
 		if e.nh != nil {
-			k.nhs[e.nh.ID] = *e.nh
+			k[entryKey{kind: kindNexthop, id: e.nh.ID}] = i
 		}
 		if e.neigh != nil {
-			k.neighs[e.neigh.IP], k.fdb[e.fdb.MAC] = *e.neigh, *e.fdb
+			k[entryKey{kind: kindNeighbor, ip: e.neigh.IP}] = i
+			k[entryKey{kind: kindFDB, mac: e.fdb.MAC}] = i
 		}
 	}
 	return k
@@ -217,49 +218,59 @@ func (l layout) keysOf(peers []backend.Peer) peerKeys {
 // place, and only what after no longer has is deleted, so that no deletion takes away an
 // entry a peer of after has just written (a MAC or a subnet that moved between keys).
 func (l layout) planPeers(before, after []backend.Peer) plan {
-	was, now := l.keysOf(before), l.keysOf(after)
+	entries := func(peers []backend.Peer) []peerEntries {
+		es := make([]peerEntries, len(peers))
+		for i, p := range peers {
+			if p.IsValid() {
+				es[i] = l.entriesOf(p)
+			}
+		}
+		return es
+	}
+	eb, ea := entries(before), entries(after)
+	was, now := entryKeys(eb), entryKeys(ea)
+	// changed: the entry of key k in after is not the one before has.
+	changed := func(k entryKey, same func(w peerEntries) bool) bool {
+		i, ok := was[k]
+		return !ok || !same(eb[i])
+	}
 	var pl plan
-	for _, p := range after {
-		if !p.IsValid() {
+	for _, e := range ea {
+		if !e.route.Dst.IsValid() {
 			continue
 		}
-		e := l.entriesOf(p)
 		if f := e.fdb; f != nil {
-			if w, ok := was.fdb[f.MAC]; !ok || w != *f {
+			if changed(entryKey{kind: kindFDB, mac: f.MAC}, func(w peerEntries) bool { return *w.fdb == *f }) {
 				pl.SetFDB = append(pl.SetFDB, *f)
 			}
-			if w, ok := was.neighs[e.neigh.IP]; !ok || w != *e.neigh {
-				pl.SetNeighbors = append(pl.SetNeighbors, *e.neigh)
+			if n := e.neigh; changed(entryKey{kind: kindNeighbor, ip: n.IP}, func(w peerEntries) bool { return *w.neigh == *n }) {
+				pl.SetNeighbors = append(pl.SetNeighbors, *n)
 			}
 		}
-		if n := e.nh; n != nil {
-			if w, ok := was.nhs[n.ID]; !ok || w != *n {
-				pl.SetNexthops = append(pl.SetNexthops, *n)
-			}
+		if n := e.nh; n != nil && changed(entryKey{kind: kindNexthop, id: n.ID}, func(w peerEntries) bool { return *w.nh == *n }) {
+			pl.SetNexthops = append(pl.SetNexthops, *n)
 		}
-		if w, ok := was.routes[e.route.Dst]; !ok || w != e.route {
+		if changed(entryKey{kind: kindRoute, dst: e.route.Dst}, func(w peerEntries) bool { return w.route == e.route }) {
 			pl.SetRoutes = append(pl.SetRoutes, e.route)
 		}
 	}
-	for _, p := range before {
-		if !p.IsValid() {
+	for _, e := range eb {
+		if !e.route.Dst.IsValid() {
 			continue
 		}
-		e := l.entriesOf(p)
-		if _, ok := now.routes[e.route.Dst]; !ok {
+		gone := func(k entryKey) bool { _, ok := now[k]; return !ok }
+		if gone(entryKey{kind: kindRoute, dst: e.route.Dst}) {
 			pl.DelRoutes = append(pl.DelRoutes, kernelRoute{Route: e.route, Metric: defaultMetric(e.route.Dst)})
 		}
-		if n := e.nh; n != nil {
-			if _, ok := now.nhs[n.ID]; !ok {
-				pl.DelNexthops = append(pl.DelNexthops, *n)
-			}
+		if n := e.nh; n != nil && gone(entryKey{kind: kindNexthop, id: n.ID}) {
+			pl.DelNexthops = append(pl.DelNexthops, *n)
 		}
-		if f := e.fdb; f != nil {
-			if _, ok := now.neighs[e.neigh.IP]; !ok {
+		if e.fdb != nil {
+			if gone(entryKey{kind: kindNeighbor, ip: e.neigh.IP}) {
 				pl.DelNeighbors = append(pl.DelNeighbors, *e.neigh)
 			}
-			if _, ok := now.fdb[f.MAC]; !ok {
-				pl.DelFDB = append(pl.DelFDB, *f)
+			if gone(entryKey{kind: kindFDB, mac: e.fdb.MAC}) {
+				pl.DelFDB = append(pl.DelFDB, *e.fdb)
 			}
 		}
 	}
