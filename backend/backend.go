@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -208,6 +209,9 @@ type TxChecksumOffloader interface {
 type WireGuardRunner interface {
 	// Implementation is "kernel" or "user space" for the device dev it made, "" for none.
 	Implementation(dev string) string
+	// PeerHandshakes is when each peer of the device dev last completed a handshake (zero:
+	// never), as the device itself says; it must not wait on the plane's Apply.
+	PeerHandshakes(dev string) ([]time.Time, error)
 }
 
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*

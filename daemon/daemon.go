@@ -270,9 +270,17 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	var wgs []wgDevice
 	for _, b := range bs {
-		d.stacks = append(d.stacks, &stack{b: b, plane: planes[b.Family()]})
+		st := &stack{b: b, plane: planes[b.Family()]}
+		d.stacks = append(d.stacks, st)
+		if dev := b.StateFor(subnet.Lease{}, false).WireGuard; dev != nil {
+			if r, ok := st.plane.(backend.WireGuardRunner); ok {
+				wgs = append(wgs, wgDevice{name: dev.Name, runner: r})
+			}
+		}
 	}
+	d.m.wireguard.devices.Store(&wgs)
 	d.mtu = mtu
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type

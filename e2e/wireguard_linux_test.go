@@ -25,7 +25,8 @@ var wireguardNet = backend{"wireguard", `{"Network":"10.244.0.0/16","Backend":{"
 // where the kernel has no WireGuard, as here): each publishes its public key and port in
 // flannel's format, its flannel-wg has MTU 1420 (1500 less 80) and one peer per other node;
 // every pod pings every other and TCP streams pass, through the tunnels; /status says which
-// WireGuard runs and that the probes through the tunnels are answered.
+// WireGuard runs and that the probes through the tunnels are answered, and /metrics that
+// every peer shook hands.
 func TestWireGuardPodToPod(t *testing.T) {
 	bins := needBinaries(t)
 	c := newCluster(t, bins, wireguardNet)
@@ -88,6 +89,10 @@ func TestWireGuardPodToPod(t *testing.T) {
 			if _, body, err = n.Get("/status"); err != nil || json.Unmarshal([]byte(body), &st) != nil {
 				t.Fatalf("node %s: /status: %v %s", n.Name, err, body)
 			}
+		}
+		// The pings made every pair shake hands; the device says so, and /metrics with it.
+		if line := `weft_wireguard_peers{device="flannel-wg",handshake="recent"} 2`; !hasMetric(t, n, line) {
+			t.Errorf("node %s: /metrics lacks %s", n.Name, line)
 		}
 		if len(st.WireGuard) != 1 || st.WireGuard[0].Device != "flannel-wg" || keys[st.WireGuard[0].PublicKey] != n.Name ||
 			(st.WireGuard[0].Implementation != "kernel" && st.WireGuard[0].Implementation != "user space") {

@@ -42,6 +42,11 @@ type WireGuard struct {
 	dev     *backend.WireGuardDevice
 	ownNet  netip.Prefix
 	network netip.Prefix // routed through dev
+
+	// stats is a wgctrl client of its own for PeerHandshakes, so that a scrape never waits
+	// for an Apply holding mu.
+	statsMu sync.Mutex
+	stats   *wgctrl.Client
 }
 
 var _ backend.Plane = (*WireGuard)(nil)
@@ -89,6 +94,28 @@ func (w *WireGuard) Implementation(name string) string {
 	return ""
 }
 
+// PeerHandshakes reads the device's peers' latest handshakes.
+func (w *WireGuard) PeerHandshakes(dev string) ([]time.Time, error) {
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	if w.stats == nil {
+		c, err := wgctrl.New()
+		if err != nil {
+			return nil, fmt.Errorf("opening wgctrl: %w", err)
+		}
+		w.stats = c
+	}
+	d, err := w.stats.Device(dev)
+	if err != nil {
+		return nil, fmt.Errorf("reading WireGuard device %s: %w", dev, err)
+	}
+	hs := make([]time.Time, len(d.Peers))
+	for i, p := range d.Peers {
+		hs[i] = p.LastHandshakeTime
+	}
+	return hs, nil
+}
+
 // Close stops the plane. The user-space devices stay up until the process exits, so that a
 // weftd shutting down keeps the tunnels while it can.
 func (w *WireGuard) Close() error {
@@ -97,6 +124,11 @@ func (w *WireGuard) Close() error {
 	var err error
 	if w.wg != nil {
 		err = w.wg.Close()
+	}
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	if w.stats != nil {
+		err = errors.Join(err, w.stats.Close())
 	}
 	return errors.Join(err, w.Plane.Close())
 }
