@@ -224,6 +224,32 @@ func TestWireGuardDualStack(t *testing.T) {
 	stream(t, pods[0], pods[1])
 }
 
+// TestWireGuardModes: in an IPv4 network flanneld's single-tunnel modes, auto and ipv4, make
+// the one device flannel-wg on ListenPort, as separate mode does, and publish that port:
+// pods on two nodes of each mode reach each other through it. (With IPv6 on, weft refuses
+// them: see backend.WireGuardCapabilities.SingleTunnelDualStack.)
+func TestWireGuardModes(t *testing.T) {
+	bins := needBinaries(t)
+	for _, mode := range []string{"auto", "ipv4"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCluster(t, bins, backend{"wireguard", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"` + mode + `","ListenPort":51830}}`})
+			nodes := startNodes(t, c, "n1", "n2")
+			for _, n := range nodes {
+				var data struct{ Port int }
+				if l := leaseOf(t, c, mustSubnet(t, n)); json.Unmarshal(l.Attrs.BackendData, &data) != nil || data.Port != 51830 {
+					t.Errorf("node %s lease %s: %s, want port 51830", n.Name, l.Key(), l.Attrs.BackendData)
+				}
+				if links := nodeExec(t, n, "ip", "-br", "link", "show"); !strings.Contains(links, "flannel-wg ") || strings.Contains(links, "flannel-wg-v6") {
+					t.Errorf("node %s: WireGuard devices %q, want flannel-wg alone", n.Name, links)
+				}
+			}
+			pods := onePodEach(t, c, nodes)
+			pingAll(t, pods)
+			stream(t, pods[0], pods[1])
+		})
+	}
+}
+
 // TestWireGuardFromFlanneld: a node whose lease and key file are as flanneld's wireguard
 // backend leaves them (its own key, written as flanneld writes it; the lease as flanneld
 // publishes it; no subnet.env) starts weftd with the same subnet and the same key, and its
