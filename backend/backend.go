@@ -127,10 +127,12 @@ type Peer struct {
 	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
 	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
 	VTEPMAC MAC
-	// WGKey and WGPort are a wireguard peer's public key and UDP port (its Endpoint is
-	// PublicIP:WGPort); zero for the other backends.
-	WGKey  Key
-	WGPort uint16
+	// WGKey and WGEndpoint are a wireguard peer's public key and the address and UDP port
+	// its device is dialled at; zero for the other backends. The endpoint is PublicIP's in
+	// separate mode; in flannel's single-tunnel modes (one device for both families) it is
+	// the one address the mode picks for both halves of the lease.
+	WGKey      Key
+	WGEndpoint netip.AddrPort
 }
 
 // IsValid reports whether p is a peer at all: the zero Peer stands for none.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -246,6 +247,79 @@ func TestWireGuardModes(t *testing.T) {
 			pods := onePodEach(t, c, nodes)
 			pingAll(t, pods)
 			stream(t, pods[0], pods[1])
+		})
+	}
+}
+
+// wgCounter reads a counter of TestWireGuardSingleTunnelDualStack's table as nft lists it.
+var wgCounter = regexp.MustCompile(`meta nfproto (ipv4|ipv6) udp dport (\{ [0-9, ]+ \}|[0-9]+) counter packets ([0-9]+)`)
+
+// TestWireGuardSingleTunnelDualStack: flanneld's single-tunnel modes in a dual-stack network.
+// Each node has one flannel-wg on ListenPort for both families, publishes that port in both
+// halves of its lease (flanneld would publish ListenPortV6, where nothing listens), and dials
+// every peer at one address on that port: IPv4 in modes ipv4 and auto (the underlay's IPv4
+// addresses are no RFC 1918 ones, so auto keeps IPv4), IPv6 in mode ipv6 — counted by an
+// nftables counter of the tunnels' datagrams per family on each node. Pods reach each other
+// over both families through the one device.
+func TestWireGuardSingleTunnelDualStack(t *testing.T) {
+	bins := needBinaries(t)
+	for _, mode := range []string{"auto", "ipv4", "ipv6"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCluster(t, bins, backend{"wireguard", `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"` + ipv6Network +
+				`","Backend":{"Type":"wireguard","Mode":"` + mode + `"}}`})
+			nodes := startNodes(t, c, "n1", "n2", "n3")
+			for _, n := range nodes {
+				l := leaseOf(t, c, mustSubnet(t, n))
+				var d4, d6 struct {
+					PublicKey string
+					Port      int
+				}
+				if json.Unmarshal(l.Attrs.BackendData, &d4) != nil || json.Unmarshal(l.Attrs.BackendV6Data, &d6) != nil ||
+					d4.PublicKey == "" || d4 != d6 || d4.Port != 51820 {
+					t.Errorf("node %s lease %s: %s %s, want one key and port 51820 in both", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data)
+				}
+				if links := nodeExec(t, n, "ip", "-br", "link", "show"); !strings.Contains(links, "flannel-wg ") || strings.Contains(links, "flannel-wg-v6") {
+					t.Errorf("node %s: WireGuard devices %q, want flannel-wg alone", n.Name, links)
+				}
+				if route := nodeExec(t, n, "ip", "-6", "route", "show", ipv6Network); !strings.Contains(route, "dev flannel-wg ") {
+					t.Errorf("node %s: route of the IPv6 network: %q, want it through flannel-wg", n.Name, route)
+				}
+				nodeExec(t, n, "sh", "-c", `nft -f - <<'EOF'
+table inet weft_e2e_wg {
+	chain out {
+		type filter hook output priority 0;
+		meta nfproto ipv4 udp dport { 51820, 51821 } counter
+		meta nfproto ipv6 udp dport { 51820, 51821 } counter
+		meta nfproto ipv4 udp dport 51820 counter
+		meta nfproto ipv6 udp dport 51820 counter
+	}
+}
+EOF`)
+			}
+			pods := onePodEach(t, c, nodes)
+			pingAll(t, pods)
+			pingAll6(t, pods)
+			stream(t, pods[0], pods[1])
+			want := "ipv4"
+			if mode == "ipv6" {
+				want = "ipv6"
+			}
+			for _, n := range nodes {
+				counts := map[string]int{} // by family and port set: "ipv4 any", "ipv4 51820", ...
+				for _, m := range wgCounter.FindAllStringSubmatch(nodeExec(t, n, "nft", "list", "table", "inet", "weft_e2e_wg"), -1) {
+					port := "any"
+					if !strings.HasPrefix(m[2], "{") {
+						port = m[2]
+					}
+					counts[m[1]+" "+port], _ = strconv.Atoi(m[3])
+				}
+				other := map[string]string{"ipv4": "ipv6", "ipv6": "ipv4"}[want]
+				if counts[want+" any"] == 0 || counts[want+" 51820"] != counts[want+" any"] || counts[other+" any"] != 0 {
+					t.Errorf("node %s: tunnel datagrams sent %v, want all over %s to port 51820", n.Name, counts, want)
+				} else {
+					t.Logf("node %s: %d tunnel datagrams sent, all over %s to port 51820", n.Name, counts[want+" any"], want)
+				}
+			}
 		})
 	}
 }
