@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -197,6 +198,23 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	stream(t, pods[0], pods[1])
 }
 
+// wgData is a wireguard lease half's backend data, as flannel writes it.
+type wgData struct {
+	PublicKey string
+	Port      int
+}
+
+// wgHalves reads both halves' backend data of a dual-stack wireguard lease.
+func wgHalves(l subnet.Lease) (d4, d6 wgData, err error) {
+	if err := json.Unmarshal(l.Attrs.BackendData, &d4); err != nil {
+		return d4, d6, fmt.Errorf("BackendData: %w", err)
+	}
+	if err := json.Unmarshal(l.Attrs.BackendV6Data, &d6); err != nil {
+		return d4, d6, fmt.Errorf("BackendV6Data: %w", err)
+	}
+	return d4, d6, nil
+}
+
 // TestWireGuardDualStack: three weftd nodes in a dual-stack wireguard network (separate mode):
 // each lease carries the same public key in BackendData (port 51820) and BackendV6Data (port
 // 51821), flannel-wg-v6 carries the pods' IPv6 over the IPv6 underlay, and every pod reaches
@@ -207,12 +225,7 @@ func TestWireGuardDualStack(t *testing.T) {
 	nodes := startNodes(t, c, "n1", "n2", "n3")
 	for _, n := range nodes {
 		l := leaseOf(t, c, mustSubnet(t, n))
-		var d4, d6 struct {
-			PublicKey string
-			Port      int
-		}
-		if json.Unmarshal(l.Attrs.BackendData, &d4) != nil || json.Unmarshal(l.Attrs.BackendV6Data, &d6) != nil ||
-			d4.PublicKey == "" || d4.PublicKey != d6.PublicKey || d4.Port != 51820 || d6.Port != 51821 || l.Attrs.PublicIPv6 != n.IP6 {
+		if d4, d6, err := wgHalves(l); err != nil || d4.PublicKey == "" || d4.PublicKey != d6.PublicKey || d4.Port != 51820 || d6.Port != 51821 || l.Attrs.PublicIPv6 != n.IP6 {
 			t.Errorf("node %s lease %s: %s %s %s", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data, l.Attrs.PublicIPv6)
 		}
 		if route := nodeExec(t, n, "ip", "-6", "route", "show", ipv6Network); !strings.Contains(route, "dev flannel-wg-v6") {
@@ -270,12 +283,7 @@ func TestWireGuardSingleTunnelDualStack(t *testing.T) {
 			nodes := startNodes(t, c, "n1", "n2", "n3")
 			for _, n := range nodes {
 				l := leaseOf(t, c, mustSubnet(t, n))
-				var d4, d6 struct {
-					PublicKey string
-					Port      int
-				}
-				if json.Unmarshal(l.Attrs.BackendData, &d4) != nil || json.Unmarshal(l.Attrs.BackendV6Data, &d6) != nil ||
-					d4.PublicKey == "" || d4 != d6 || d4.Port != 51820 {
+				if d4, d6, err := wgHalves(l); err != nil || d4.PublicKey == "" || d4 != d6 || d4.Port != 51820 {
 					t.Errorf("node %s lease %s: %s %s, want one key and port 51820 in both", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data)
 				}
 				if links := nodeExec(t, n, "ip", "-br", "link", "show"); !strings.Contains(links, "flannel-wg ") || strings.Contains(links, "flannel-wg-v6") {
