@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -227,6 +229,9 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 
 func ptr[T any](v T) *T { return &v }
 
+// tunDevice is where a TUN device is cloned from.
+const tunDevice = "/dev/net/tun"
+
 // createDevice makes the device in the kernel if it has WireGuard, else in user space.
 func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
 	if w.devs.kernel == nil || *w.devs.kernel {
@@ -248,7 +253,13 @@ func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
 	}
 	t, err := tun.CreateTUN(d.Name, d.MTU)
 	if err != nil {
-		return fmt.Errorf("creating TUN device %s for user-space WireGuard: %w", d.Name, err)
+		err = fmt.Errorf("creating TUN device %s for user-space WireGuard: %w", d.Name, err)
+		if _, serr := os.Stat(tunDevice); serr != nil || errors.Is(err, fs.ErrPermission) {
+			// In a container (weft's DaemonSet) /dev/net/tun is neither there nor allowed.
+			err = fmt.Errorf("%w: the kernel has no WireGuard (load the wireguard module, Linux 5.6 and later have it), "+
+				"and running it in user space needs /dev/net/tun, which a container gets only when privileged", err)
+		}
+		return err
 	}
 	log := w.log.With("dev", d.Name)
 	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
