@@ -377,3 +377,21 @@ func (f *fixture) apply2(p *Plane, st *backend.State) backend.Changes {
 	}
 	return c
 }
+
+// TestStrayNexthopDeleted: a nexthop object with one of weft's IDs that no peer uses is
+// deleted by a full Apply, a blackhole one (no device) too.
+func TestStrayNexthopDeleted(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	st := testState(t, false)
+	id := fmt.Sprint(nexthopID(pfx("10.244.5.0/24"), pfx("10.244.0.0/16")))
+	f.must(netlink.LinkSetUp(f.link("lo"))) // a blackhole nexthop wants it up
+	if out, err := exec.Command("ip", "nexthop", "add", "id", id, "blackhole").CombinedOutput(); err != nil {
+		t.Skipf("ip nexthop add blackhole: %v: %s", err, out)
+	}
+	if c := f.apply(st, backend.Update{Full: true}); c["nexthop"] != 1 {
+		t.Errorf("full Apply wrote %v, want the stray nexthop deleted", c)
+	}
+	if out, err := exec.Command("ip", "nexthop", "show", "id", id).CombinedOutput(); err == nil {
+		t.Errorf("nexthop %s still there: %s", id, out)
+	}
+}

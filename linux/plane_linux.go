@@ -313,6 +313,8 @@ func (p *Plane) write(pl *plan, vx netlink.Link) (Changes, error) {
 			m = blackholeAdd(pl.SetRoutes[i])
 		case o.kind == kindRoute && o.del && pl.DelRoutes[i].raw != (rawRoute{}):
 			m = routeDel(pl.DelRoutes[i]) // as dumped: its device is named by index already
+		case o.kind == kindNexthop && o.del:
+			m = nexthopDel(pl.DelNexthops[i].ID) // by ID alone: a group or blackhole has no device
 		default:
 			dev, ok := link(o)
 			switch {
@@ -322,8 +324,6 @@ func (p *Plane) write(pl *plan, vx netlink.Link) (Changes, error) {
 				m = routeSet(pl.SetRoutes[i], dev)
 			case !ok:
 				return
-			case o.kind == kindNexthop && o.del:
-				m = nexthopDel(pl.DelNexthops[i].ID)
 			case o.kind == kindNexthop:
 				m = nexthopSet(pl.SetNexthops[i], dev)
 			case o.kind == kindNeighbor && o.del:
