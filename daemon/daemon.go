@@ -117,6 +117,11 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 
 	d := &daemon{cfg: cfg, log: log, sm: deps.Manager, m: deps.metrics, events: deps.Events, caps: capabilities(deps),
 		pending: map[string]time.Time{}}
+	// Every kind the plane counts has its series from the start, at 0 until written.
+	for _, k := range d.caps.ChangeKinds {
+		d.m.changes.WithLabelValues(k)
+		d.m.driftRestored.WithLabelValues(k)
+	}
 	var check func() error
 	if c, ok := deps.Manager.(subnet.Checker); ok {
 		check = c.Check

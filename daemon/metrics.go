@@ -113,7 +113,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "weft_dataplane_changes_total", Help: "Data plane entries written, by kind (route, neighbor, fdb, address, masquerade, forward, hns_policy, hns_endpoint).",
+			Name: "weft_dataplane_changes_total", Help: "Data plane entries written, by kind (Linux: route, nexthop, neighbor, fdb, address, masquerade, forward, wireguard_peer; Windows: hns_network, hns_policy, hns_endpoint, hns_namespace, forwarding, route).",
 		}, []string{"kind"}),
 		driftRestored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_drift_restored_total", Help: "Entries written back after someone else changed or deleted them, by kind.",

@@ -18,6 +18,7 @@ import (
 	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/internal/etcdtest"
 	"github.com/weftnet/weft/internal/promtest"
+	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet/etcd"
 )
 
@@ -136,6 +137,14 @@ func TestCountersStartAtZero(t *testing.T) {
 		for _, l := range have[name] {
 			if l[""] != "0" {
 				t.Errorf("a fresh node's %s%v is %s, want 0", name, l, l[""])
+			}
+		}
+	}
+	// The data plane's kinds (a Linux plane's here): a series each, from the start.
+	for _, name := range []string{"weft_dataplane_changes_total", "weft_drift_restored_total"} {
+		for _, k := range linux.Capabilities().ChangeKinds {
+			if !slices.ContainsFunc(have[name], func(l map[string]string) bool { return l["kind"] == k }) {
+				t.Errorf("a fresh node's /metrics has no %s{kind=%q}", name, k)
 			}
 		}
 	}
