@@ -30,14 +30,21 @@ func ownKubeSubnet() netip.Prefix { return netip.MustParsePrefix("10.200.0.0/24"
 // peer's VTEP address) and a VTEP MAC of its own.
 func peer(i int) (netip.Prefix, subnet.LeaseAttrs) {
 	sn := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
-	ip := netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)})
-	// Locally administered unicast.
-	mac := backend.MAC{0x02, 0x57, 0x46, byte(i >> 16), byte(i >> 8), byte(i)}
 	return sn, subnet.LeaseAttrs{
-		PublicIP:    ip,
+		PublicIP:    peerIP(i),
 		BackendType: subnet.BackendVXLAN,
-		BackendData: backend.VXLANData{VNI: vni, VtepMAC: mac}.Encode(),
+		BackendData: backend.VXLANData{VNI: vni, VtepMAC: peerMAC(i)}.Encode(),
 	}
+}
+
+// peerIP is peer i's public IP.
+func peerIP(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)})
+}
+
+// peerMAC is peer i's VTEP MAC: locally administered unicast.
+func peerMAC(i int) backend.MAC {
+	return backend.MAC{0x02, 0x57, 0x46, byte(i >> 16), byte(i >> 8), byte(i)}
 }
 
 // peerSet is the set of the subnets of peers from..to (inclusive).
