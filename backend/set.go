@@ -149,12 +149,19 @@ type Result struct {
 	Changes []PeerChange
 	// Skipped are leases newly skipped, or skipped for a new reason: each is logged once.
 	Skipped []Skipped
+	// Full says that the changes need not be recorded: the next Apply is a full one, which
+	// looks at every peer. At start-up that saves a change of each of tens of thousands of
+	// peers (200 bytes each) that nothing would read.
+	Full bool
 
 	index map[string]int // of Changes, by key
 }
 
 // change records that key's peer went from old to new.
 func (r *Result) change(key string, old, new Peer) {
+	if r.Full {
+		return
+	}
 	if i, ok := r.index[key]; ok {
 		r.Changes[i].New = new
 		return

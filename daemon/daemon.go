@@ -628,6 +628,10 @@ func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
 	before := d.skippedSoFar()
 	d.viewStale = true
+	for _, st := range d.stacks {
+		// Only the next Apply resets full: until then, changes would be recorded for nothing.
+		st.result.Full = st.full
+	}
 	for _, ev := range batch {
 		k := ev.Lease.Key()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
