@@ -32,7 +32,7 @@ const floorSockBuf = 64 << 20
 // rtaNHID is RTA_NH_ID, the nexthop object of a route, which golang.org/x/sys lacks.
 const rtaNHID = 30
 
-// floorOwn is the VXLAN device's own address: outside the peers' subnets.
+// floorOwn is the VXLAN device's own address, a node's under test: above the peers' subnets.
 func floorOwn() netip.Prefix { return netip.MustParsePrefix("10.255.255.0/32") }
 
 // floor is what a floor measure found.

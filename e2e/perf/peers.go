@@ -7,14 +7,15 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// The cluster network: peers live in its lower half, the node under test leases from its
-// upper half (SubnetMin), so that a fake peer never takes the node's own subnet.
+// The cluster network, a /8 cut into /24s as the largest clusters run it (65,536 subnets):
+// peers take its subnets from the second on, the node under test leases one of its last four
+// (SubnetMin), so that a fake peer never takes the node's own subnet.
 const (
 	// NetConf is the network config of every run: flannel's vxlan backend, VNI 1.
-	NetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.128.0.0","SubnetMax":"10.255.255.0",` +
+	NetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.255.252.0","SubnetMax":"10.255.255.0",` +
 		`"Backend":{"Type":"vxlan","VNI":1}}`
-	// MaxPeers is how many peers fit the lower half of the network.
-	MaxPeers = 1<<15 - 1
+	// MaxPeers is how many peers fit below SubnetMin.
+	MaxPeers = 1<<16 - 4 - 1
 	// vni is the VNI of NetConf, which peers publish.
 	vni = 1
 )
@@ -23,7 +24,7 @@ const (
 func network() netip.Prefix { return netip.MustParsePrefix("10.0.0.0/8") }
 
 // ownKubeSubnet is the podCIDR of the node under test in Kubernetes mode.
-func ownKubeSubnet() netip.Prefix { return netip.MustParsePrefix("10.200.0.0/24") }
+func ownKubeSubnet() netip.Prefix { return netip.MustParsePrefix("10.255.255.0/24") }
 
 // peer is the i-th fake peer (1 <= i <= MaxPeers): subnet 10.<i/256>.<i%256>.0/24, public IP
 // 198.18.0.0 + i (the benchmarking range; it need not exist, vxlan routes are onlink via the
