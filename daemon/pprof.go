@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"time"
 )
@@ -14,12 +15,13 @@ const maxCPUProfile = 25 * time.Second
 
 // serveProfile writes one of Go's profiles (--debug-pprof), in the format `go tool pprof`
 // reads: /debug/pprof/profile?seconds=N is a CPU profile of the next N seconds (default 5),
+// /debug/pprof/trace?seconds=N an execution trace of them (`go tool trace`),
 // /debug/pprof/heap (?gc=1: after a collection), allocs, goroutine and the others that
 // runtime/pprof keeps by their names. It is written on runtime/pprof rather than by
 // importing net/http/pprof, whose import registers its handlers on http.DefaultServeMux.
 func serveProfile(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if name == "profile" {
+	if name == "profile" || name == "trace" {
 		d := 5 * time.Second
 		if s := r.FormValue("seconds"); s != "" {
 			n, err := strconv.Atoi(s)
@@ -29,16 +31,20 @@ func serveProfile(w http.ResponseWriter, r *http.Request) {
 			}
 			d = time.Duration(n) * time.Second
 		}
+		start, stop := pprof.StartCPUProfile, pprof.StopCPUProfile
+		if name == "trace" {
+			start, stop = trace.Start, trace.Stop
+		}
 		w.Header().Set("Content-Type", "application/octet-stream")
-		if err := pprof.StartCPUProfile(w); err != nil {
-			http.Error(w, "CPU profile: "+err.Error(), http.StatusConflict)
+		if err := start(w); err != nil {
+			http.Error(w, name+": "+err.Error(), http.StatusConflict)
 			return
 		}
 		select {
 		case <-time.After(d):
 		case <-r.Context().Done():
 		}
-		pprof.StopCPUProfile()
+		stop()
 		return
 	}
 	p := pprof.Lookup(name)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/weftnet/weft/backend"
@@ -12,7 +13,7 @@ import (
 )
 
 // TestDebugPprof: the profiles are served with --debug-pprof, gzipped protobufs as `go tool
-// pprof` reads them, and not at all without it.
+// pprof` reads them (and an execution trace), and not at all without it.
 func TestDebugPprof(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.Options{})
 	cli := srv.Client(t)
@@ -26,13 +27,17 @@ func TestDebugPprof(t *testing.T) {
 			c.HealthzPort, c.DebugPprof = port, on
 		})
 		eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
-		for _, path := range []string{"/debug/pprof/heap?gc=1", "/debug/pprof/goroutine", "/debug/pprof/profile?seconds=1"} {
+		for _, path := range []string{"/debug/pprof/heap?gc=1", "/debug/pprof/goroutine", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
 			code, body := get(base + path)
+			magic := []byte{0x1f, 0x8b} // a gzipped profile
+			if strings.Contains(path, "trace") {
+				magic = []byte("go 1.") // an execution trace
+			}
 			switch {
 			case !on && code != http.StatusNotFound:
 				t.Errorf("GET %s without --debug-pprof: %d, want 404", path, code)
-			case on && (code != http.StatusOK || !bytes.HasPrefix([]byte(body), []byte{0x1f, 0x8b})):
-				t.Errorf("GET %s with --debug-pprof: %d, %d bytes starting %q: want 200 and a gzipped profile", path, code, len(body), body[:min(len(body), 16)])
+			case on && (code != http.StatusOK || !bytes.HasPrefix([]byte(body), magic)):
+				t.Errorf("GET %s with --debug-pprof: %d, %d bytes starting %q: want 200 and %q", path, code, len(body), body[:min(len(body), 16)], magic)
 			}
 		}
 		if code, _ := get(base + "/debug/pprof/nosuch"); on && code != http.StatusNotFound {
