@@ -283,8 +283,8 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	if e.c.mac != (MAC{}) {
 		s.byMAC.add(e.c.mac, e, touched)
 	}
-	if !e.c.key.IsZero() {
-		s.byKey.add(e.c.key, e, touched)
+	if !e.c.key().IsZero() {
+		s.byKey.add(e.c.key(), e, touched)
 	}
 }
 
@@ -316,8 +316,8 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	if e.c.mac != (MAC{}) {
 		s.byMAC.drop(e.c.mac, e, touched)
 	}
-	if !e.c.key.IsZero() {
-		s.byKey.drop(e.c.key, e, touched)
+	if !e.c.key().IsZero() {
+		s.byKey.drop(e.c.key(), e, touched)
 	}
 }
 
@@ -357,10 +357,10 @@ func (s *Set) rival(e *entry) *Skipped {
 				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
 		}
 	}
-	if !e.c.key.IsZero() {
-		if w := s.byKey.first(e.c.key); w != e {
+	if !e.c.key().IsZero() {
+		if w := s.byKey.first(e.c.key()); w != e {
 			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateKey, ClashesWith: w.key,
-				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key, w.key)}
+				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key(), w.key)}
 		}
 	}
 	return nil
