@@ -127,6 +127,14 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	}
 	d.health = newHealth(cfg, d.m, check, probe)
 	d.health.peers = d.peerStatus
+	// The cold start is a burst that steady state never repeats (see loop): collected
+	// more often meanwhile, its garbage does not double the peak over what the node keeps.
+	// A GOGC set lower (or off) stays.
+	d.gcPercent = debug.SetGCPercent(startupGCPercent)
+	if d.gcPercent < startupGCPercent {
+		debug.SetGCPercent(d.gcPercent)
+	}
+	defer debug.SetGCPercent(d.gcPercent)
 	d.m.peers.count = d.peerCounts
 	d.m.ready = func() bool { return d.health.readyz() == nil }
 	if p, ok := deps.Manager.(subnet.PoolReporter); ok {
@@ -203,6 +211,8 @@ type daemon struct {
 	notified bool // systemd was told weftd is ready
 	// startupDone is when the first convergence ended.
 	startupDone time.Time
+	// gcPercent is the GOGC the start-up's (startupGCPercent) replaces until its end.
+	gcPercent int
 	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
@@ -418,6 +428,10 @@ func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subne
 	return l, err
 }
 
+// startupGCPercent is the GOGC of the cold start: the heap grows by half of what is live
+// before a collection, not by all of it.
+const startupGCPercent = 50
+
 // startupEchoes is how long the kernel's notifications of the first convergence's writes
 // take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
 const startupEchoes = 2 * time.Second
@@ -519,19 +533,32 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
 	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
-	for _, st := range d.stacks {
-		wg.Go(func() {
-			err := st.plane.Watch(ctx, func() {
-				st.drifted.Store(true)
-				select {
-				case drift <- struct{}{}:
-				default:
+	// The data planes are watched for drift from the end of the first convergence on, not
+	// from its start: its tens of thousands of writes would each come back as a
+	// notification, read and parsed beside the writes for nothing (at 20,000 peers, 80,000
+	// of them, and twice the time the writes take in the kernel). A Watch reports drift once
+	// as soon as it is subscribed, which makes the next Apply a full one: whatever changed
+	// before is restored then.
+	watching := false
+	watch := func() {
+		if watching {
+			return
+		}
+		watching = true
+		for _, st := range d.stacks {
+			wg.Go(func() {
+				err := st.plane.Watch(ctx, func() {
+					st.drifted.Store(true)
+					select {
+					case drift <- struct{}{}:
+					default:
+					}
+				})
+				if err != nil && ctx.Err() == nil {
+					d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
 				}
 			})
-			if err != nil && ctx.Err() == nil {
-				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
-			}
-		})
+		}
 	}
 
 	resync := time.NewTicker(d.cfg.ResyncInterval)
@@ -579,6 +606,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			d.setFull()
 		case <-startupGarbage.C:
 			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupEchoes {
+				debug.SetGCPercent(d.gcPercent)
 				debug.FreeOSMemory()
 				startupGarbage.Stop()
 			}
@@ -602,6 +630,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			err := d.converge(ctx)
+			watch()
 			if err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
 				retryConverge.Reset(time.Second)
