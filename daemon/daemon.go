@@ -213,7 +213,7 @@ type daemon struct {
 	startupDone time.Time
 	// gcPercent is the GOGC the start-up's (startupGCPercent) replaces until its end.
 	gcPercent int
-	ready       bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
+	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
 
 // stack is one IP family's part of the node: its backend, the peer set of the family's
