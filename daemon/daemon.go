@@ -533,32 +533,19 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
 	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
-	// The data planes are watched for drift from the end of the first convergence on, not
-	// from its start: its tens of thousands of writes would each come back as a
-	// notification, read and parsed beside the writes for nothing (at 20,000 peers, 80,000
-	// of them, and twice the time the writes take in the kernel). A Watch reports drift once
-	// as soon as it is subscribed, which makes the next Apply a full one: whatever changed
-	// before is restored then.
-	watching := false
-	watch := func() {
-		if watching {
-			return
-		}
-		watching = true
-		for _, st := range d.stacks {
-			wg.Go(func() {
-				err := st.plane.Watch(ctx, func() {
-					st.drifted.Store(true)
-					select {
-					case drift <- struct{}{}:
-					default:
-					}
-				})
-				if err != nil && ctx.Err() == nil {
-					d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
+	for _, st := range d.stacks {
+		wg.Go(func() {
+			err := st.plane.Watch(ctx, func() {
+				st.drifted.Store(true)
+				select {
+				case drift <- struct{}{}:
+				default:
 				}
 			})
-		}
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
+			}
+		})
 	}
 
 	resync := time.NewTicker(d.cfg.ResyncInterval)
@@ -630,7 +617,6 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		}
 		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
 			err := d.converge(ctx)
-			watch()
 			if err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
 				retryConverge.Reset(time.Second)
