@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/weftnet/weft/subnet"
 )
@@ -126,10 +127,12 @@ type Peer struct {
 	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
 	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
 	VTEPMAC MAC
-	// WGKey and WGPort are a wireguard peer's public key and UDP port (its Endpoint is
-	// PublicIP:WGPort); zero for the other backends.
-	WGKey  Key
-	WGPort uint16
+	// WGKey and WGEndpoint are a wireguard peer's public key and the address and UDP port
+	// its device is dialled at; zero for the other backends. The endpoint is PublicIP's in
+	// separate mode; in flannel's single-tunnel modes (one device for both families) it is
+	// the one address the mode picks for both halves of the lease.
+	WGKey      Key
+	WGEndpoint netip.AddrPort
 }
 
 // IsValid reports whether p is a peer at all: the zero Peer stands for none.
@@ -208,6 +211,9 @@ type TxChecksumOffloader interface {
 type WireGuardRunner interface {
 	// Implementation is "kernel" or "user space" for the device dev it made, "" for none.
 	Implementation(dev string) string
+	// PeerHandshakes is when each peer of the device dev last completed a handshake (zero:
+	// never), as the device itself says; it must not wait on the plane's Apply.
+	PeerHandshakes(dev string) ([]time.Time, error)
 }
 
 // Skipped is a peer lease left out of the State, and why: Code is one of the Skip*

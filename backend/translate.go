@@ -138,7 +138,7 @@ func NewFor(cfg *subnet.Config, node Node, caps Capabilities, f Family) (*Backen
 		}
 		dev := &WireGuardDevice{Name: WGDeviceName, ListenPort: be.ListenPort, MTU: b.mtu,
 			PrivateKey: node.WireGuardKey, Keepalive: be.PersistentKeepalive}
-		if f == IPv6 {
+		if f == IPv6 && be.Mode == subnet.WGSeparate {
 			dev.Name, dev.ListenPort = WG6DeviceName, be.ListenPortV6
 		}
 		if be.PSK != "" {
@@ -280,11 +280,7 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 		if err != nil {
 			return fail(SkipBadData, err.Error())
 		}
-		if d.Port == 0 {
-			// flannel before v0.22 published no port: its peers dial their own.
-			d.Port = b.wg.ListenPort
-		}
-		c.peer.WGKey, c.peer.WGPort = d.PublicKey, d.Port
+		c.peer.WGKey, c.peer.WGEndpoint = d.PublicKey, b.wgEndpoint(l, ip, d.Port)
 		return c
 	}
 	if b.dev == nil { // host-gw
@@ -305,6 +301,48 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 		c.peer.VTEPMAC = d.VtepMAC
 	}
 	return c
+}
+
+// wgEndpoint is where the node dials the peer of lease l whose half of the family has the
+// public address ip and the port port.
+//
+// In separate mode each family's device listens on its own port: ip:port. In flannel's
+// single-tunnel modes one device, on ListenPort, carries both families, and flanneld picks
+// one address for it: the IPv4 one in mode ipv4, the IPv6 one in mode ipv6, and in mode auto
+// (flannel's selectMode) the IPv4 one unless the peer's IPv4 address is private (RFC 1918)
+// while its IPv6 one and the node's are public. The port is that device's, the one the peer
+// publishes in BackendData: flanneld publishes ListenPortV6 in BackendV6Data even in these
+// modes, where nothing listens on it, and dials it for IPv6 (so that flanneld's own ipv6 and
+// auto modes reach a peer over IPv6 only where both ports are equal); weft publishes the
+// device's port in both and dials BackendData's port where the lease has one.
+func (b *Backend) wgEndpoint(l subnet.Lease, ip netip.Addr, port uint16) netip.AddrPort {
+	if b.cfg.Backend.Mode != subnet.WGSeparate {
+		if b.fam == IPv6 && len(l.Attrs.BackendData) > 0 {
+			if d, err := DecodeWireGuardData(l.Attrs.BackendData); err == nil {
+				port = d.Port
+			}
+		}
+		v4, v6 := l.Attrs.PublicIP, l.Attrs.PublicIPv6
+		use6 := false
+		switch b.cfg.Backend.Mode {
+		case subnet.WGIPv6:
+			use6 = true
+		case subnet.WGAuto:
+			use6 = v6.IsValid() && v4.IsPrivate() && !v6.IsPrivate() &&
+				b.node.PublicIPv6.IsValid() && !b.node.PublicIPv6.IsPrivate()
+		}
+		switch {
+		case use6 && PlausibleUnicast(v6) && IPv6.Of(v6):
+			ip = v6
+		case !use6 && PlausibleUnicast(v4) && IPv4.Of(v4):
+			ip = v4
+		}
+	}
+	if port == 0 {
+		// flannel before v0.22 published no port: its peers dial their own.
+		port = b.wg.ListenPort
+	}
+	return netip.AddrPortFrom(ip, port)
 }
 
 // ownClaims is what the node's own lease claims: no peer may take its subnet, public IP or

@@ -162,10 +162,10 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	for k, p := range s.State().Peers.All() {
 		peers[k] = p
 	}
-	if p := peers["10.42.2.0-24"]; p.WGKey != good || p.WGPort != 51900 {
+	if p := peers["10.42.2.0-24"]; p.WGKey != good || p.WGEndpoint.Port() != 51900 {
 		t.Errorf("peer 2: %+v", p)
 	}
-	if p := peers["10.42.3.0-24"]; p.WGKey != other || p.WGPort != 51820 {
+	if p := peers["10.42.3.0-24"]; p.WGKey != other || p.WGEndpoint.Port() != 51820 {
 		t.Errorf("peer 3 (no port): %+v", p)
 	}
 	if len(peers) != 2 {
@@ -176,9 +176,9 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	}
 }
 
-// TestWireGuardCheck: a plane without the single-tunnel modes refuses them where IPv6 is on
-// (flanneld dials a port its peers' single device does not listen on), takes them in an
-// IPv4-only network, and refuses one port for both devices in separate mode.
+// TestWireGuardCheck: a plane without the single-tunnel modes with IPv6 (a plane may lack
+// them) refuses them where IPv6 is on, takes them in an IPv4-only network, and refuses one
+// port for both devices in separate mode.
 func TestWireGuardCheck(t *testing.T) {
 	caps := Capabilities{OS: "Linux", WireGuard: WireGuardCapabilities{Has: Feature{Has: true}, IPv6: Feature{Has: true},
 		SingleTunnelDualStack: Feature{Why: "not yet"}}}
@@ -201,5 +201,75 @@ func TestWireGuardCheck(t *testing.T) {
 		if tc.key == "" && err != nil || tc.key != "" && (!errors.As(err, &ce) || ce.Key != tc.key) {
 			t.Errorf("%s: %v, want %q refused (none: accepted)", tc.conf, err, tc.key)
 		}
+	}
+}
+
+// TestWireGuardSingleTunnelEndpoints: a lease as flanneld publishes it in a dual-stack network
+// (one key; BackendData's port 51820, BackendV6Data's 51821) is dialled, by both families'
+// backends, where each mode says: each half at its own port in separate mode; in the
+// single-tunnel modes at one address, on BackendData's port — the one the peer's single
+// device listens on. The node's own lease publishes its device's port in both halves.
+func TestWireGuardSingleTunnelEndpoints(t *testing.T) {
+	priv := Key{0, 7}
+	peerKey := Key{0, 8}.PublicKey()
+	ep := netip.MustParseAddrPort
+	for _, tc := range []struct {
+		mode         string
+		peer4, node6 string // the peer's public IPv4 address, the node's public IPv6 one
+		want4, want6 netip.AddrPort
+		dev6         string
+		ownPort6     uint16
+	}{
+		{"separate", "192.0.2.5", "2001:db8::1", ep("192.0.2.5:51820"), ep("[2001:db8::5]:51821"), "flannel-wg-v6", 51821},
+		{"ipv4", "192.0.2.5", "2001:db8::1", ep("192.0.2.5:51820"), ep("192.0.2.5:51820"), "flannel-wg", 51820},
+		{"ipv6", "192.0.2.5", "2001:db8::1", ep("[2001:db8::5]:51820"), ep("[2001:db8::5]:51820"), "flannel-wg", 51820},
+		// auto: IPv4 unless the peer's is private while its IPv6 address and the node's are public.
+		{"auto", "192.0.2.5", "2001:db8::1", ep("192.0.2.5:51820"), ep("192.0.2.5:51820"), "flannel-wg", 51820},
+		{"auto", "10.0.0.5", "2001:db8::1", ep("[2001:db8::5]:51820"), ep("[2001:db8::5]:51820"), "flannel-wg", 51820},
+		{"auto", "10.0.0.5", "fd00::1", ep("10.0.0.5:51820"), ep("10.0.0.5:51820"), "flannel-wg", 51820},
+	} {
+		t.Run(tc.mode+" "+tc.peer4+" "+tc.node6, func(t *testing.T) {
+			cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.42.0.0/16","EnableIPv6":true,"IPv6Network":"fd42::/56",` +
+				`"Backend":{"Type":"wireguard","Mode":"` + tc.mode + `"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := Node{Underlay: "eth0", Addr: netip.MustParseAddr("10.0.0.1"), PublicIP: netip.MustParseAddr("10.0.0.1"),
+				Addr6: netip.MustParseAddr(tc.node6), PublicIPv6: netip.MustParseAddr(tc.node6), MTU: 1500, WireGuardKey: priv}
+			caps := Capabilities{WireGuard: WireGuardCapabilities{Has: Feature{Has: true}, IPv6: Feature{Has: true}, SingleTunnelDualStack: Feature{Has: true}}}
+			if err := caps.Check(cfg); err != nil {
+				t.Fatal(err)
+			}
+			own := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.1.0/24"), IPv6Subnet: netip.MustParsePrefix("fd42:0:0:1::/64"), Created: 1}
+			peer := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.2.0/24"), IPv6Subnet: netip.MustParsePrefix("fd42:0:0:2::/64"), Created: 2,
+				Attrs: subnet.LeaseAttrs{BackendType: "wireguard", PublicIP: netip.MustParseAddr(tc.peer4), PublicIPv6: netip.MustParseAddr("2001:db8::5"),
+					BackendData:   json.RawMessage(`{"PublicKey":"` + peerKey.String() + `","Port":51820}`),
+					BackendV6Data: json.RawMessage(`{"PublicKey":"` + peerKey.String() + `","Port":51821}`)}}
+			got := map[Family]netip.AddrPort{}
+			for _, f := range []Family{IPv4, IPv6} {
+				b, err := NewFor(cfg, node, caps, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.AddAttrs(&own.Attrs, MAC{})
+				s := NewSet(b, own, false)
+				var r Result
+				s.Put(peer, &r)
+				for _, p := range s.State().Peers.All() {
+					got[f] = p.WGEndpoint
+				}
+				if f == IPv6 {
+					if wg := s.State().WireGuard; wg.Name != tc.dev6 || wg.ListenPort != tc.ownPort6 {
+						t.Errorf("IPv6 device %s port %d, want %s port %d", wg.Name, wg.ListenPort, tc.dev6, tc.ownPort6)
+					}
+				}
+			}
+			if got[IPv4] != tc.want4 || got[IPv6] != tc.want6 {
+				t.Errorf("endpoints IPv4 %v IPv6 %v, want %v and %v", got[IPv4], got[IPv6], tc.want4, tc.want6)
+			}
+			if d, err := DecodeWireGuardData(own.Attrs.BackendV6Data); err != nil || d.Port != tc.ownPort6 {
+				t.Errorf("own BackendV6Data %s, want port %d", own.Attrs.BackendV6Data, tc.ownPort6)
+			}
+		})
 	}
 }

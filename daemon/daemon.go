@@ -280,9 +280,18 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	var wgs []wgDevice
 	for _, b := range bs {
-		d.stacks = append(d.stacks, &stack{b: b, plane: planes[b.Family()]})
+		st := &stack{b: b, plane: planes[b.Family()]}
+		d.stacks = append(d.stacks, st)
+		// In single-tunnel modes both families name one device: it is counted once.
+		if dev := b.StateFor(subnet.Lease{}, false).WireGuard; dev != nil && !slices.ContainsFunc(wgs, func(w wgDevice) bool { return w.name == dev.Name }) {
+			if r, ok := st.plane.(backend.WireGuardRunner); ok {
+				wgs = append(wgs, wgDevice{name: dev.Name, runner: r})
+			}
+		}
 	}
+	d.m.wireguard.devices.Store(&wgs)
 	d.mtu = mtu
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type
@@ -911,8 +920,8 @@ func (d *daemon) wireGuardStatus() {
 	for _, st := range d.stacks {
 		dev := st.b.StateFor(subnet.Lease{}, false).WireGuard
 		r, ok := st.plane.(backend.WireGuardRunner)
-		if dev == nil || !ok {
-			continue
+		if dev == nil || !ok || slices.ContainsFunc(wgs, func(w status.WireGuard) bool { return w.Device == dev.Name }) {
+			continue // single-tunnel modes: both families' device, shown once
 		}
 		wgs = append(wgs, status.WireGuard{Device: dev.Name, ListenPort: int(dev.ListenPort),
 			PublicKey: dev.PrivateKey.PublicKey().String(), Implementation: r.Implementation(dev.Name)})

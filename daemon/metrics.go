@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"runtime"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,6 +24,7 @@ type metrics struct {
 	renewals         *prometheus.CounterVec
 	peers            *countCollector
 	pool             *poolCollector
+	wireguard        *wgCollector
 	probes           *prometheus.CounterVec
 	probeRTT         prometheus.Histogram
 	unreachable      prometheus.Gauge
@@ -60,6 +63,9 @@ func newMetrics() *metrics {
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "weft_lease_renewals_total", Help: "Lease renewals by result (success, changed: the subnet changed, error).",
 		}, []string{"result"}),
+		wireguard: &wgCollector{desc: prometheus.NewDesc("weft_wireguard_peers",
+			"Peers of each WireGuard device by their latest handshake: recent (under 180 s ago, while a session can still carry data), stale (older: idle, or the peer unreachable), never.",
+			[]string{"device", "handshake"}, nil), now: time.Now},
 		peers: &countCollector{desc: prometheus.NewDesc("weft_peers",
 			"Peer leases known, by backend type and state (programmed, skipped).", []string{"backend", "state"}, nil)},
 		pool: &poolCollector{
@@ -145,7 +151,7 @@ func newMetrics() *metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.probes, m.probeRTT, m.unreachable,
+	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.wireguard, m.probes, m.probeRTT, m.unreachable,
 		m.transportBroken, m.mtuShort, m.offload, m.offloadChanges, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,
 		m.errors, m.skipped, m.contested, m.programDelay, m.datastoreLatency, m.nodeEvents, build, ready,
@@ -213,5 +219,53 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.total, prometheus.GaugeValue, float64(u.Total), fam)
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(u.Total-min(u.Leased, u.Total)), fam)
+	}
+}
+
+// wgCollector counts the WireGuard devices' peers by handshake when scraped, from the devices
+// themselves (backend.WireGuardRunner): nothing on nodes of other backends.
+type wgCollector struct {
+	desc    *prometheus.Desc
+	now     func() time.Time
+	devices atomic.Pointer[[]wgDevice] // set once the backends are built
+}
+
+// wgDevice is a WireGuard device and the plane that runs it.
+type wgDevice struct {
+	name   string
+	runner backend.WireGuardRunner
+}
+
+// wgSessionLife is WireGuard's Reject-After-Time: a session older than this carries no data,
+// so a peer whose latest handshake is older has no working session until it shakes hands again.
+const wgSessionLife = 180 * time.Second
+
+func (c *wgCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *wgCollector) Collect(ch chan<- prometheus.Metric) {
+	devs := c.devices.Load()
+	if devs == nil {
+		return
+	}
+	now := c.now()
+	for _, d := range *devs {
+		hs, err := d.runner.PeerHandshakes(d.name)
+		if err != nil {
+			continue // the device is being re-made: its drift is reported and repaired elsewhere
+		}
+		var recent, stale, never int
+		for _, t := range hs {
+			switch {
+			case t.IsZero():
+				never++
+			case now.Sub(t) < wgSessionLife:
+				recent++
+			default:
+				stale++
+			}
+		}
+		for label, n := range map[string]int{"recent": recent, "stale": stale, "never": never} {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), d.name, label)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -173,5 +174,61 @@ func TestNodeEventsStartAtZero(t *testing.T) {
 				t.Errorf("no weft_node_events_total{reason=%q,result=%q} at 0", reason, r)
 			}
 		}
+	}
+}
+
+// handshakes is a WireGuardRunner whose devices' peers shook hands at the given times.
+type handshakes map[string][]time.Time
+
+func (h handshakes) Implementation(string) string { return "user space" }
+
+func (h handshakes) PeerHandshakes(dev string) ([]time.Time, error) {
+	hs, ok := h[dev]
+	if !ok {
+		return nil, fmt.Errorf("no device %s", dev)
+	}
+	return hs, nil
+}
+
+// TestWireGuardPeersByHandshake: weft_wireguard_peers counts each device's peers by their
+// latest handshake against WireGuard's 180 s session life, every label present even at 0,
+// and leaves out a device that cannot be read.
+func TestWireGuardPeersByHandshake(t *testing.T) {
+	now := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	m := newMetrics()
+	m.wireguard.now = func() time.Time { return now }
+	r := handshakes{
+		"flannel-wg":    {now.Add(-5 * time.Second), now.Add(-179 * time.Second), now.Add(-181 * time.Second), {}},
+		"flannel-wg-v6": {now.Add(-time.Hour)},
+	}
+	m.wireguard.devices.Store(&[]wgDevice{{"flannel-wg", r}, {"flannel-wg-v6", r}, {"gone", r}})
+	got := map[string]float64{}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "weft_wireguard_peers" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			var dev, hs string
+			for _, l := range s.GetLabel() {
+				switch l.GetName() {
+				case "device":
+					dev = l.GetValue()
+				case "handshake":
+					hs = l.GetValue()
+				}
+			}
+			got[dev+"/"+hs] = s.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"flannel-wg/recent": 2, "flannel-wg/stale": 1, "flannel-wg/never": 1,
+		"flannel-wg-v6/recent": 0, "flannel-wg-v6/stale": 1, "flannel-wg-v6/never": 0,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("weft_wireguard_peers = %v, want %v", got, want)
 	}
 }

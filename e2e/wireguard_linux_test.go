@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +27,8 @@ var wireguardNet = backend{"wireguard", `{"Network":"10.244.0.0/16","Backend":{"
 // where the kernel has no WireGuard, as here): each publishes its public key and port in
 // flannel's format, its flannel-wg has MTU 1420 (1500 less 80) and one peer per other node;
 // every pod pings every other and TCP streams pass, through the tunnels; /status says which
-// WireGuard runs and that the probes through the tunnels are answered.
+// WireGuard runs and that the probes through the tunnels are answered, and /metrics that
+// every peer shook hands.
 func TestWireGuardPodToPod(t *testing.T) {
 	bins := needBinaries(t)
 	c := newCluster(t, bins, wireguardNet)
@@ -88,6 +91,10 @@ func TestWireGuardPodToPod(t *testing.T) {
 			if _, body, err = n.Get("/status"); err != nil || json.Unmarshal([]byte(body), &st) != nil {
 				t.Fatalf("node %s: /status: %v %s", n.Name, err, body)
 			}
+		}
+		// The pings made every pair shake hands; the device says so, and /metrics with it.
+		if line := `weft_wireguard_peers{device="flannel-wg",handshake="recent"} 2`; !hasMetric(t, n, line) {
+			t.Errorf("node %s: /metrics lacks %s", n.Name, line)
 		}
 		if len(st.WireGuard) != 1 || st.WireGuard[0].Device != "flannel-wg" || keys[st.WireGuard[0].PublicKey] != n.Name ||
 			(st.WireGuard[0].Implementation != "kernel" && st.WireGuard[0].Implementation != "user space") {
@@ -191,6 +198,23 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	stream(t, pods[0], pods[1])
 }
 
+// wgData is a wireguard lease half's backend data, as flannel writes it.
+type wgData struct {
+	PublicKey string
+	Port      int
+}
+
+// wgHalves reads both halves' backend data of a dual-stack wireguard lease.
+func wgHalves(l subnet.Lease) (d4, d6 wgData, err error) {
+	if err := json.Unmarshal(l.Attrs.BackendData, &d4); err != nil {
+		return d4, d6, fmt.Errorf("BackendData: %w", err)
+	}
+	if err := json.Unmarshal(l.Attrs.BackendV6Data, &d6); err != nil {
+		return d4, d6, fmt.Errorf("BackendV6Data: %w", err)
+	}
+	return d4, d6, nil
+}
+
 // TestWireGuardDualStack: three weftd nodes in a dual-stack wireguard network (separate mode):
 // each lease carries the same public key in BackendData (port 51820) and BackendV6Data (port
 // 51821), flannel-wg-v6 carries the pods' IPv6 over the IPv6 underlay, and every pod reaches
@@ -201,12 +225,7 @@ func TestWireGuardDualStack(t *testing.T) {
 	nodes := startNodes(t, c, "n1", "n2", "n3")
 	for _, n := range nodes {
 		l := leaseOf(t, c, mustSubnet(t, n))
-		var d4, d6 struct {
-			PublicKey string
-			Port      int
-		}
-		if json.Unmarshal(l.Attrs.BackendData, &d4) != nil || json.Unmarshal(l.Attrs.BackendV6Data, &d6) != nil ||
-			d4.PublicKey == "" || d4.PublicKey != d6.PublicKey || d4.Port != 51820 || d6.Port != 51821 || l.Attrs.PublicIPv6 != n.IP6 {
+		if d4, d6, err := wgHalves(l); err != nil || d4.PublicKey == "" || d4.PublicKey != d6.PublicKey || d4.Port != 51820 || d6.Port != 51821 || l.Attrs.PublicIPv6 != n.IP6 {
 			t.Errorf("node %s lease %s: %s %s %s", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data, l.Attrs.PublicIPv6)
 		}
 		if route := nodeExec(t, n, "ip", "-6", "route", "show", ipv6Network); !strings.Contains(route, "dev flannel-wg-v6") {
@@ -217,6 +236,100 @@ func TestWireGuardDualStack(t *testing.T) {
 	pingAll(t, pods)
 	pingAll6(t, pods)
 	stream(t, pods[0], pods[1])
+}
+
+// TestWireGuardModes: in an IPv4 network flanneld's single-tunnel modes, auto and ipv4, make
+// the one device flannel-wg on ListenPort, as separate mode does, and publish that port:
+// pods on two nodes of each mode reach each other through it. (With IPv6 on, weft refuses
+// them: see backend.WireGuardCapabilities.SingleTunnelDualStack.)
+func TestWireGuardModes(t *testing.T) {
+	bins := needBinaries(t)
+	for _, mode := range []string{"auto", "ipv4"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCluster(t, bins, backend{"wireguard", `{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"` + mode + `","ListenPort":51830}}`})
+			nodes := startNodes(t, c, "n1", "n2")
+			for _, n := range nodes {
+				var data struct{ Port int }
+				if l := leaseOf(t, c, mustSubnet(t, n)); json.Unmarshal(l.Attrs.BackendData, &data) != nil || data.Port != 51830 {
+					t.Errorf("node %s lease %s: %s, want port 51830", n.Name, l.Key(), l.Attrs.BackendData)
+				}
+				if links := nodeExec(t, n, "ip", "-br", "link", "show"); !strings.Contains(links, "flannel-wg ") || strings.Contains(links, "flannel-wg-v6") {
+					t.Errorf("node %s: WireGuard devices %q, want flannel-wg alone", n.Name, links)
+				}
+			}
+			pods := onePodEach(t, c, nodes)
+			pingAll(t, pods)
+			stream(t, pods[0], pods[1])
+		})
+	}
+}
+
+// wgCounter reads a counter of TestWireGuardSingleTunnelDualStack's table as nft lists it.
+var wgCounter = regexp.MustCompile(`meta nfproto (ipv4|ipv6) udp dport (\{ [0-9, ]+ \}|[0-9]+) counter packets ([0-9]+)`)
+
+// TestWireGuardSingleTunnelDualStack: flanneld's single-tunnel modes in a dual-stack network.
+// Each node has one flannel-wg on ListenPort for both families, publishes that port in both
+// halves of its lease (flanneld would publish ListenPortV6, where nothing listens), and dials
+// every peer at one address on that port: IPv4 in modes ipv4 and auto (the underlay's IPv4
+// addresses are no RFC 1918 ones, so auto keeps IPv4), IPv6 in mode ipv6 — counted by an
+// nftables counter of the tunnels' datagrams per family on each node. Pods reach each other
+// over both families through the one device.
+func TestWireGuardSingleTunnelDualStack(t *testing.T) {
+	bins := needBinaries(t)
+	for _, mode := range []string{"auto", "ipv4", "ipv6"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newCluster(t, bins, backend{"wireguard", `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"` + ipv6Network +
+				`","Backend":{"Type":"wireguard","Mode":"` + mode + `"}}`})
+			nodes := startNodes(t, c, "n1", "n2", "n3")
+			for _, n := range nodes {
+				l := leaseOf(t, c, mustSubnet(t, n))
+				if d4, d6, err := wgHalves(l); err != nil || d4.PublicKey == "" || d4 != d6 || d4.Port != 51820 {
+					t.Errorf("node %s lease %s: %s %s, want one key and port 51820 in both", n.Name, l.Key(), l.Attrs.BackendData, l.Attrs.BackendV6Data)
+				}
+				if links := nodeExec(t, n, "ip", "-br", "link", "show"); !strings.Contains(links, "flannel-wg ") || strings.Contains(links, "flannel-wg-v6") {
+					t.Errorf("node %s: WireGuard devices %q, want flannel-wg alone", n.Name, links)
+				}
+				if route := nodeExec(t, n, "ip", "-6", "route", "show", ipv6Network); !strings.Contains(route, "dev flannel-wg ") {
+					t.Errorf("node %s: route of the IPv6 network: %q, want it through flannel-wg", n.Name, route)
+				}
+				nodeExec(t, n, "sh", "-c", `nft -f - <<'EOF'
+table inet weft_e2e_wg {
+	chain out {
+		type filter hook output priority 0;
+		meta nfproto ipv4 udp dport { 51820, 51821 } counter
+		meta nfproto ipv6 udp dport { 51820, 51821 } counter
+		meta nfproto ipv4 udp dport 51820 counter
+		meta nfproto ipv6 udp dport 51820 counter
+	}
+}
+EOF`)
+			}
+			pods := onePodEach(t, c, nodes)
+			pingAll(t, pods)
+			pingAll6(t, pods)
+			stream(t, pods[0], pods[1])
+			want := "ipv4"
+			if mode == "ipv6" {
+				want = "ipv6"
+			}
+			for _, n := range nodes {
+				counts := map[string]int{} // by family and port set: "ipv4 any", "ipv4 51820", ...
+				for _, m := range wgCounter.FindAllStringSubmatch(nodeExec(t, n, "nft", "list", "table", "inet", "weft_e2e_wg"), -1) {
+					port := "any"
+					if !strings.HasPrefix(m[2], "{") {
+						port = m[2]
+					}
+					counts[m[1]+" "+port], _ = strconv.Atoi(m[3])
+				}
+				other := map[string]string{"ipv4": "ipv6", "ipv6": "ipv4"}[want]
+				if counts[want+" any"] == 0 || counts[want+" 51820"] != counts[want+" any"] || counts[other+" any"] != 0 {
+					t.Errorf("node %s: tunnel datagrams sent %v, want all over %s to port 51820", n.Name, counts, want)
+				} else {
+					t.Logf("node %s: %d tunnel datagrams sent, all over %s to port 51820", n.Name, counts[want+" any"], want)
+				}
+			}
+		})
+	}
 }
 
 // TestWireGuardFromFlanneld: a node whose lease and key file are as flanneld's wireguard

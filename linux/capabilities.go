@@ -26,10 +26,9 @@ func Capabilities() backend.Capabilities {
 		},
 		HostGW: backend.HostGWCapabilities{IPv6: backend.Feature{Has: true}},
 		WireGuard: backend.WireGuardCapabilities{
-			Has:  backend.Feature{Has: true},
-			IPv6: backend.Feature{Has: true},
-			SingleTunnelDualStack: backend.Feature{Why: "weft runs WireGuard's IPv6 in separate mode only, " +
-				"one device per family (flanneld's auto and ipv6 modes dial the peers' ListenPortV6, on which their single device does not listen)"},
+			Has:                   backend.Feature{Has: true},
+			IPv6:                  backend.Feature{Has: true},
+			SingleTunnelDualStack: backend.Feature{Has: true},
 		},
 		Probes: true,
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,22 +32,49 @@ import (
 // per peer lease. What is no WireGuard's (masquerade, forward rules, the blackhole route) is
 // the netlink Plane's, which it embeds. A restart of weftd keeps a kernel device, its key and
 // its peers as they are; a user-space device lives in weftd and dies with it.
+//
+// The two families' planes of a node share their WireGuard devices (NewWireGuard, then
+// Family): in separate mode each family has a device of its own, in flannel's single-tunnel
+// modes both program flannel-wg, and a peer's two halves are one WireGuard peer.
 type WireGuard struct {
 	*Plane
-	log *slog.Logger
+	log  *slog.Logger
+	devs *wgDevices // shared with the other family's plane
 
+	// The family's device, under devs.mu: nil before the first full Apply.
+	dev     *backend.WireGuardDevice
+	ownNet  netip.Prefix
+	network netip.Prefix // routed through dev
+
+	// stats is a wgctrl client of its own for PeerHandshakes, so that a scrape never waits
+	// for an Apply holding mu.
+	statsMu sync.Mutex
+	stats   *wgctrl.Client
+}
+
+var _ backend.Plane = (*WireGuard)(nil)
+
+// wgDevices are the WireGuard devices of a node's planes, and what each family programmed
+// on them.
+type wgDevices struct {
 	mu     sync.Mutex
 	wg     *wgctrl.Client
 	user   map[string]*userDevice // the devices this process runs, by name
 	kernel *bool                  // whether the kernel has WireGuard; nil until asked
-	// peers is what the last Apply programmed, by lease key: the incremental Apply's base.
-	peers   map[string]backend.Peer
-	dev     *backend.WireGuardDevice
-	ownNet  netip.Prefix
-	network netip.Prefix // routed through dev
+	// peers is what the families' last Applies programmed, by device name: the
+	// incremental Apply's base.
+	peers map[string]*wgPeers
 }
 
-var _ backend.Plane = (*WireGuard)(nil)
+// peersOf is what the families programmed on the device name.
+func (ds *wgDevices) peersOf(name string) *wgPeers {
+	ps := ds.peers[name]
+	if ps == nil {
+		ps = newWGPeers()
+		ds.peers[name] = ps
+	}
+	return ps
+}
 
 // userDevice is a WireGuard device run by this process.
 type userDevice struct {
@@ -59,44 +89,82 @@ func NewWireGuard(log *slog.Logger) (*WireGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WireGuard{Plane: p, log: log, user: map[string]*userDevice{}, peers: map[string]backend.Peer{}}, nil
+	ds := &wgDevices{user: map[string]*userDevice{}, peers: map[string]*wgPeers{}}
+	return &WireGuard{Plane: p, log: log, devs: ds}, nil
+}
+
+// Family opens another family's plane on the same namespace, sharing w's WireGuard devices.
+func (w *WireGuard) Family(log *slog.Logger) (*WireGuard, error) {
+	p, err := New(log)
+	if err != nil {
+		return nil, err
+	}
+	return &WireGuard{Plane: p, log: log, devs: w.devs}, nil
 }
 
 // client is the wgctrl client, opened on first use: a node of another backend opens none.
-func (w *WireGuard) client() (*wgctrl.Client, error) {
-	if w.wg != nil {
-		return w.wg, nil
+func (ds *wgDevices) client() (*wgctrl.Client, error) {
+	if ds.wg != nil {
+		return ds.wg, nil
 	}
 	c, err := wgctrl.New()
 	if err != nil {
 		return nil, fmt.Errorf("opening wgctrl: %w", err)
 	}
-	w.wg = c
+	ds.wg = c
 	return c, nil
 }
 
 // Implementation says which WireGuard runs the device name: "kernel", "user space", or ""
 // before it is made.
 func (w *WireGuard) Implementation(name string) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.user[name] != nil {
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
+	if w.devs.user[name] != nil {
 		return "user space"
 	}
-	if w.kernel != nil && *w.kernel {
+	if w.devs.kernel != nil && *w.devs.kernel {
 		return "kernel"
 	}
 	return ""
 }
 
+// PeerHandshakes reads the device's peers' latest handshakes.
+func (w *WireGuard) PeerHandshakes(dev string) ([]time.Time, error) {
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	if w.stats == nil {
+		c, err := wgctrl.New()
+		if err != nil {
+			return nil, fmt.Errorf("opening wgctrl: %w", err)
+		}
+		w.stats = c
+	}
+	d, err := w.stats.Device(dev)
+	if err != nil {
+		return nil, fmt.Errorf("reading WireGuard device %s: %w", dev, err)
+	}
+	hs := make([]time.Time, len(d.Peers))
+	for i, p := range d.Peers {
+		hs[i] = p.LastHandshakeTime
+	}
+	return hs, nil
+}
+
 // Close stops the plane. The user-space devices stay up until the process exits, so that a
 // weftd shutting down keeps the tunnels while it can.
 func (w *WireGuard) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
 	var err error
-	if w.wg != nil {
-		err = w.wg.Close()
+	if w.devs.wg != nil {
+		err = w.devs.wg.Close()
+		w.devs.wg = nil // the other family's plane shares it
+	}
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	if w.stats != nil {
+		err = errors.Join(err, w.stats.Close())
 	}
 	return errors.Join(err, w.Plane.Close())
 }
@@ -110,8 +178,8 @@ func (w *WireGuard) Prepare(ctx context.Context, st *backend.State) (backend.MAC
 	if err := ctx.Err(); err != nil {
 		return backend.MAC{}, err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
 	return backend.MAC{}, w.ensureDevice(*st.WireGuard)
 }
 
@@ -120,13 +188,13 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 	var notFound netlink.LinkNotFoundError
 	switch {
 	case errors.As(err, &notFound):
-		if u := w.user[d.Name]; u != nil {
+		if u := w.devs.user[d.Name]; u != nil {
 			// Deleted under weftd: what ran it goes too, its socket first, so that the new
 			// device can serve its own.
 			w.log.Info("the user-space WireGuard device was deleted: making it again", "dev", d.Name)
 			u.uapi.Close()
 			u.dev.Close()
-			delete(w.user, d.Name)
+			delete(w.devs.user, d.Name)
 		}
 		if err := w.createDevice(d); err != nil {
 			return err
@@ -135,9 +203,9 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 		return fmt.Errorf("looking up WireGuard device %s: %w", d.Name, err)
 	case link.Type() == "wireguard":
 		yes := true
-		w.kernel = &yes
+		w.devs.kernel = &yes
 		w.log.Info("adopting the kernel's WireGuard device", "dev", d.Name)
-	case w.user[d.Name] == nil:
+	case w.devs.user[d.Name] == nil:
 		// A TUN device of that name that this process does not run: a user-space device's
 		// remains, or someone else's; it cannot carry weft's tunnel.
 		w.log.Info("replacing a device that is no WireGuard device of this process", "dev", d.Name, "type", link.Type())
@@ -148,7 +216,7 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 			return err
 		}
 	}
-	c, err := w.client()
+	c, err := w.devs.client()
 	if err != nil {
 		return err
 	}
@@ -161,13 +229,16 @@ func (w *WireGuard) ensureDevice(d backend.WireGuardDevice) error {
 
 func ptr[T any](v T) *T { return &v }
 
+// tunDevice is where a TUN device is cloned from.
+const tunDevice = "/dev/net/tun"
+
 // createDevice makes the device in the kernel if it has WireGuard, else in user space.
 func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
-	if w.kernel == nil || *w.kernel {
+	if w.devs.kernel == nil || *w.devs.kernel {
 		err := w.h.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: d.Name, MTU: d.MTU}})
 		has := err == nil || !errors.Is(err, unix.EOPNOTSUPP)
-		if w.kernel == nil {
-			w.kernel = &has
+		if w.devs.kernel == nil {
+			w.devs.kernel = &has
 			if !has {
 				w.log.Warn("the kernel has no WireGuard: running the WireGuard devices in user space, in weftd; they stop when weftd does", "err", err)
 			}
@@ -182,7 +253,13 @@ func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
 	}
 	t, err := tun.CreateTUN(d.Name, d.MTU)
 	if err != nil {
-		return fmt.Errorf("creating TUN device %s for user-space WireGuard: %w", d.Name, err)
+		err = fmt.Errorf("creating TUN device %s for user-space WireGuard: %w", d.Name, err)
+		if _, serr := os.Stat(tunDevice); serr != nil || errors.Is(err, fs.ErrPermission) {
+			// In a container (weft's DaemonSet) /dev/net/tun is neither there nor allowed.
+			err = fmt.Errorf("%w: the kernel has no WireGuard (load the wireguard module, Linux 5.6 and later have it), "+
+				"and running it in user space needs /dev/net/tun, which a container gets only when privileged", err)
+		}
+		return err
 	}
 	log := w.log.With("dev", d.Name)
 	dev := device.NewDevice(t, conn.NewDefaultBind(), &device.Logger{
@@ -214,7 +291,7 @@ func (w *WireGuard) createDevice(d backend.WireGuardDevice) error {
 		dev.Close()
 		return fmt.Errorf("bringing user-space WireGuard device %s up: %w", d.Name, err)
 	}
-	w.user[d.Name] = &userDevice{dev: dev, uapi: l}
+	w.devs.user[d.Name] = &userDevice{dev: dev, uapi: l}
 	w.log.Info("made a user-space WireGuard device", "dev", d.Name, "mtu", d.MTU)
 	return nil
 }
@@ -229,11 +306,11 @@ func (w *WireGuard) Apply(ctx context.Context, st *backend.State, u backend.Upda
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
 	full := u.Full || w.dev == nil || *w.dev != *st.WireGuard || w.ownNet != st.Own
 	if !full {
-		return w.applyPeers(st.WireGuard, u.Peers)
+		return w.applyPeers(st.Family, st.WireGuard, u.Peers)
 	}
 	// The netlink Plane programs no peer: they are WireGuard's. It keeps the masquerade,
 	// forward rules and blackhole route of the State.
@@ -245,10 +322,11 @@ func (w *WireGuard) Apply(ctx context.Context, st *backend.State, u backend.Upda
 	}
 	dev := *st.WireGuard
 	w.dev, w.ownNet, w.network = &dev, st.Own, st.Network()
-	w.peers = map[string]backend.Peer{}
+	peers := map[string]backend.Peer{}
 	for k, p := range st.Peers.All() {
-		w.peers[k] = p
+		peers[k] = p
 	}
+	w.devs.peersOf(dev.Name).setFamily(st.Family, peers)
 	werr := w.reconcile(st, ch)
 	return ch, errors.Join(err, werr)
 }
@@ -286,7 +364,7 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 			}
 		}
 	}
-	wc, err := w.client()
+	wc, err := w.devs.client()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -300,23 +378,21 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 			errs = append(errs, fmt.Errorf("configuring %s's key and port: %w", d.Name, err))
 		}
 	}
-	want := map[wgtypes.Key]backend.Peer{}
-	for _, p := range w.peers {
-		want[wgtypes.Key(p.WGKey)] = p
-	}
+	// Every family's peers on the device: in single-tunnel modes the other family's too.
+	want := w.devs.peersOf(d.Name).all()
 	var cfg wgtypes.Config
 	for _, have := range dev.Peers {
-		p, ok := want[have.PublicKey]
+		wp, ok := want[backend.Key(have.PublicKey)]
 		if !ok {
 			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: have.PublicKey, Remove: true})
 			continue
 		}
-		if peerMatches(have, p, d) {
-			delete(want, have.PublicKey)
+		if peerMatches(have, wp, d) {
+			delete(want, backend.Key(have.PublicKey))
 		}
 	}
-	for _, p := range want {
-		cfg.Peers = append(cfg.Peers, peerConfig(p, d))
+	for _, wp := range want {
+		cfg.Peers = append(cfg.Peers, peerConfig(wp, d))
 	}
 	if len(cfg.Peers) > 0 {
 		if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
@@ -328,24 +404,28 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 	return errors.Join(errs...)
 }
 
-// applyPeers programs the changed peers only: one wgctrl call for them all.
-func (w *WireGuard) applyPeers(d *backend.WireGuardDevice, changes []backend.PeerChange) (backend.Changes, error) {
-	var cfg wgtypes.Config
+// applyPeers programs the WireGuard peers the family fam's changes touch, only: one wgctrl
+// call for them all. What was there before is the plane's own record, not the changes'.
+func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, changes []backend.PeerChange) (backend.Changes, error) {
+	ps := w.devs.peersOf(d.Name)
+	touched := map[backend.Key]bool{}
 	for _, c := range changes {
-		if c.Old.IsValid() && (!c.New.IsValid() || c.Old.WGKey != c.New.WGKey) {
-			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(c.Old.WGKey), Remove: true})
+		for _, k := range ps.set(wgHalf{fam, c.Key}, c.New) {
+			touched[k] = true
 		}
-		if c.New.IsValid() {
-			cfg.Peers = append(cfg.Peers, peerConfig(c.New, d))
-			w.peers[c.Key] = c.New
+	}
+	var cfg wgtypes.Config
+	for k := range touched {
+		if wp, ok := ps.want(k); ok {
+			cfg.Peers = append(cfg.Peers, peerConfig(wp, d))
 		} else {
-			delete(w.peers, c.Key)
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(k), Remove: true})
 		}
 	}
 	if len(cfg.Peers) == 0 {
 		return backend.Changes{}, nil
 	}
-	wc, err := w.client()
+	wc, err := w.devs.client()
 	if err != nil {
 		return backend.Changes{}, err
 	}
@@ -355,15 +435,17 @@ func (w *WireGuard) applyPeers(d *backend.WireGuardDevice, changes []backend.Pee
 	return backend.Changes{"wireguard_peer": len(cfg.Peers)}, nil
 }
 
-// peerConfig is p as a WireGuard peer of the device d: its subnet as allowed IPs, its
+// peerConfig is wp as a WireGuard peer of the device d: its subnets as allowed IPs, its
 // endpoint, d's keepalive and preshared key.
-func peerConfig(p backend.Peer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
+func peerConfig(wp wgPeer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
 	pc := wgtypes.PeerConfig{
-		PublicKey:                   wgtypes.Key(p.WGKey),
-		Endpoint:                    net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.PublicIP, p.WGPort)),
+		PublicKey:                   wgtypes.Key(wp.key),
+		Endpoint:                    net.UDPAddrFromAddrPort(wp.endpoint),
 		PersistentKeepaliveInterval: ptr(d.Keepalive),
 		ReplaceAllowedIPs:           true,
-		AllowedIPs:                  []net.IPNet{*ipNet(p.Subnet.Masked())},
+	}
+	for _, a := range wp.allowed {
+		pc.AllowedIPs = append(pc.AllowedIPs, *ipNet(a))
 	}
 	if !d.PSK.IsZero() {
 		pc.PresharedKey = (*wgtypes.Key)(&d.PSK)
@@ -371,20 +453,26 @@ func peerConfig(p backend.Peer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
 	return pc
 }
 
-// peerMatches reports whether the device's peer have is p as peerConfig programs it.
-func peerMatches(have wgtypes.Peer, p backend.Peer, d *backend.WireGuardDevice) bool {
+// peerMatches reports whether the device's peer have is wp as peerConfig programs it.
+func peerMatches(have wgtypes.Peer, wp wgPeer, d *backend.WireGuardDevice) bool {
 	if have.Endpoint == nil {
 		return false
 	}
 	// wgctrl reads IPv4 endpoints as IPv4-mapped IPv6 addresses.
 	ep := have.Endpoint.AddrPort()
-	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != netip.AddrPortFrom(p.PublicIP, p.WGPort) ||
-		have.PersistentKeepaliveInterval != d.Keepalive || have.PresharedKey != wgtypes.Key(d.PSK) || len(have.AllowedIPs) != 1 {
+	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != wp.endpoint ||
+		have.PersistentKeepaliveInterval != d.Keepalive || have.PresharedKey != wgtypes.Key(d.PSK) ||
+		len(have.AllowedIPs) != len(wp.allowed) {
 		return false
 	}
-	a, ok := netip.AddrFromSlice(have.AllowedIPs[0].IP)
-	ones, _ := have.AllowedIPs[0].Mask.Size()
-	return ok && netip.PrefixFrom(a.Unmap(), ones) == p.Subnet.Masked()
+	for _, n := range have.AllowedIPs {
+		a, ok := netip.AddrFromSlice(n.IP)
+		ones, _ := n.Mask.Size()
+		if !ok || !slices.Contains(wp.allowed, netip.PrefixFrom(a.Unmap(), ones)) {
+			return false
+		}
+	}
+	return true
 }
 
 // routed reports whether the network n is routed through the device of index dev, alone.
@@ -434,9 +522,9 @@ func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 			if !ok {
 				return <-errc
 			}
-			w.mu.Lock()
+			w.devs.mu.Lock()
 			ours := w.dev != nil && u.Link.Attrs().Name == w.dev.Name
-			w.mu.Unlock()
+			w.devs.mu.Unlock()
 			if ours && (u.Header.Type == unix.RTM_DELLINK || u.Link.Attrs().Flags&unix.IFF_UP == 0) {
 				report()
 			}
@@ -444,9 +532,9 @@ func (w *WireGuard) Watch(ctx context.Context, drift func()) error {
 			if !ok {
 				return <-errc
 			}
-			w.mu.Lock()
+			w.devs.mu.Lock()
 			ours := u.Type == unix.RTM_DELROUTE && w.network.IsValid() && u.Dst != nil && prefixOf(u.Dst) == w.network
-			w.mu.Unlock()
+			w.devs.mu.Unlock()
 			if ours {
 				report()
 			}
@@ -464,28 +552,25 @@ const wgCheckEvery = 10 * time.Second
 // drifted reports whether the device's route, key, port or peers differ from the last
 // Apply's.
 func (w *WireGuard) drifted() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.dev == nil || w.wg == nil {
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
+	if w.dev == nil || w.devs.wg == nil {
 		return false
 	}
 	link, err := w.h.LinkByName(w.dev.Name)
 	if err != nil || !w.routed(w.network, link.Attrs().Index) {
 		return true
 	}
-	dev, err := w.wg.Device(w.dev.Name)
+	dev, err := w.devs.wg.Device(w.dev.Name)
 	if err != nil {
 		return true
 	}
-	if dev.PrivateKey != wgtypes.Key(w.dev.PrivateKey) || dev.ListenPort != int(w.dev.ListenPort) || len(dev.Peers) != len(w.peers) {
+	want := w.devs.peersOf(w.dev.Name).all()
+	if dev.PrivateKey != wgtypes.Key(w.dev.PrivateKey) || dev.ListenPort != int(w.dev.ListenPort) || len(dev.Peers) != len(want) {
 		return true
 	}
-	want := map[wgtypes.Key]backend.Peer{}
-	for _, p := range w.peers {
-		want[wgtypes.Key(p.WGKey)] = p
-	}
 	for _, have := range dev.Peers {
-		if p, ok := want[have.PublicKey]; !ok || !peerMatches(have, p, w.dev) {
+		if wp, ok := want[backend.Key(have.PublicKey)]; !ok || !peerMatches(have, wp, w.dev) {
 			return true
 		}
 	}

@@ -17,13 +17,14 @@ func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
 // newPlane opens the netlink data planes of the namespace weftd runs in: one per family,
 // each with its own sockets and model (an IPv4-only network never uses the second). Each
-// runs the wireguard backend too when the network's config names it.
+// runs the wireguard backend too when the network's config names it, over WireGuard devices
+// the two share (one for both families in flannel's single-tunnel modes).
 func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
 	p4, err := linux.NewWireGuard(log)
 	if err != nil {
 		return nil, nil, err
 	}
-	p6, err := linux.NewWireGuard(log.With("family", "IPv6"))
+	p6, err := p4.Family(log.With("family", "IPv6"))
 	if err != nil {
 		p4.Close()
 		return nil, nil, err

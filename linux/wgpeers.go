@@ -1,0 +1,110 @@
+package linux
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/weftnet/weft/backend"
+)
+
+// wgHalf names one family's half of a peer lease on a WireGuard device.
+type wgHalf struct {
+	fam backend.Family
+	key string // the lease's key
+}
+
+// wgPeers is what the planes programmed on one WireGuard device: the lease halves of every
+// family that uses it, and the WireGuard peers they make. In separate mode a device carries
+// one family; in flannel's single-tunnel modes it carries both, and the two halves of a peer
+// lease are one WireGuard peer with both subnets as its allowed IPs.
+type wgPeers struct {
+	halves map[wgHalf]backend.Peer
+	byKey  map[backend.Key]map[wgHalf]struct{}
+}
+
+func newWGPeers() *wgPeers {
+	return &wgPeers{halves: map[wgHalf]backend.Peer{}, byKey: map[backend.Key]map[wgHalf]struct{}{}}
+}
+
+// set makes h's half p (the zero Peer: none) and returns the WireGuard keys whose peer that
+// changes: the half's old key and its new one.
+func (ps *wgPeers) set(h wgHalf, p backend.Peer) []backend.Key {
+	var keys []backend.Key
+	if old, ok := ps.halves[h]; ok {
+		if old == p {
+			return nil
+		}
+		delete(ps.halves, h)
+		delete(ps.byKey[old.WGKey], h)
+		if len(ps.byKey[old.WGKey]) == 0 {
+			delete(ps.byKey, old.WGKey)
+		}
+		keys = append(keys, old.WGKey)
+	}
+	if p.IsValid() {
+		ps.halves[h] = p
+		if ps.byKey[p.WGKey] == nil {
+			ps.byKey[p.WGKey] = map[wgHalf]struct{}{}
+		}
+		ps.byKey[p.WGKey][h] = struct{}{}
+		if len(keys) == 0 || keys[0] != p.WGKey {
+			keys = append(keys, p.WGKey)
+		}
+	}
+	return keys
+}
+
+// setFamily makes peers, by lease key, the whole of fam's halves.
+func (ps *wgPeers) setFamily(fam backend.Family, peers map[string]backend.Peer) {
+	for h := range ps.halves {
+		if _, ok := peers[h.key]; h.fam == fam && !ok {
+			ps.set(h, backend.Peer{})
+		}
+	}
+	for k, p := range peers {
+		ps.set(wgHalf{fam, k}, p)
+	}
+}
+
+// wgPeer is a WireGuard peer as the device should have it.
+type wgPeer struct {
+	key      backend.Key
+	endpoint netip.AddrPort
+	allowed  []netip.Prefix // sorted, masked
+}
+
+// want is the WireGuard peer of key k, and whether any half has k. Its allowed IPs are every
+// half's subnet; its endpoint the IPv4 half's, where the halves differ (in single-tunnel
+// modes they agree: backend.Backend.wgEndpoint picks one for both).
+func (ps *wgPeers) want(k backend.Key) (wgPeer, bool) {
+	hs := ps.byKey[k]
+	if len(hs) == 0 {
+		return wgPeer{}, false
+	}
+	order := make([]wgHalf, 0, len(hs))
+	for h := range hs {
+		order = append(order, h)
+	}
+	slices.SortFunc(order, func(a, b wgHalf) int {
+		return cmp.Or(cmp.Compare(a.fam, b.fam), cmp.Compare(a.key, b.key))
+	})
+	wp := wgPeer{key: k, endpoint: ps.halves[order[0]].WGEndpoint}
+	for _, h := range order {
+		wp.allowed = append(wp.allowed, ps.halves[h].Subnet.Masked())
+	}
+	slices.SortFunc(wp.allowed, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	wp.allowed = slices.Compact(wp.allowed)
+	return wp, true
+}
+
+// all is every WireGuard peer the device should have, by key.
+func (ps *wgPeers) all() map[backend.Key]wgPeer {
+	m := make(map[backend.Key]wgPeer, len(ps.byKey))
+	for k := range ps.byKey {
+		m[k], _ = ps.want(k)
+	}
+	return m
+}
