@@ -560,3 +560,30 @@ func BenchmarkSetHeap20k(b *testing.B) {
 		runtime.KeepAlive(leases)
 	}
 }
+
+// TestResultFull: a Result for a full Apply records no changes, still the skips, and the
+// State is what it is with changes recorded.
+func TestResultFull(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
+	full, counted := NewSet(b, own, false), NewSet(b, own, false)
+	r, rc := Result{Full: true}, Result{}
+	for _, l := range []subnet.Lease{
+		lease("10.244.2.0/24", "192.0.2.11", vxData("0e:00:00:00:00:02")),
+		lease("10.244.3.0/24", "192.0.2.12", `{"VNI":1,"VtepMAC":""}`), // skipped
+	} {
+		full.Put(l, &r)
+		counted.Put(l, &rc)
+	}
+	full.Remove("10.244.2.0-24", &r)
+	counted.Remove("10.244.2.0-24", &rc)
+	if len(r.Changes) != 0 || len(rc.Changes) != 1 {
+		t.Errorf("changes: %+v with Full, %+v without: want none and one", r.Changes, rc.Changes)
+	}
+	if len(r.Skipped) != 1 || len(rc.Skipped) != 1 {
+		t.Errorf("skipped: %+v with Full, %+v without: want one each", r.Skipped, rc.Skipped)
+	}
+	if got, want := render(full.State()), render(counted.State()); got != want {
+		t.Errorf("state with Full\n%s\nwant\n%s", got, want)
+	}
+}

@@ -149,12 +149,19 @@ type Result struct {
 	Changes []PeerChange
 	// Skipped are leases newly skipped, or skipped for a new reason: each is logged once.
 	Skipped []Skipped
+	// Full says that the changes need not be recorded: the next Apply is a full one, which
+	// looks at every peer. At start-up that saves a change of each of tens of thousands of
+	// peers (200 bytes each) that nothing would read.
+	Full bool
 
 	index map[string]int // of Changes, by key
 }
 
 // change records that key's peer went from old to new.
 func (r *Result) change(key string, old, new Peer) {
+	if r.Full {
+		return
+	}
 	if i, ok := r.index[key]; ok {
 		r.Changes[i].New = new
 		return
@@ -276,8 +283,8 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	if e.c.mac != (MAC{}) {
 		s.byMAC.add(e.c.mac, e, touched)
 	}
-	if !e.c.key.IsZero() {
-		s.byKey.add(e.c.key, e, touched)
+	if !e.c.key().IsZero() {
+		s.byKey.add(e.c.key(), e, touched)
 	}
 }
 
@@ -309,8 +316,8 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	if e.c.mac != (MAC{}) {
 		s.byMAC.drop(e.c.mac, e, touched)
 	}
-	if !e.c.key.IsZero() {
-		s.byKey.drop(e.c.key, e, touched)
+	if !e.c.key().IsZero() {
+		s.byKey.drop(e.c.key(), e, touched)
 	}
 }
 
@@ -350,10 +357,10 @@ func (s *Set) rival(e *entry) *Skipped {
 				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
 		}
 	}
-	if !e.c.key.IsZero() {
-		if w := s.byKey.first(e.c.key); w != e {
+	if !e.c.key().IsZero() {
+		if w := s.byKey.first(e.c.key()); w != e {
 			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateKey, ClashesWith: w.key,
-				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key, w.key)}
+				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key(), w.key)}
 		}
 	}
 	return nil

@@ -246,9 +246,12 @@ func (b *Backend) half(l subnet.Lease) (netip.Prefix, netip.Addr, json.RawMessag
 type candidate struct {
 	peer Peer
 	mac  MAC // the VTEP MAC it claims (vxlan), also when DirectRouting routes around it
-	key  Key // the WireGuard public key it claims (wireguard)
 	skip *Skipped
 }
+
+// key is the WireGuard public key the candidate claims (wireguard): the peer's own, kept
+// once (a Set keeps a candidate per lease).
+func (c candidate) key() Key { return c.peer.WGKey }
 
 // translate checks a lease on its own, against the config and the node.
 func (b *Backend) translate(key string, l subnet.Lease) candidate {
@@ -277,7 +280,7 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 		if err != nil {
 			return fail(SkipBadData, err.Error())
 		}
-		c.key, c.peer.WGKey, c.peer.WGEndpoint = d.PublicKey, d.PublicKey, b.wgEndpoint(l, ip, d.Port)
+		c.peer.WGKey, c.peer.WGEndpoint = d.PublicKey, b.wgEndpoint(l, ip, d.Port)
 		return c
 	}
 	if b.dev == nil { // host-gw
@@ -390,7 +393,7 @@ func (o ownClaims) clash(key string, c candidate) *Skipped {
 	case c.mac != MAC{} && c.mac == o.mac:
 		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateMAC, ClashesWith: o.key,
 			Reason: fmt.Sprintf("VtepMAC %s is this node's", o.mac)}
-	case !c.key.IsZero() && c.key == o.wgKey:
+	case !c.key().IsZero() && c.key() == o.wgKey:
 		return &Skipped{Key: key, Family: o.fam, Code: SkipDuplicateKey, ClashesWith: o.key,
 			Reason: fmt.Sprintf("WireGuard public key %s is this node's", o.wgKey)}
 	}

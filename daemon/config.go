@@ -44,6 +44,10 @@ type Config struct {
 	BlackholeRoute bool
 	HealthzIP      string
 	HealthzPort    int
+	// DebugPprof adds Go's profiles (net/http/pprof) under /debug/pprof/ to the health
+	// endpoints, for finding where a node's memory and CPU go (--debug-pprof; off: they
+	// expose the daemon's internals to whoever reaches the port).
+	DebugPprof     bool
 	ResyncInterval time.Duration
 	// DatastoreTimeout is how long the datastore may be unreachable before /readyz fails:
 	// long enough for an etcd leader election, short enough that a node cut off from its
@@ -120,6 +124,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.BlackholeRoute, "ip-blackhole-route", c.BlackholeRoute, "route the node's own subnet to a blackhole, kept like the routes to peers (for Canal: pods not on a bridge)")
 	fs.StringVar(&c.HealthzIP, "healthz-ip", c.HealthzIP, "address of /healthz, /readyz, /status and /metrics (loopback by default: set the node's address for Prometheus)")
 	fs.IntVar(&c.HealthzPort, "healthz-port", c.HealthzPort, "port of /healthz, /readyz, /status and /metrics (0: off)")
+	fs.BoolVar(&c.DebugPprof, "debug-pprof", c.DebugPprof, "serve Go's heap, CPU and goroutine profiles under /debug/pprof/ on the health endpoints' port (for debugging; keep --healthz-ip on loopback)")
 	fs.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "how often the data plane is checked against the leases even without events")
 	fs.DurationVar(&c.DatastoreTimeout, "datastore-timeout", c.DatastoreTimeout, "how long the datastore may be unreachable before /readyz fails")
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "how often a round of probes checks peers through the data plane (0: no probes)")
@@ -164,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthzPort < 0 || c.HealthzPort > 65535 {
 		return fmt.Errorf("--healthz-port=%d: not a port", c.HealthzPort)
+	}
+	if c.DebugPprof && c.HealthzPort == 0 {
+		return fmt.Errorf("--debug-pprof: the profiles are served on the health endpoints, which --healthz-port=0 turns off")
 	}
 	if c.HealthzPort != 0 {
 		if _, err := netip.ParseAddr(c.HealthzIP); err != nil {

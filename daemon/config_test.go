@@ -51,6 +51,7 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--public-ip=fd00::1"}, nil, "--public-ip"},
 		{[]string{"--iface-regex=("}, nil, "--iface-regex"},
 		{[]string{"--healthz-port=70000"}, nil, "--healthz-port"},
+		{[]string{"--debug-pprof", "--healthz-port=0"}, nil, "--debug-pprof"},
 		{[]string{"--subnet-lease-renew-margin=0"}, nil, "--subnet-lease-renew-margin"},
 		{nil, map[string]string{"WEFTD_HEALTHZ_PORT": "x"}, "WEFTD_HEALTHZ_PORT"},
 		{[]string{"--subnet-lease-renew-margin=soon"}, nil, "subnet-lease-renew-margin"},

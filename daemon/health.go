@@ -224,6 +224,9 @@ func (h *health) serve(addr netip.AddrPort, log *slog.Logger, lim httpLimits) (f
 		_ = enc.Encode(h.statusJSON())
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{}))
+	if h.cfg.DebugPprof {
+		mux.HandleFunc("/debug/pprof/{name}", serveProfile)
+	}
 	ln, err := net.Listen("tcp", addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("health endpoints on %s: %w", addr, err)

@@ -146,15 +146,24 @@ func (st *stack) probeApplied(u backend.Update) {
 		return
 	}
 	if u.Full {
-		var ts, overlay []probe.Target
-		for k, p := range st.set.State().Peers.All() {
+		// Sized at once: at 20,000 peers, slices grown by appending would leave behind
+		// several times the megabytes they end with, at every resync.
+		peers := st.set.State().Peers
+		ts := make([]probe.Target, 0, peers.Len())
+		through := make([]bool, 0, peers.Len()) // by ts: the peer is reached through the overlay
+		for k, p := range peers.All() {
 			ts = append(ts, probeTarget(k, p))
-			if p.Overlay() {
-				overlay = append(overlay, probeTarget(k, p))
-			}
+			through = append(through, p.Overlay())
 		}
 		st.prober.Set(ts)
 		if st.transport != nil {
+			// In place: the Prober keeps no slice it is given.
+			overlay := ts[:0]
+			for i, t := range ts {
+				if through[i] {
+					overlay = append(overlay, t)
+				}
+			}
 			st.transport.Set(overlay)
 		}
 		return

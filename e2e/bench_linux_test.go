@@ -37,11 +37,12 @@ func TestBenchSmoke(t *testing.T) {
 	if len(rep.Errors) > 0 {
 		t.Fatalf("the run had errors: %q", rep.Errors)
 	}
-	// Cold start (subnet.env, first route, all routes), RSS, p50 and p99 and those of etcd's
-	// delivery (the floor), bulk join; throughput with the offload on and off, their ratio,
-	// and over WireGuard.
-	if len(rep.Rows) != 13 {
-		t.Errorf("%d figures, want 13: %+v", len(rep.Rows), rep.Rows)
+	// Cold start (subnet.env, first route, all routes, the kernel's floor and all routes'
+	// ratio to it), RSS, peak RSS and their ratio, p50 and p99 and those of etcd's delivery
+	// (the floor), bulk join; throughput with the offload on and off, their ratio, and over
+	// WireGuard.
+	if len(rep.Rows) != 17 {
+		t.Errorf("%d figures, want 17: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]

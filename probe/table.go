@@ -139,6 +139,22 @@ func (t *table[R]) rotate() (string, *R, bool) {
 // targets exactly ts through their update, which puts ts and removes the peers tab holds
 // beyond them.
 func setTargets[R any](mu *sync.Mutex, tab *table[R], ts []Target, update func(put, removed []Target)) {
+	// Most often (the first Set, at start-up, and every resync after) ts holds every peer
+	// the table holds: then nothing is removed, and no set of tens of thousands of keys is
+	// built to find that out.
+	mu.Lock()
+	held := 0
+	for _, t := range ts {
+		if _, ok := tab.index[t.Key]; ok {
+			held++
+		}
+	}
+	all := held == tab.len()
+	mu.Unlock()
+	if all {
+		update(ts, nil)
+		return
+	}
 	keep := make(map[string]bool, len(ts))
 	for _, t := range ts {
 		keep[t.Key] = true

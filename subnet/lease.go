@@ -197,12 +197,29 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 // htmlEscaped is v with <, >, & and U+2028/9 in its strings escaped as json.Marshal writes
 // them, so that backend data read, written back and read again is the same bytes (Equal).
 func htmlEscaped(v json.RawMessage) json.RawMessage {
-	if !bytes.ContainsAny(v, "<>&\u2028\u2029") {
+	if !needsEscape(v) {
 		return v
 	}
 	var b bytes.Buffer
 	json.HTMLEscape(&b, v)
 	return b.Bytes()
+}
+
+// needsEscape reports whether v holds <, >, & or U+2028/9 (whose UTF-8 starts with 0xe2),
+// byte by byte: bytes.ContainsAny decodes v rune by rune when the set is not all ASCII, which
+// made this check a quarter of the decoding of 20,000 leases.
+func needsEscape(v []byte) bool {
+	for i, c := range v {
+		switch c {
+		case '<', '>', '&':
+			return true
+		case 0xe2:
+			if i+2 < len(v) && v[i+1] == 0x80 && (v[i+2] == 0xa8 || v[i+2] == 0xa9) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func jsonEqual(a, b json.RawMessage) bool {

@@ -1,6 +1,7 @@
 package subnet
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
@@ -156,4 +157,17 @@ func TestNodeID(t *testing.T) {
 	if other, made, err := LoadNodeID(path); err != nil || !made || other == id || !validNodeID(other) {
 		t.Errorf("LoadNodeID over a bad file: %q, made %v, %v; want a new identity", other, made, err)
 	}
+}
+
+// FuzzNeedsEscape: the byte-by-byte check agrees with bytes.ContainsAny, the obvious one.
+func FuzzNeedsEscape(f *testing.F) {
+	for _, s := range []string{`{"VNI":1,"VtepMAC":"0e:00:00:00:00:01"}`, `{"a":"<b>"}`, "&", "\u2028", "x\u2029y",
+		"\u2027", "\xe2\x80", "\xe2", "é\u00e2\u0080\u00a8", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if got, want := needsEscape(v), bytes.ContainsAny(v, "<>&\u2028\u2029"); got != want {
+			t.Errorf("needsEscape(%q) = %t, want %t", v, got, want)
+		}
+	})
 }

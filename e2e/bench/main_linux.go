@@ -184,7 +184,7 @@ func prepare(o *options, log *slog.Logger) error {
 			return fmt.Errorf("weftd %s: %w", c.Weftd, err)
 		}
 		if _, err := os.Stat(abs); err != nil {
-			return fmt.Errorf("weftd: %w (make bench builds it into bin/weftd)", err)
+			return fmt.Errorf("weftd: %w (make bench builds it into bin/weftd-bench)", err)
 		}
 		c.Weftd = abs
 	}

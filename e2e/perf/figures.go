@@ -21,6 +21,9 @@ type figure struct {
 	group, peers, sub int
 	name              string
 	kind              Kind
+	// shared: one measurement, not a daemon's (the kernel's floor), given to every daemon's
+	// column; it has no ratio.
+	shared bool
 }
 
 // figures collects samples per figure and daemon.
@@ -69,6 +72,7 @@ func (f *figures) into(r *Report) {
 	})
 	for _, fig := range order {
 		r.add(fig.name, fig.kind, f.samples[fig.name], f.notes[fig.name])
+		r.Rows[len(r.Rows)-1].Shared = fig.shared
 	}
 }
 
@@ -82,52 +86,67 @@ func count(n int) string {
 
 // The figures of the table.
 func figEnv(n int) figure {
-	return figure{groupCold, n, 0, "cold start, " + count(n) + " peers: subnet.env", Duration}
+	return figure{groupCold, n, 0, "cold start, " + count(n) + " peers: subnet.env", Duration, false}
 }
 func figFirst(n int) figure {
-	return figure{groupCold, n, 1, "cold start, " + count(n) + " peers: first route", Duration}
+	return figure{groupCold, n, 1, "cold start, " + count(n) + " peers: first route", Duration, false}
 }
 func figAll(n int) figure {
-	return figure{groupCold, n, 2, "cold start, " + count(n) + " peers: all routes", Duration}
+	return figure{groupCold, n, 2, "cold start, " + count(n) + " peers: all routes", Duration, false}
+}
+func figFloor(n int) figure {
+	return figure{groupCold, n, 3, "cold start, " + count(n) + " peers: the kernel's floor (the same entries, a minimal program's netlink writes)", Duration, true}
+}
+func figFloorRatio(n int) figure {
+	return figure{groupCold, n, 4, "cold start, " + count(n) + " peers: all routes / the kernel's floor", Factor, false}
 }
 func figRSS(n int) figure {
-	return figure{groupRSS, n, 0, "RSS after settling, " + count(n) + " peers", Memory}
+	return figure{groupRSS, n, 0, "RSS after settling, " + count(n) + " peers", Memory, false}
+}
+func figPeak(n int) figure {
+	return figure{groupRSS, n, 1, "peak RSS (VmHWM), " + count(n) + " peers", Memory, false}
+}
+func figPeakRatio(n int) figure {
+	return figure{groupRSS, n, 2, "peak RSS / RSS after settling, " + count(n) + " peers", Factor, false}
 }
 func figP50(n int) figure {
-	return figure{groupEvent, n, 0, "lease put -> route, " + count(n) + " peers: p50", Duration}
+	return figure{groupEvent, n, 0, "lease put -> route, " + count(n) + " peers: p50", Duration, false}
 }
 func figP99(n int) figure {
-	return figure{groupEvent, n, 1, "lease put -> route, " + count(n) + " peers: p99", Duration}
+	return figure{groupEvent, n, 1, "lease put -> route, " + count(n) + " peers: p99", Duration, false}
 }
 func figFloor50(n int) figure {
-	return figure{groupEvent, n, 2, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p50", Duration}
+	return figure{groupEvent, n, 2, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p50", Duration, false}
 }
 func figFloor99(n int) figure {
-	return figure{groupEvent, n, 3, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p99", Duration}
+	return figure{groupEvent, n, 3, "lease put -> etcd's watch event in the harness (the floor), " + count(n) + " peers: p99", Duration, false}
 }
 func figBulk(base, n int) figure {
-	return figure{groupBulk, base, 0, "bulk join of " + count(n) + " at " + count(base) + " peers: all routes", Duration}
+	return figure{groupBulk, base, 0, "bulk join of " + count(n) + " at " + count(base) + " peers: all routes", Duration, false}
 }
 func figKubeAll(n int) figure {
-	return figure{groupKube, n, 0, "Kubernetes mode, " + count(n) + " Nodes: all routes", Duration}
+	return figure{groupKube, n, 0, "Kubernetes mode, " + count(n) + " Nodes: all routes", Duration, false}
 }
 func figKubeRSS(n int) figure {
-	return figure{groupKube, n, 1, "Kubernetes mode, " + count(n) + " Nodes: RSS", Memory}
+	return figure{groupKube, n, 1, "Kubernetes mode, " + count(n) + " Nodes: RSS", Memory, false}
+}
+func figKubePeak(n int) figure {
+	return figure{groupKube, n, 2, "Kubernetes mode, " + count(n) + " Nodes: peak RSS (VmHWM)", Memory, false}
 }
 
 // The throughput figures, for streams of n bytes.
 func figTputOn(n int64) figure {
-	return figure{groupThroughput, 0, 0, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on", Rate}
+	return figure{groupThroughput, 0, 0, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on", Rate, false}
 }
 func figTputOff(n int64) figure {
-	return figure{groupThroughput, 0, 1, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload off", Rate}
+	return figure{groupThroughput, 0, 1, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload off", Rate, false}
 }
 func figTputFactor(n int64) figure {
-	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor}
+	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor, false}
 }
 
 func figTputWireGuard(n int64) figure {
-	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate}
+	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate, false}
 }
 
 // mebibytes writes a size as the table does: 64 MiB, 4 GiB, 1500 bytes.

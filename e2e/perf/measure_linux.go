@@ -115,7 +115,9 @@ func countRoutes(nsName string) (int, error) {
 // coldStart is what a cold start measures.
 type coldStart struct {
 	env, first, all, rss Value
-	ok                   bool // every route was seen
+	// peak is the most RSS the daemon had (VmHWM), by the time rss is read.
+	peak Value
+	ok   bool // every route was seen
 }
 
 // coldStart waits until the daemon has written subnet.env and programmed every expected
@@ -171,12 +173,13 @@ func (r *daemonRun) coldStart(ctx context.Context) coldStart {
 	}
 	mem, err := cluster.ReadMemory(r.node.Pid())
 	if err != nil {
-		res.rss = missing("%v", err)
+		res.rss, res.peak = missing("%v", err), missing("%v", err)
 	} else {
-		res.rss = Value{N: float64(mem.RSS)}
+		res.rss, res.peak = Value{N: float64(mem.RSS)}, Value{N: float64(mem.Peak)}
 	}
 	r.b.log.Info("cold start", "daemon", r.daemon, "peers", r.watch.Status().want, "subnet.env", res.env.Format(Duration),
-		"first", res.first.Format(Duration), "all", res.all.Format(Duration), "rss", res.rss.Format(Memory))
+		"first", res.first.Format(Duration), "all", res.all.Format(Duration), "rss", res.rss.Format(Memory),
+		"peak", res.peak.Format(Memory))
 	return res
 }
 
@@ -195,7 +198,7 @@ func (r *daemonRun) failed(res coldStart, format string, args ...any) coldStart 
 	r.b.log.Error("daemon run failed", "daemon", r.daemon, "error", msg, "log", r.node.LogPath,
 		"tail", r.node.LogTail(logLines))
 	v := missing("failed")
-	res.env, res.first, res.all, res.rss = v, v, v, v
+	res.env, res.first, res.all, res.rss, res.peak = v, v, v, v, v
 	return res
 }
 

@@ -158,6 +158,8 @@ type Row struct {
 	Values map[string]Value `json:"values"`
 	// Note adds what the values do not say (timeouts among the events, say).
 	Note string `json:"note,omitempty"`
+	// Shared marks one measurement given to every daemon (the kernel's floor): no ratio.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // value is the row's value for a daemon, missing if it has none.
@@ -218,7 +220,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			b.WriteString(" " + row.value(d).Format(row.Kind) + " |")
 		}
 		if both {
-			b.WriteString(" " + Ratio(row.Kind, row.value(Flanneld), row.value(Weftd)) + " |")
+			ratio := ""
+			if !row.Shared {
+				ratio = Ratio(row.Kind, row.value(Flanneld), row.value(Weftd))
+			}
+			b.WriteString(" " + ratio + " |")
 		}
 		b.WriteString("\n")
 	}

@@ -159,8 +159,12 @@ func (b *bench) runEtcd(ctx context.Context) error {
 			reps = cfg.Reps
 		}
 		for rep := range reps {
+			fl := missing("not measured")
+			if cold {
+				fl = b.floor(n)
+			}
 			for _, d := range b.daemonOrder(rep) {
-				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1); err != nil {
+				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1, fl); err != nil {
 					return err
 				}
 			}
@@ -188,9 +192,35 @@ func (b *bench) datastore(ctx context.Context, what string, fn func(ctx context.
 	return nil
 }
 
-// etcdRun is one cold start of a daemon with n peers, recorded if cold, followed by the event
-// latency if withEvents.
-func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int, cold, withEvents bool) error {
+// floor measures the kernel's floor for n peers and records it for every daemon.
+func (b *bench) floor(n int) Value {
+	f, err := kernelFloor(n)
+	v := seconds(f.took)
+	if err != nil {
+		b.fail("the kernel's floor with %d peers: %v", n, err)
+		v = missing("failed")
+	} else {
+		b.log.Info("the kernel's floor", "peers", n, "took", v.Format(Duration), "sends", f.sends, "nexthop_objects", f.nexthops,
+			"fdb", f.each[0].Round(time.Millisecond), "neighbours", f.each[1].Round(time.Millisecond),
+			"nexthops", f.each[2].Round(time.Millisecond), "routes", f.each[3].Round(time.Millisecond))
+	}
+	for _, d := range b.cfg.Daemons() {
+		b.figs.add(figFloor(n), d, v)
+	}
+	return v
+}
+
+// ratio is a/b, missing unless both are measurements.
+func ratio(a, b Value) Value {
+	if a.Missing != "" || b.Missing != "" || a.AtLeast || b.AtLeast || b.N <= 0 {
+		return missing("no ratio")
+	}
+	return Value{N: a.N / b.N}
+}
+
+// etcdRun is one cold start of a daemon with n peers, recorded if cold (with its ratio to
+// the kernel's floor fl), followed by the event latency if withEvents.
+func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int, cold, withEvents bool, fl Value) error {
 	r, err := b.startDaemon(daemon, peerSet(1, n))
 	if err != nil {
 		return err
@@ -200,7 +230,10 @@ func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeer
 		b.figs.add(figEnv(n), daemon, res.env)
 		b.figs.add(figFirst(n), daemon, res.first)
 		b.figs.add(figAll(n), daemon, res.all)
+		b.figs.add(figFloorRatio(n), daemon, ratio(res.all, fl))
 		b.figs.add(figRSS(n), daemon, res.rss)
+		b.figs.add(figPeak(n), daemon, res.peak)
+		b.figs.add(figPeakRatio(n), daemon, ratio(res.peak, res.rss))
 	}
 	var evErr error
 	if withEvents {
@@ -345,6 +378,7 @@ func (b *bench) runKube(ctx context.Context) error {
 				res := r.coldStart(ctx)
 				b.figs.add(figKubeAll(n), d, res.all)
 				b.figs.add(figKubeRSS(n), d, res.rss)
+				b.figs.add(figKubePeak(n), d, res.peak)
 				r.stop()
 			}
 		}

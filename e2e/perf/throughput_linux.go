@@ -70,7 +70,7 @@ func (b *bench) closeCluster(c *cluster.Cluster) {
 }
 
 // wireGuardNetConf is NetConf on the wireguard backend.
-const wireGuardNetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.128.0.0","SubnetMax":"10.255.255.0",` +
+const wireGuardNetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.255.252.0","SubnetMax":"10.255.255.0",` +
 	`"Backend":{"Type":"wireguard"}}`
 
 // wireGuardThroughput measures TCP from a pod on one node to a pod on the other through

@@ -96,10 +96,10 @@ type Manager struct {
 	counted atomic.Bool
 }
 
-// listing is the leases' key-values as of a revision.
+// listing is the leases' key-values as of a revision, each parsed or not (entry.parsed).
 type listing struct {
-	kvs []*mvccpb.KeyValue
-	rev int64
+	entries []entry
+	rev     int64
 }
 
 var (
@@ -222,25 +222,52 @@ func (m *Manager) Pool() []subnet.PoolUsage {
 	return out
 }
 
-// entry is one key under <prefix>/subnets/ whose key names a subnet.
+// entry is one key under <prefix>/subnets/, parsed (lease, valErr) or not yet.
 type entry struct {
 	kv     *mvccpb.KeyValue
 	lease  subnet.Lease // Attrs are valid only when valErr is nil
-	valErr error
+	valErr error        // a key that names no subnet, or a bad value
+	named  bool         // the key names a subnet
+	parsed bool
 }
 
 // parse turns a key-value into an entry; ok is false when the key names no subnet.
 func (m *Manager) parse(kv *mvccpb.KeyValue) (e entry, ok bool) {
+	e = m.parseKey(kv)
+	if e.named {
+		if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
+			e.valErr = err
+		}
+	}
+	return e, e.named
+}
+
+// parseKey is parse without the value: the lease's subnets, from the key, and its age.
+func (m *Manager) parseKey(kv *mvccpb.KeyValue) entry {
 	name := strings.TrimPrefix(string(kv.Key), m.subnetsDir())
 	sn, sn6, err := subnet.ParseKey(name)
 	if err != nil {
-		return entry{kv: kv, valErr: err}, false
+		return entry{kv: kv, valErr: err, parsed: true}
 	}
-	e = entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6, Created: kv.CreateRevision}}
-	if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
-		e.valErr = err
+	return entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6, Created: kv.CreateRevision}, named: true, parsed: true}
+}
+
+// parseEvery parses every key-value, those whose key names no subnet too.
+func (m *Manager) parseEvery(kvs []*mvccpb.KeyValue) []entry {
+	out := make([]entry, len(kvs))
+	for i, kv := range kvs {
+		out[i], _ = m.parse(kv)
 	}
-	return e, true
+	return out
+}
+
+// unparsed are the key-values as entries to be parsed when needed.
+func unparsed(kvs []*mvccpb.KeyValue) []entry {
+	out := make([]entry, len(kvs))
+	for i, kv := range kvs {
+		out[i] = entry{kv: kv}
+	}
+	return out
 }
 
 func (m *Manager) parseAll(kvs []*mvccpb.KeyValue) []entry {
@@ -260,13 +287,16 @@ func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
 	}
-	kvs, rev := resp.Get().Kvs, resp.Get().Header.Revision
+	// Parsed once, for the acquisition and the watch's first batch: at 20,000 leases a
+	// parse is a fifth of a second. The entries whose key names no subnet stay for the
+	// watch, which reports them; the acquisition passes over them.
+	entries, rev := m.parseEvery(resp.Get().Kvs), resp.Get().Header.Revision
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.watching {
-		m.handoff = &listing{kvs: kvs, rev: rev}
+		m.handoff = &listing{entries: entries, rev: rev}
 	}
-	return m.parseAll(kvs), rev, nil
+	return entries, rev, nil
 }
 
 // handOwn puts the lease Acquire published into the listing it hands off, so that the first
@@ -285,16 +315,21 @@ func (m *Manager) handOwn(l subnet.Lease) {
 	}
 	key := []byte(m.subnetsDir() + l.Key())
 	own := &mvccpb.KeyValue{Key: key, Value: value}
-	kvs := slices.DeleteFunc(slices.Clone(m.handoff.kvs), func(kv *mvccpb.KeyValue) bool {
-		if !bytes.Equal(kv.Key, key) {
-			return false
-		}
+	es := m.handoff.entries
+	i := slices.IndexFunc(es, func(e entry) bool { return bytes.Equal(e.kv.Key, key) })
+	if i >= 0 {
 		// The key was there at the listing's revision (adopted): it keeps its revisions.
 		// A key made since has none: its creation comes through the watch.
+		kv := es[i].kv
 		own.CreateRevision, own.ModRevision, own.Version = kv.CreateRevision, kv.ModRevision, kv.Version
-		return true
-	})
-	m.handoff.kvs = append(kvs, own)
+	}
+	e, _ := m.parse(own)
+	if i >= 0 {
+		es[i] = e // the acquisition that shared the listing is over
+	} else {
+		es = append(es, e)
+	}
+	m.handoff.entries = es
 }
 
 // noteOwn notes the node's lease, whose removal the watch never holds back.
@@ -542,6 +577,9 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	m := a.m
 	var taken4, taken6 []netip.Prefix
 	for _, e := range entries {
+		if !e.named {
+			continue
+		}
 		// A key with a bad value still occupies its subnet: its key cannot be created.
 		taken4 = append(taken4, e.lease.Subnet)
 		taken6 = append(taken6, e.lease.IPv6Subnet)
@@ -578,7 +616,10 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return m.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(a.grant)), m.listOp()).
+			// The keys alone: their subnets and ages are what the check below needs, and at
+			// 20,000 leases the values would be megabytes to send and parse.
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(a.grant)),
+				clientv3.OpGet(m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 			Else(m.listOp()).
 			Commit()
 	})
@@ -591,9 +632,9 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	// Keys of other lengths or, for dual stack, the other family can overlap ours without
 	// being the same key. The older key wins: whoever created later sees it here and yields.
 	created := resp.Header.Revision
-	after := m.parseAll(resp.Responses[1].GetResponseRange().Kvs)
-	for _, e := range after {
-		if string(e.kv.Key) != key && e.kv.CreateRevision < created && overlaps(e.lease, l) {
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		e := m.parseKey(kv)
+		if e.named && string(e.kv.Key) != key && e.kv.CreateRevision < created && overlaps(e.lease, l) {
 			m.log.Info("new lease overlaps an older one, trying another", "lease", l.Key(), "older", string(e.kv.Key))
 			_, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
 				return m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", created)).Then(clientv3.OpDelete(key)).Commit()

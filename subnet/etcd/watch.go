@@ -159,17 +159,17 @@ func (w *watcher) sync(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("list leases: %w", err)
 		}
-		ls = &listing{kvs: resp.Kvs, rev: resp.Header.Revision}
+		ls = &listing{entries: unparsed(resp.Kvs), rev: resp.Header.Revision}
 	}
-	if err := w.out.Send(ctx, w.relisted(ls.kvs)); err != nil {
+	if err := w.out.Send(ctx, w.relisted(ls.entries)); err != nil {
 		return err
 	}
 	w.leased = [2]uint64{}
-	for _, kv := range ls.kvs {
+	for _, e := range ls.entries {
 		// Not the own lease Acquire created after the listing (no revision yet): the
 		// watch brings its creation.
-		if kv.ModRevision != 0 {
-			w.count(kv.Key, 1)
+		if e.kv.ModRevision != 0 {
+			w.count(e.kv.Key, 1)
 		}
 	}
 	w.publishPool()
@@ -334,35 +334,36 @@ func (w *watcher) wentBack(ctx context.Context) bool {
 
 // relisted takes a full listing of the leases and returns the events that bring the
 // receiver from what it knows to it: removals first, then the leases that are new or changed,
-// in the listing's order. A bad value does not undo the last good one.
-func (w *watcher) relisted(kvs []*mvccpb.KeyValue) []subnet.Event {
+// in the listing's order. A bad value does not undo the last good one. Entries not parsed
+// yet are parsed when their values are not the known ones.
+func (w *watcher) relisted(kvs []entry) []subnet.Event {
 	clear(w.held)                     // what is still absent is held again, if removals are held back
 	before, listed := len(w.known), 0 // listed: how many of the known keys the listing holds
 	var added []subnet.Event
 	if before == 0 {
 		added = make([]subnet.Event, 0, len(kvs)) // the first listing: every lease is new
 	}
-	for _, kv := range kvs {
-		k := w.key(kv.Key) // string(k) in a map index costs no allocation
+	for _, e := range kvs {
+		k := w.key(e.kv.Key) // string(k) in a map index costs no allocation
 		old, had := w.known[string(k)]
 		if had {
 			listed++
 		}
-		value := maphash.Bytes(w.seed, kv.Value)
+		value := maphash.Bytes(w.seed, e.kv.Value)
 		if had && value == old.value {
 			w.good(k)
 			continue
 		}
 		ks := string(k)
-		if l, ok := w.valid(kv, ks); ok && w.learn(ks, l, value, old, had) {
+		if l, ok := w.valid(e, ks); ok && w.learn(ks, l, value, old, had) {
 			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
 		}
 	}
 	var removed []subnet.Event
 	if listed < before {
 		present := make(map[string]bool, len(kvs))
-		for _, kv := range kvs {
-			present[string(w.key(kv.Key))] = true
+		for _, e := range kvs {
+			present[string(w.key(e.kv.Key))] = true
 		}
 		hold := time.Now().Before(w.holdUntil)
 		for _, k := range slices.Sorted(maps.Keys(w.known)) {
@@ -405,7 +406,7 @@ func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
 			if had && value == old.value {
 				w.good([]byte(k))
 				e = end{present: true}
-			} else if l, ok := w.valid(ev.Kv, k); ok {
+			} else if l, ok := w.valid(entry{kv: ev.Kv}, k); ok {
 				e = end{lease: l, value: value, present: true, fresh: true}
 			}
 		}
@@ -462,10 +463,13 @@ func (w *watcher) forget(k string) subnet.Event {
 // key is the part of an etcd key below the subnets directory.
 func (w *watcher) key(etcdKey []byte) []byte { return bytes.TrimPrefix(etcdKey, w.dir) }
 
-// valid parses a key-value whose key below the subnets directory is k; a bad one is logged
-// and reported once per version.
-func (w *watcher) valid(kv *mvccpb.KeyValue, k string) (subnet.Lease, bool) {
-	e, _ := w.m.parse(kv)
+// valid parses an entry, unless it was, whose key below the subnets directory is k; a bad
+// one is logged and reported once per version.
+func (w *watcher) valid(e entry, k string) (subnet.Lease, bool) {
+	if !e.parsed {
+		e, _ = w.m.parse(e.kv)
+	}
+	kv := e.kv
 	if e.valErr == nil {
 		if len(w.skipped) > 0 {
 			delete(w.skipped, k)

@@ -53,7 +53,7 @@ func BenchmarkWatchListing(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	w := benchWatcher(m)
-	if evs := w.relisted(kvs); len(evs) != benchLeases {
+	if evs := w.relisted(unparsed(kvs)); len(evs) != benchLeases {
 		b.Fatalf("%d events, want %d", len(evs), benchLeases)
 	}
 	runtime.GC()
@@ -64,7 +64,7 @@ func BenchmarkWatchListing(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		benchWatcher(m).relisted(kvs)
+		benchWatcher(m).relisted(unparsed(kvs))
 	}
 	b.ReportMetric(kept, "kept-B/lease")
 }
@@ -74,10 +74,10 @@ func BenchmarkWatchRelist(b *testing.B) {
 	m := New(nil, Options{})
 	kvs := benchListing(m)
 	w := benchWatcher(m)
-	w.relisted(kvs)
+	w.relisted(unparsed(kvs))
 	b.ReportAllocs()
 	for b.Loop() {
-		if evs := w.relisted(kvs); len(evs) != 0 {
+		if evs := w.relisted(unparsed(kvs)); len(evs) != 0 {
 			b.Fatalf("%d events, want none", len(evs))
 		}
 	}
@@ -87,7 +87,7 @@ func BenchmarkWatchRelist(b *testing.B) {
 func BenchmarkWatchEvent(b *testing.B) {
 	m := New(nil, Options{})
 	w := benchWatcher(m)
-	w.relisted(benchListing(m))
+	w.relisted(unparsed(benchListing(m)))
 	puts := [2][]*clientv3.Event{
 		{{Type: mvccpb.PUT, Kv: benchKV(m, 4242, 1)}},
 		{{Type: mvccpb.PUT, Kv: benchKV(m, 4242, 2)}},
