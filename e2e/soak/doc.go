@@ -9,8 +9,10 @@
 // same faults at the same offsets, and every run prints its seed and its schedule. Invariants
 // are checked all along and reported with the seed and the faults in force when they break
 // (see Run): pings between pods whose nodes no fault touches are not lost; no node's lease
-// changes subnet, public IP or VTEP MAC while it lives (a VXLAN device deleted under weftd
-// comes back with a new MAC, which the lease then publishes); no two nodes hold one subnet;
+// changes subnet, public IP or VTEP MAC while it lives (a VXLAN device deleted under a
+// running weftd comes back with the same MAC; only one deleted while weftd is down or
+// starting comes back with a new one, which the lease then publishes); no two nodes hold one
+// subnet; no node has two leases;
 // weftd's memory, goroutines and file descriptors stay bounded; and after each busy phase
 // every node converges, within a bound, to exactly the routes, neighbours and FDB entries of
 // the leases in etcd, with /readyz 200 and weft_peers agreeing with the kernel.

@@ -108,6 +108,28 @@ type Fault struct {
 	Seed uint64
 }
 
+// holds names the resources the fault holds while in force, as Plan claims them on an etcd
+// of members members.
+func (f Fault) holds(members int) []string {
+	spec := kindSpecs[f.Kind]
+	var rs []string
+	if spec.global != "" {
+		rs = append(rs, spec.global)
+	}
+	for _, n := range f.Nodes {
+		rs = append(rs, fmt.Sprintf("%s/%d", spec.resource, n))
+	}
+	if spec.allMembers {
+		for m := range members {
+			rs = append(rs, fmt.Sprintf("etcd/%d", m))
+		}
+	}
+	for _, m := range f.Members {
+		rs = append(rs, fmt.Sprintf("etcd/%d", m))
+	}
+	return rs
+}
+
 // Touches reports whether the fault touches node i's data path.
 func (f Fault) Touches(i int) bool { return slices.Contains(f.Nodes, i) }
 

@@ -1,7 +1,6 @@
 package soak
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -64,8 +63,8 @@ func TestPlanRules(t *testing.T) {
 						continue
 					}
 					overlaps++
-					for _, r := range resources(f) {
-						for _, q := range resources(g) {
+					for _, r := range f.holds(cfg.Members) {
+						for _, q := range g.holds(cfg.Members) {
 							if r == q {
 								t.Errorf("seed %d: %v and %v both hold %s", seed, f, g, r)
 							}
@@ -97,25 +96,6 @@ func TestPlanRules(t *testing.T) {
 		t.Error("no two faults overlap in 20 schedules")
 	}
 	t.Logf("kinds drawn in 20 schedules of %v: %v; %d overlapping pairs", cfg.Duration, kinds, overlaps)
-}
-
-// resources names what a fault holds, as Plan claims them.
-func resources(f Fault) []string {
-	spec := kindSpecs[f.Kind]
-	var rs []string
-	if spec.global != "" {
-		rs = append(rs, spec.global)
-	}
-	for _, n := range f.Nodes {
-		rs = append(rs, fmt.Sprintf("%s/%d", spec.resource, n))
-	}
-	for _, m := range f.Members {
-		rs = append(rs, fmt.Sprintf("etcd/%d", m))
-	}
-	if spec.allMembers {
-		rs = append(rs, "etcd/0", "etcd/1", "etcd/2")
-	}
-	return rs
 }
 
 // TestPlanKinds: only the kinds asked for are drawn, and an unknown one is refused.

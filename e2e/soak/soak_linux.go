@@ -85,7 +85,7 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "pings: %d runs; untouched %d sent, %d lost; touched by a fault %d sent, %d lost\n",
 		r.PingRuns, r.PingsSent, r.PingsLost, r.TouchedSent, r.TouchedLost)
 	fmt.Fprintf(&b, "lost in touched runs, by the faults touching them: %s\n", counts(r.TouchedLostBy))
-	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes after device deletions: %d\n",
+	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes (device deleted with weftd down or starting): %d\n",
 		r.PeakRSS>>20, r.BaseRSS>>20, r.PeakGoroutines, r.BaseGoroutines, r.PeakFDs, r.BaseFDs, r.MACChanges)
 	fmt.Fprintf(&b, "lease writes: churn %d, hostile %d; samples with etcd unreachable: %d\n", r.ChurnWrites, r.HostileWrite, r.EtcdUnreachableSamples)
 	fmt.Fprintf(&b, "violations: %d, harness problems: %d", len(r.Violations), len(r.Problems))
@@ -117,6 +117,9 @@ const (
 	// must say so on /readyz (probes every 2 s, so within about 2 s + 4 s more).
 	datastoreTimeout = 4 * time.Second
 	cutReadyzAfter   = 14 * time.Second
+	// startingFor is how long after its start a weftd may not have made or adopted its
+	// VXLAN device yet: a device deleted then comes back with a new MAC.
+	startingFor = 15 * time.Second
 	// underlayMTU is the nodes' eth0 MTU, which MTUChange lowers and puts back.
 	underlayMTU = 1500
 )
@@ -183,16 +186,24 @@ type runner struct {
 	churn   []netip.Prefix
 	hostile []netip.Prefix
 
-	mu       sync.Mutex
-	rep      Report
-	running  map[int]*record // the faults in force, by ID
-	done     []*record
-	newMAC   []bool // a device deletion on the node whose new MAC is yet to be seen
-	baseRSS  []int64
-	baseGor  []int
-	baseFDs  []int
-	maxSeen  map[string]int64
-	etcdDown bool
+	mu      sync.Mutex
+	rep     Report
+	running map[int]*record // the faults in force, by ID
+	done    []*record
+	// newMAC: the node's device was deleted while its weftd was not there to make it
+	// again with the lease's MAC (stopped, or starting); the next weftd makes it with a new
+	// one, which the lease then publishes, once.
+	newMAC []bool
+	// nodeMu orders a node's device deletions and weftd stops and starts, so that each
+	// knows whether the other came first; startedAt is when its weftd last started.
+	nodeMu    []sync.Mutex
+	startedAt []time.Time
+	// locks are the resources the faults hold at run time: a fault that ends late (an etcd
+	// member slow to serve again) delays the next one on the same resource.
+	locks   map[string]*sync.Mutex
+	baseRSS []int64
+	baseGor []int
+	baseFDs []int
 }
 
 // record is a fault as it ran.
@@ -319,7 +330,9 @@ func (r *runner) setUp() error {
 		r.macs[i] = l.mac
 	}
 	r.newMAC = make([]bool, len(r.nodes))
-	r.maxSeen = map[string]int64{}
+	r.nodeMu = make([]sync.Mutex, len(r.nodes))
+	r.startedAt = make([]time.Time, len(r.nodes))
+	r.locks = map[string]*sync.Mutex{}
 	for i, n := range r.nodes {
 		res, err := r.resources(n)
 		if err != nil {
@@ -375,11 +388,29 @@ func (r *runner) run() {
 
 // inject runs one fault: starts it, holds it until its time is up, ends it.
 func (r *runner) inject(phase int, f Fault, phaseStart time.Time) {
+	names := slices.Sorted(slices.Values(f.holds(len(r.c.EtcdMembers()))))
+	r.mu.Lock()
+	var held []*sync.Mutex
+	for _, name := range names {
+		if r.locks[name] == nil {
+			r.locks[name] = new(sync.Mutex)
+		}
+		held = append(held, r.locks[name])
+	}
+	r.mu.Unlock()
+	for _, m := range held {
+		m.Lock()
+		defer m.Unlock()
+	}
 	rec := &record{f: f, phase: phase, start: time.Now()}
+	until := phaseStart.Add(f.At + f.For)
+	if late := rec.start.Sub(phaseStart.Add(f.At)); late > 100*time.Millisecond {
+		rec.note = fmt.Sprintf("%v late: a fault before it on %s ended late", late.Round(time.Millisecond), strings.Join(names, ", "))
+		until = rec.start.Add(f.For)
+	}
 	r.mu.Lock()
 	r.running[f.ID] = rec
 	r.mu.Unlock()
-	until := phaseStart.Add(f.At + f.For)
 	ok := r.apply(rec, until)
 	r.mu.Lock()
 	rec.end = time.Now()
@@ -412,9 +443,12 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		wg.Wait()
 		hold()
 		for _, i := range f.Nodes {
+			r.nodeMu[i].Lock()
 			if err := r.nodes[i].Start(); err != nil {
 				r.problem("%v: starting weftd again: %v", f, err)
 			}
+			r.startedAt[i] = time.Now()
+			r.nodeMu[i].Unlock()
 		}
 	case WeftdFreeze:
 		n := r.nodes[f.Nodes[0]]
@@ -477,16 +511,22 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		r.hostileLeases(f, until)
 	case VXLANDelete:
 		i := f.Nodes[0]
-		r.mu.Lock()
-		r.newMAC[i] = true
-		r.mu.Unlock()
-		if _, err := r.nodes[i].Exec("ip", "link", "del", vxlanDevice); err != nil {
-			// weftd may be down and its device not yet made again, or just deleted by a
-			// repair in progress: nothing to delete is no failure of the harness.
-			rec.note = "no device to delete"
+		r.nodeMu[i].Lock()
+		_, err := r.nodes[i].Exec("ip", "link", "del", vxlanDevice)
+		// A weftd that runs, and has made or adopted its device (starting, it may not
+		// have yet), makes it again with its lease's MAC; else the next makes a new one.
+		fresh := !r.nodes[i].Running() || time.Since(r.startedAt[i]) < startingFor
+		if err == nil && fresh {
 			r.mu.Lock()
-			r.newMAC[i] = false
+			r.newMAC[i] = true
 			r.mu.Unlock()
+			rec.note = "weftd down or starting: a new MAC allowed"
+		}
+		r.nodeMu[i].Unlock()
+		if err != nil {
+			// weftd is down and its device was deleted already: nothing to delete is
+			// no failure of the harness.
+			rec.note = "no device to delete"
 			hold()
 			return false
 		}
@@ -538,7 +578,14 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 // stopWeftd stops node i's weftd with sig: a SIGTERM must end it cleanly.
 func (r *runner) stopWeftd(i int, sig syscall.Signal) {
 	n := r.nodes[i]
+	r.nodeMu[i].Lock()
 	st, err := n.Stop(sig)
+	if _, derr := n.Exec("ip", "link", "show", vxlanDevice); derr != nil && r.cfg.Backend == "vxlan" {
+		r.mu.Lock()
+		r.newMAC[i] = true
+		r.mu.Unlock()
+	}
+	r.nodeMu[i].Unlock()
 	switch {
 	case err != nil && sig == syscall.SIGTERM:
 		r.violate("n%d: weftd on SIGTERM: %v", i+1, err)
@@ -796,13 +843,13 @@ func (r *runner) sample() {
 				r.mu.Lock()
 				allowed := r.newMAC[i]
 				if allowed {
-					r.log.Logf("soak: n%d: VTEP MAC %s -> %s after its device was deleted", i+1, r.macs[i], l.mac)
+					r.log.Logf("soak: n%d: VTEP MAC %s -> %s: its device was deleted with its weftd down or starting", i+1, r.macs[i], l.mac)
 					r.macs[i], r.newMAC[i] = l.mac, false
 					r.rep.MACChanges++
 				}
 				r.mu.Unlock()
 				if !allowed {
-					r.violate("n%d: its lease's VTEP MAC changed from %s to %s while it lived", i+1, r.macs[i], l.mac)
+					r.violate("n%d: its lease's VTEP MAC changed from %s to %s while its weftd ran", i+1, r.macs[i], l.mac)
 				}
 			}
 			r.check("one lease per node")
@@ -929,6 +976,10 @@ func (r *runner) pingLoop(stop <-chan struct{}, i, j int, from, to *cluster.Pod)
 			r.rep.PingsLost += sent - recv
 		}
 		r.mu.Unlock()
+		if touched != "" && recv < sent {
+			r.log.Logf("soak: ping %s (n%d) -> %s (n%d): %d of %d lost from %v to %v, touched by %s",
+				from.Name, i+1, to.Name, j+1, sent-recv, sent, r.since(begin), r.since(end), touched)
+		}
 		if touched == "" {
 			r.check("no ping lost between untouched nodes")
 			if recv != sent || sent == 0 {
@@ -993,6 +1044,11 @@ func (r *runner) converge(phase int) {
 	}
 	if len(last) == 0 {
 		r.log.Logf("soak: phase %d: converged %v after its last fault ended", phase, time.Since(start).Round(time.Millisecond))
+		// Every lease has the MAC of its device now: a new one allowed and not taken
+		// is allowed no longer.
+		r.mu.Lock()
+		clear(r.newMAC)
+		r.mu.Unlock()
 	}
 }
 
