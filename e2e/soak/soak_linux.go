@@ -117,9 +117,6 @@ const (
 	// must say so on /readyz (probes every 2 s, so within about 2 s + 4 s more).
 	datastoreTimeout = 4 * time.Second
 	cutReadyzAfter   = 14 * time.Second
-	// startingFor is how long after its start a weftd may not have made or adopted its
-	// VXLAN device yet: a device deleted then comes back with a new MAC.
-	startingFor = 15 * time.Second
 	// underlayMTU is the nodes' eth0 MTU, which MTUChange lowers and puts back.
 	underlayMTU = 1500
 )
@@ -195,9 +192,8 @@ type runner struct {
 	// one, which the lease then publishes, once.
 	newMAC []bool
 	// nodeMu orders a node's device deletions and weftd stops and starts, so that each
-	// knows whether the other came first; startedAt is when its weftd last started.
-	nodeMu    []sync.Mutex
-	startedAt []time.Time
+	// knows whether the other came first.
+	nodeMu []sync.Mutex
 	// locks are the resources the faults hold at run time: a fault that ends late (an etcd
 	// member slow to serve again) delays the next one on the same resource.
 	locks   map[string]*sync.Mutex
@@ -331,7 +327,6 @@ func (r *runner) setUp() error {
 	}
 	r.newMAC = make([]bool, len(r.nodes))
 	r.nodeMu = make([]sync.Mutex, len(r.nodes))
-	r.startedAt = make([]time.Time, len(r.nodes))
 	r.locks = map[string]*sync.Mutex{}
 	for i, n := range r.nodes {
 		res, err := r.resources(n)
@@ -447,7 +442,6 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 			if err := r.nodes[i].Start(); err != nil {
 				r.problem("%v: starting weftd again: %v", f, err)
 			}
-			r.startedAt[i] = time.Now()
 			r.nodeMu[i].Unlock()
 		}
 	case WeftdFreeze:
@@ -512,10 +506,11 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 	case VXLANDelete:
 		i := f.Nodes[0]
 		r.nodeMu[i].Lock()
-		_, err := r.nodes[i].Exec("ip", "link", "del", vxlanDevice)
 		// A weftd that runs, and has made or adopted its device (starting, it may not
 		// have yet), makes it again with its lease's MAC; else the next makes a new one.
-		fresh := !r.nodes[i].Running() || time.Since(r.startedAt[i]) < startingFor
+		// Its log says which: read before the deletion, it cannot say so too early.
+		fresh := !r.nodes[i].Running() || !madeDevice(r.nodes[i])
+		_, err := r.nodes[i].Exec("ip", "link", "del", vxlanDevice)
 		if err == nil && fresh {
 			r.mu.Lock()
 			r.newMAC[i] = true
@@ -649,6 +644,20 @@ func (r *runner) cut(f Fault, until time.Time) bool {
 		r.problem("%v: ending the cut: %v", f, err)
 	}
 	return true
+}
+
+// madeDevice reports whether the node's current weftd has made or adopted its VXLAN device,
+// as its log says: the log of each run follows a line the harness writes.
+func madeDevice(n *cluster.Node) bool {
+	data, err := os.ReadFile(n.LogPath)
+	if err != nil {
+		return false
+	}
+	run := string(data)
+	if i := strings.LastIndex(run, "=== weft-e2e "); i >= 0 {
+		run = run[i:]
+	}
+	return strings.Contains(run, `msg="adopted VXLAN device"`) || strings.Contains(run, `msg="created VXLAN device"`)
 }
 
 // weftdRunning reports whether node i's weftd runs and no fault holds it stopped or frozen.
@@ -841,15 +850,17 @@ func (r *runner) sample() {
 				r.violate("n%d: the lease of its subnet %s names public IP %s", i+1, r.subnets[i], l.publicIP)
 			case r.cfg.Backend == "vxlan" && l.mac != r.macs[i]:
 				r.mu.Lock()
-				allowed := r.newMAC[i]
+				allowed, was := r.newMAC[i], r.macs[i]
 				if allowed {
-					r.log.Logf("soak: n%d: VTEP MAC %s -> %s: its device was deleted with its weftd down or starting", i+1, r.macs[i], l.mac)
-					r.macs[i], r.newMAC[i] = l.mac, false
 					r.rep.MACChanges++
 				}
+				// Each change is reported once.
+				r.macs[i], r.newMAC[i] = l.mac, false
 				r.mu.Unlock()
-				if !allowed {
-					r.violate("n%d: its lease's VTEP MAC changed from %s to %s while its weftd ran", i+1, r.macs[i], l.mac)
+				if allowed {
+					r.log.Logf("soak: n%d: VTEP MAC %s -> %s: its device was deleted with its weftd down or starting", i+1, was, l.mac)
+				} else {
+					r.violate("n%d: its lease's VTEP MAC changed from %s to %s while its weftd ran", i+1, was, l.mac)
 				}
 			}
 			r.check("one lease per node")
