@@ -376,6 +376,19 @@ func (r *runner) run() {
 	close(stop)
 	bg.Wait()
 	r.rep.Elapsed = time.Since(r.start)
+	// A weftd built with the race detector reports races in its log; a panic ends up there too.
+	for i, n := range r.nodes {
+		data, err := os.ReadFile(n.LogPath)
+		r.check("no data race or panic in weftd's log")
+		switch {
+		case err != nil:
+			r.problem("n%d: %v", i+1, err)
+		case strings.Contains(string(data), "WARNING: DATA RACE"):
+			r.violate("n%d: weftd's log %s reports a data race", i+1, n.LogPath)
+		case strings.Contains(string(data), "\npanic: "):
+			r.violate("n%d: weftd's log %s reports a panic", i+1, n.LogPath)
+		}
+	}
 	for _, rec := range r.done {
 		r.rep.History = append(r.rep.History, fmt.Sprintf("%s: from %v to %v", rec, r.since(rec.start), r.since(rec.end)))
 	}
