@@ -2,7 +2,8 @@
 // network namespaces on a three-member etcd (e2e/cluster), pods pinging across every pair of
 // nodes, and faults injected at random and overlapping: weftd stopped, killed or frozen (one
 // node or several at once), etcd members killed, stopped, frozen, the leader killed and the
-// quorum lost, a node's path to etcd cut, leases churned and hostile leases written, a node's
+// quorum lost, etcd's history compacted away, a node's path to etcd cut, leases churned and
+// hostile leases written, a node's
 // VXLAN device or a route deleted, its underlay MTU changed.
 //
 // The schedule is a pure function of a seed and a duration (Plan): the same seed replays the

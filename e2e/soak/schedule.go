@@ -33,6 +33,10 @@ const (
 	EtcdLeaderKill Kind = "etcd-leader-sigkill"
 	// EtcdQuorumLoss kills two members of three: etcd serves nothing until one is back.
 	EtcdQuorumLoss Kind = "etcd-quorum-loss"
+	// EtcdCompact compacts etcd's history to its current revision, again and again: a
+	// watch behind it (a node cut from etcd, a weftd frozen) finds its revision compacted
+	// away when it resumes, and must list the leases afresh.
+	EtcdCompact Kind = "etcd-compact"
 	// DatastoreCut drops a node's packets to etcd's client port (nft in its namespace).
 	DatastoreCut Kind = "datastore-cut"
 	// LeaseChurn adds and deletes valid leases of nodes that do not exist on free subnets,
@@ -74,6 +78,7 @@ var kindSpecs = map[Kind]kindSpec{
 	EtcdFreeze:     {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1},
 	EtcdLeaderKill: {minFor: 2 * time.Second, maxFor: 10 * time.Second, members: 1, allMembers: true},
 	EtcdQuorumLoss: {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2},
+	EtcdCompact:    {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact"},
 	DatastoreCut:   {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net"},
 	LeaseChurn:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn"},
 	HostileLeases:  {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile"},

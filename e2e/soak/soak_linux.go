@@ -33,6 +33,9 @@ type Config struct {
 	Phase    time.Duration // a phase's length; 0: Duration (one phase)
 	Nodes    int           // weftd nodes; default 4
 	Backend  string        // "vxlan" (default) or "host-gw"
+	// DualStack runs an IPv6 network beside the IPv4 one: every lease has both subnets,
+	// pods both addresses, and pings, leases and kernel state are checked in both.
+	DualStack bool
 
 	Weftd       string   // the weftd binary
 	CNIBin      string   // the CNI plugins' directory
@@ -74,6 +77,7 @@ type Report struct {
 	EtcdUnreachableSamples    int
 	MACChanges                int
 	ChurnWrites, HostileWrite int
+	Compactions               int
 }
 
 // Summary is the report in a few lines.
@@ -87,7 +91,8 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "lost in touched runs, by the faults touching them: %s\n", counts(r.TouchedLostBy))
 	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes (device deleted with weftd down or starting): %d\n",
 		r.PeakRSS>>20, r.BaseRSS>>20, r.PeakGoroutines, r.BaseGoroutines, r.PeakFDs, r.BaseFDs, r.MACChanges)
-	fmt.Fprintf(&b, "lease writes: churn %d, hostile %d; samples with etcd unreachable: %d\n", r.ChurnWrites, r.HostileWrite, r.EtcdUnreachableSamples)
+	fmt.Fprintf(&b, "lease writes: churn %d, hostile %d; etcd compactions %d; samples with etcd unreachable: %d\n",
+		r.ChurnWrites, r.HostileWrite, r.Compactions, r.EtcdUnreachableSamples)
 	fmt.Fprintf(&b, "violations: %d, harness problems: %d", len(r.Violations), len(r.Problems))
 	return b.String()
 }
@@ -105,7 +110,9 @@ func counts[K ~string](m map[K]int) string {
 
 const (
 	network       = "10.244.0.0/16"
+	network6      = "fd00:10:244::/56"
 	vxlanDevice   = "flannel.1"
+	vxlan6Device  = "flannel-v6.1" // flannel's name for the IPv6 device of VNI 1
 	readyTimeout  = 60 * time.Second
 	sampleEvery   = 2 * time.Second
 	pingCount     = 20
@@ -145,10 +152,17 @@ func Run(log Logger, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	log.Logf("soak: seed %d (replay with SEED=%d), %v on %d %s nodes and 3 etcd members; the schedule:\n%s",
-		cfg.Seed, cfg.Seed, cfg.Duration, cfg.Nodes, cfg.Backend, sched)
+	stack := "IPv4"
+	if cfg.DualStack {
+		stack = "dual-stack"
+	}
+	log.Logf("soak: seed %d (replay with SEED=%d), %v on %d %s %s nodes and 3 etcd members; the schedule:\n%s",
+		cfg.Seed, cfg.Seed, cfg.Duration, cfg.Nodes, stack, cfg.Backend, sched)
 
 	netConf := fmt.Sprintf(`{"Network":%q,"Backend":{"Type":%q}}`, network, cfg.Backend)
+	if cfg.DualStack {
+		netConf = fmt.Sprintf(`{"Network":%q,"EnableIPv6":true,"IPv6Network":%q,"Backend":{"Type":%q}}`, network, network6, cfg.Backend)
+	}
 	c, err := cluster.New(log, cluster.Options{
 		NetConf: netConf, Weftd: cfg.Weftd, CNIBin: cfg.CNIBin,
 		EtcdCommand: cfg.EtcdCommand, EtcdMembers: 3,
@@ -182,6 +196,10 @@ type runner struct {
 	macs    []string
 	churn   []netip.Prefix
 	hostile []netip.Prefix
+	// The IPv6 halves, in a dual-stack network.
+	subnets6 []netip.Prefix
+	macs6    []string
+	churn6   []netip.Prefix
 
 	mu      sync.Mutex
 	rep     Report
@@ -190,7 +208,7 @@ type runner struct {
 	// newMAC: the node's device was deleted while its weftd was not there to make it
 	// again with the lease's MAC (stopped, or starting); the next weftd makes it with a new
 	// one, which the lease then publishes, once.
-	newMAC []bool
+	newMAC, newMAC6 []bool
 	// nodeMu orders a node's device deletions and weftd stops and starts, so that each
 	// knows whether the other came first.
 	nodeMu []sync.Mutex
@@ -275,6 +293,13 @@ func (r *runner) setUp() error {
 			return err
 		}
 		r.subnets = append(r.subnets, sn)
+		if r.cfg.DualStack {
+			sn6, err := n.Subnet6()
+			if err != nil {
+				return err
+			}
+			r.subnets6 = append(r.subnets6, sn6)
+		}
 	}
 	held := map[netip.Prefix]bool{}
 	for _, sn := range r.subnets {
@@ -293,6 +318,20 @@ func (r *runner) setUp() error {
 	// From the top of the network, away from the subnets a node would get next.
 	slices.Reverse(free)
 	r.churn, r.hostile = free[:churnSubnets], free[churnSubnets:churnSubnets+hostileSubset]
+	if r.cfg.DualStack {
+		held6 := map[netip.Prefix]bool{}
+		for _, sn := range r.subnets6 {
+			held6[sn] = true
+		}
+		base := netip.MustParsePrefix(network6).Addr().As16()
+		for i := 255; i >= 0 && len(r.churn6) < churnSubnets; i-- {
+			b := base
+			b[7] = byte(i)
+			if sn := netip.PrefixFrom(netip.AddrFrom16(b), 64); !held6[sn] {
+				r.churn6 = append(r.churn6, sn)
+			}
+		}
+	}
 
 	// Every pod reaches every other before the faults begin.
 	deadline := time.Now().Add(readyTimeout)
@@ -302,6 +341,12 @@ func (r *runner) setUp() error {
 				_, recv, err := cluster.Ping(from, to.IP, 1, 10*time.Millisecond)
 				if err != nil {
 					return err
+				}
+				if recv == 1 && r.cfg.DualStack {
+					_, recv, err = cluster.Ping(from, to.IP6, 1, 10*time.Millisecond)
+					if err != nil {
+						return err
+					}
 				}
 				if recv == 1 {
 					break
@@ -317,15 +362,15 @@ func (r *runner) setUp() error {
 	if err != nil {
 		return err
 	}
-	r.macs = make([]string, len(r.nodes))
+	r.macs, r.macs6 = make([]string, len(r.nodes)), make([]string, len(r.nodes))
 	for i, sn := range r.subnets {
 		l, ok := leases[sn]
 		if !ok {
 			return fmt.Errorf("soak: no lease of node n%d's subnet %s", i+1, sn)
 		}
-		r.macs[i] = l.mac
+		r.macs[i], r.macs6[i] = l.mac, l.mac6
 	}
-	r.newMAC = make([]bool, len(r.nodes))
+	r.newMAC, r.newMAC6 = make([]bool, len(r.nodes)), make([]bool, len(r.nodes))
 	r.nodeMu = make([]sync.Mutex, len(r.nodes))
 	r.locks = map[string]*sync.Mutex{}
 	for i, n := range r.nodes {
@@ -512,36 +557,43 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		}
 	case DatastoreCut:
 		return r.cut(f, until)
+	case EtcdCompact:
+		r.compact(f, until)
 	case LeaseChurn:
 		r.churnLeases(f, until)
 	case HostileLeases:
 		r.hostileLeases(f, until)
 	case VXLANDelete:
 		i := f.Nodes[0]
+		dev, allow := vxlanDevice, r.newMAC
+		if r.cfg.DualStack && f.Seed%2 == 1 {
+			dev, allow = vxlan6Device, r.newMAC6
+		}
+		rec.note = dev
 		r.nodeMu[i].Lock()
 		// A weftd that runs, and has made or adopted its device (starting, it may not
 		// have yet), makes it again with its lease's MAC; else the next makes a new one.
 		// Its log says which: read before the deletion, it cannot say so too early.
 		fresh := !r.nodes[i].Running() || !madeDevice(r.nodes[i])
-		_, err := r.nodes[i].Exec("ip", "link", "del", vxlanDevice)
+		_, err := r.nodes[i].Exec("ip", "link", "del", dev)
 		if err == nil && fresh {
 			r.mu.Lock()
-			r.newMAC[i] = true
+			allow[i] = true
 			r.mu.Unlock()
-			rec.note = "weftd down or starting: a new MAC allowed"
+			rec.note += "; weftd down or starting: a new MAC allowed"
 		}
 		r.nodeMu[i].Unlock()
 		if err != nil {
 			// weftd is down and its device was deleted already: nothing to delete is
 			// no failure of the harness.
-			rec.note = "no device to delete"
+			rec.note += ": no device to delete"
 			hold()
 			return false
 		}
 		hold()
 	case RouteDelete:
 		n := r.nodes[f.Nodes[0]]
-		routes, err := routesOf(n)
+		routes, err := routesOf(n, false)
 		if err != nil {
 			r.problem("%v: %v", f, err)
 			return false
@@ -588,10 +640,17 @@ func (r *runner) stopWeftd(i int, sig syscall.Signal) {
 	n := r.nodes[i]
 	r.nodeMu[i].Lock()
 	st, err := n.Stop(sig)
-	if _, derr := n.Exec("ip", "link", "show", vxlanDevice); derr != nil && r.cfg.Backend == "vxlan" {
-		r.mu.Lock()
-		r.newMAC[i] = true
-		r.mu.Unlock()
+	if r.cfg.Backend == "vxlan" {
+		if _, derr := n.Exec("ip", "link", "show", vxlanDevice); derr != nil {
+			r.mu.Lock()
+			r.newMAC[i] = true
+			r.mu.Unlock()
+		}
+		if _, derr := n.Exec("ip", "link", "show", vxlan6Device); derr != nil && r.cfg.DualStack {
+			r.mu.Lock()
+			r.newMAC6[i] = true
+			r.mu.Unlock()
+		}
 	}
 	r.nodeMu[i].Unlock()
 	switch {
@@ -692,14 +751,43 @@ func (r *runner) leaseKey(sn netip.Prefix) string {
 	return r.c.EtcdPrefix() + "/subnets/" + subnet.Lease{Subnet: sn}.Key()
 }
 
-// churnLease is the value of the valid lease LeaseChurn writes on its i-th subnet: a node
-// that does not exist, at an underlay address no node has.
-func (r *runner) churnLease(i int) string {
-	ip := fmt.Sprintf("192.0.2.%d", 100+i)
-	if r.cfg.Backend != "vxlan" {
-		return fmt.Sprintf(`{"PublicIP":%q,"BackendType":%q}`, ip, r.cfg.Backend)
+// compact compacts etcd's history to its current revision every second or so until the time
+// is up; a compaction etcd refuses (no quorum, nothing new) waits for the next round.
+func (r *runner) compact(f Fault, until time.Time) {
+	rng := newRand(f.Seed)
+	for time.Now().Before(until) {
+		ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+		resp, err := r.c.Etcd().Get(ctx, r.c.EtcdPrefix()+"/config")
+		if err == nil {
+			_, err = r.c.Etcd().Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical())
+		}
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			r.rep.Compactions++
+			r.mu.Unlock()
+		}
+		time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
 	}
-	return fmt.Sprintf(`{"PublicIP":%q,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"0e:55:00:00:00:%02x"}}`, ip, i)
+}
+
+// churnLease is the key and the value of the valid lease LeaseChurn writes on its i-th
+// subnet (both families' in a dual-stack network): a node that does not exist, at underlay
+// addresses no node has.
+func (r *runner) churnLease(i int) (string, string) {
+	l := subnet.Lease{Subnet: r.churn[i]}
+	v := fmt.Sprintf(`"PublicIP":"192.0.2.%d","BackendType":%q`, 100+i, r.cfg.Backend)
+	if r.cfg.Backend == "vxlan" {
+		v += fmt.Sprintf(`,"BackendData":{"VNI":1,"VtepMAC":"0e:55:00:00:00:%02x"}`, i)
+	}
+	if r.cfg.DualStack {
+		l.IPv6Subnet = r.churn6[i]
+		v += fmt.Sprintf(`,"PublicIPv6":"fd77:77::1:%x"`, i)
+		if r.cfg.Backend == "vxlan" {
+			v += fmt.Sprintf(`,"BackendV6Data":{"VNI":1,"VtepMAC":"0e:56:00:00:00:%02x"}`, i)
+		}
+	}
+	return r.c.EtcdPrefix() + "/subnets/" + l.Key(), "{" + v + "}"
 }
 
 func (r *runner) churnLeases(f Fault, until time.Time) {
@@ -708,10 +796,11 @@ func (r *runner) churnLeases(f Fault, until time.Time) {
 		i := rng.IntN(len(r.churn))
 		ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 		var err error
+		key, value := r.churnLease(i)
 		if rng.IntN(2) == 0 {
-			_, err = r.c.Etcd().Put(ctx, r.leaseKey(r.churn[i]), r.churnLease(i))
+			_, err = r.c.Etcd().Put(ctx, key, value)
 		} else {
-			_, err = r.c.Etcd().Delete(ctx, r.leaseKey(r.churn[i]))
+			_, err = r.c.Etcd().Delete(ctx, key)
 		}
 		cancel()
 		if err == nil {
@@ -783,6 +872,9 @@ type lease struct {
 	publicIP string
 	mac      string // VtepMAC, lower-case; "" for host-gw
 	valid    bool   // parsed, and usable by the cluster's backend
+	// The IPv6 half: its subnet, public address and VtepMAC.
+	sn6             netip.Prefix
+	publicIP6, mac6 string
 }
 
 // leases reads every lease in etcd, by IPv4 subnet; values that do not parse are there,
@@ -797,20 +889,25 @@ func (r *runner) leases() (map[netip.Prefix]lease, error) {
 	}
 	out := map[netip.Prefix]lease{}
 	for _, kv := range resp.Kvs {
-		sn, _, err := subnet.ParseKey(strings.TrimPrefix(string(kv.Key), dir))
+		sn, sn6, err := subnet.ParseKey(strings.TrimPrefix(string(kv.Key), dir))
 		if err != nil {
 			return nil, fmt.Errorf("lease key %s: %w", kv.Key, err)
 		}
 		var v struct {
-			PublicIP    string
-			BackendType string
-			BackendData struct{ VtepMAC string }
+			PublicIP, PublicIPv6       string
+			BackendType                string
+			BackendData, BackendV6Data struct{ VtepMAC string }
 		}
-		l := lease{}
+		l := lease{sn6: sn6}
 		if json.Unmarshal(kv.Value, &v) == nil {
 			_, ipErr := netip.ParseAddr(v.PublicIP)
-			l = lease{publicIP: v.PublicIP, mac: strings.ToLower(v.BackendData.VtepMAC),
-				valid: ipErr == nil && v.BackendType == r.cfg.Backend}
+			l.publicIP, l.mac = v.PublicIP, strings.ToLower(v.BackendData.VtepMAC)
+			l.publicIP6, l.mac6 = v.PublicIPv6, strings.ToLower(v.BackendV6Data.VtepMAC)
+			l.valid = ipErr == nil && v.BackendType == r.cfg.Backend
+			if r.cfg.DualStack {
+				_, ip6Err := netip.ParseAddr(v.PublicIPv6)
+				l.valid = l.valid && sn6.IsValid() && ip6Err == nil
+			}
 		}
 		out[sn.Masked()] = l
 	}
@@ -842,6 +939,13 @@ func (r *runner) sample() {
 		} else if sn != r.subnets[i] {
 			r.violate("n%d: subnet.env names %s; it had %s", i+1, sn, r.subnets[i])
 		}
+		if r.cfg.DualStack {
+			if sn6, err := n.Subnet6(); err != nil {
+				r.violate("n%d: %v", i+1, err)
+			} else if sn6 != r.subnets6[i] {
+				r.violate("n%d: subnet.env names IPv6 subnet %s; it had %s", i+1, sn6, r.subnets6[i])
+			}
+		}
 	}
 	leases, err := r.leases()
 	if err != nil {
@@ -861,19 +965,13 @@ func (r *runner) sample() {
 				r.violate("n%d: its lease of %s is gone from etcd", i+1, r.subnets[i])
 			case l.publicIP != n.IP.String():
 				r.violate("n%d: the lease of its subnet %s names public IP %s", i+1, r.subnets[i], l.publicIP)
-			case r.cfg.Backend == "vxlan" && l.mac != r.macs[i]:
-				r.mu.Lock()
-				allowed, was := r.newMAC[i], r.macs[i]
-				if allowed {
-					r.rep.MACChanges++
-				}
-				// Each change is reported once.
-				r.macs[i], r.newMAC[i] = l.mac, false
-				r.mu.Unlock()
-				if allowed {
-					r.log.Logf("soak: n%d: VTEP MAC %s -> %s: its device was deleted with its weftd down or starting", i+1, was, l.mac)
-				} else {
-					r.violate("n%d: its lease's VTEP MAC changed from %s to %s while its weftd ran", i+1, was, l.mac)
+			case r.cfg.DualStack && (l.sn6 != r.subnets6[i] || l.publicIP6 != n.IP6.String()):
+				r.violate("n%d: the lease of its subnet %s names IPv6 subnet %s and public IPv6 %s; want %s and %s",
+					i+1, r.subnets[i], l.sn6, l.publicIP6, r.subnets6[i], n.IP6)
+			case r.cfg.Backend == "vxlan":
+				r.sameMAC(i, vxlanDevice, l.mac, r.macs, r.newMAC)
+				if r.cfg.DualStack {
+					r.sameMAC(i, vxlan6Device, l.mac6, r.macs6, r.newMAC6)
 				}
 			}
 			r.check("one lease per node")
@@ -909,6 +1007,28 @@ func (r *runner) sample() {
 		if res.fds > 2*r.baseFDs[i]+64 {
 			r.violate("n%d: weftd has %d open files; %d at the start", i+1, res.fds, r.baseFDs[i])
 		}
+	}
+}
+
+// sameMAC checks that node i's lease still publishes the VTEP MAC it did for dev (macs[i]),
+// unless a new one is allowed (allow[i]: the device went with weftd down or starting).
+func (r *runner) sameMAC(i int, dev, mac string, macs []string, allow []bool) {
+	r.mu.Lock()
+	was, allowed := macs[i], allow[i]
+	if mac == was {
+		r.mu.Unlock()
+		return
+	}
+	if allowed {
+		r.rep.MACChanges++
+	}
+	// Each change is reported once.
+	macs[i], allow[i] = mac, false
+	r.mu.Unlock()
+	if allowed {
+		r.log.Logf("soak: n%d: %s's VTEP MAC %s -> %s: the device was deleted with its weftd down or starting", i+1, dev, was, mac)
+	} else {
+		r.violate("n%d: its lease's VTEP MAC of %s changed from %s to %s while its weftd ran", i+1, dev, was, mac)
 	}
 }
 
@@ -967,14 +1087,19 @@ func metrics(n *cluster.Node) (map[string]float64, error) {
 // pingLoop pings from one pod to another in runs until stop, and counts each run's losses
 // against weft unless a fault touched either node during it.
 func (r *runner) pingLoop(stop <-chan struct{}, i, j int, from, to *cluster.Pod) {
-	for {
+	for k := 0; ; k++ {
 		select {
 		case <-stop:
 			return
 		default:
 		}
+		// Dual-stack: the families take turns.
+		dst := to.IP
+		if r.cfg.DualStack && k%2 == 1 {
+			dst = to.IP6
+		}
 		begin := time.Now()
-		run, err := cluster.StartPing(from, to.IP, pingCount, pingInterval)
+		run, err := cluster.StartPing(from, dst, pingCount, pingInterval)
 		if err != nil {
 			r.problem("%v", err)
 			return
@@ -1001,14 +1126,14 @@ func (r *runner) pingLoop(stop <-chan struct{}, i, j int, from, to *cluster.Pod)
 		}
 		r.mu.Unlock()
 		if touched != "" && recv < sent {
-			r.log.Logf("soak: ping %s (n%d) -> %s (n%d): %d of %d lost from %v to %v, touched by %s",
-				from.Name, i+1, to.Name, j+1, sent-recv, sent, r.since(begin), r.since(end), touched)
+			r.log.Logf("soak: ping %s (n%d) -> %s %s (n%d): %d of %d lost from %v to %v, touched by %s",
+				from.Name, i+1, to.Name, dst, j+1, sent-recv, sent, r.since(begin), r.since(end), touched)
 		}
 		if touched == "" {
 			r.check("no ping lost between untouched nodes")
 			if recv != sent || sent == 0 {
-				r.violate("ping %s (n%d) -> %s (n%d): %d of %d lost from %v to %v, no fault touching either node",
-					from.Name, i+1, to.Name, j+1, sent-recv, sent, r.since(begin), r.since(end))
+				r.violate("ping %s (n%d) -> %s %s (n%d): %d of %d lost from %v to %v, no fault touching either node",
+					from.Name, i+1, to.Name, dst, j+1, sent-recv, sent, r.since(begin), r.since(end))
 			}
 		}
 	}
@@ -1072,6 +1197,7 @@ func (r *runner) converge(phase int) {
 		// is allowed no longer.
 		r.mu.Lock()
 		clear(r.newMAC)
+		clear(r.newMAC6)
 		r.mu.Unlock()
 	}
 }
@@ -1093,16 +1219,22 @@ func (r *runner) convergenceErrors() []string {
 		if err != nil || code != http.StatusOK {
 			errs = append(errs, fmt.Sprintf("%s: /readyz %d %s %v", name, code, strings.TrimSpace(body), err))
 		}
-		want := map[netip.Prefix]lease{}
+		want, want6 := map[netip.Prefix]peer{}, map[netip.Prefix]peer{}
 		for sn, l := range leases {
 			if sn != r.subnets[i] && l.valid {
-				want[sn] = l
+				want[sn] = peer{l.publicIP, l.mac}
+				if r.cfg.DualStack {
+					want6[l.sn6] = peer{l.publicIP6, l.mac6}
+				}
 			}
 		}
 		if bad := leasesInvalid(leases, r.hostile); bad != "" {
 			errs = append(errs, bad)
 		}
-		errs = append(errs, r.kernelErrors(i, want)...)
+		errs = append(errs, r.kernelErrors(i, false, want)...)
+		if r.cfg.DualStack {
+			errs = append(errs, r.kernelErrors(i, true, want6)...)
+		}
 		if m, err := metrics(n); err != nil {
 			errs = append(errs, fmt.Sprintf("%s: /metrics: %v", name, err))
 		} else if got := m[fmt.Sprintf(`weft_peers{backend=%q,state="programmed"}`, r.cfg.Backend)]; int(got) != len(want) {
@@ -1135,10 +1267,14 @@ type route struct {
 	dev     string
 }
 
-// routesOf lists the node's IPv4 routes into the pod network, but the ones to its own subnet
-// (cni0's).
-func routesOf(n *cluster.Node) ([]route, error) {
-	out, err := n.Exec("ip", "-j", "-4", "route", "show")
+// routesOf lists the node's routes into the pod network of a family, but the ones to its own
+// subnet (cni0's).
+func routesOf(n *cluster.Node, v6 bool) ([]route, error) {
+	family, pods := "-4", netip.MustParsePrefix(network)
+	if v6 {
+		family, pods = "-6", netip.MustParsePrefix(network6)
+	}
+	out, err := n.Exec("ip", "-j", family, "route", "show")
 	if err != nil {
 		return nil, err
 	}
@@ -1148,7 +1284,6 @@ func routesOf(n *cluster.Node) ([]route, error) {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		return nil, fmt.Errorf("node %s: ip -j route: %w: %s", n.Name, err, out)
 	}
-	pods := netip.MustParsePrefix(network)
 	var routes []route
 	for _, rt := range raw {
 		dst, err := netip.ParsePrefix(rt.Dst)
@@ -1160,13 +1295,21 @@ func routesOf(n *cluster.Node) ([]route, error) {
 	return routes, nil
 }
 
-// kernelErrors compares node i's routes, neighbours and FDB entries with the leases it
-// should have programmed.
-func (r *runner) kernelErrors(i int, want map[netip.Prefix]lease) []string {
+// peer is what a node programs for a peer's subnet of one family: its public address, and
+// with vxlan its VTEP MAC.
+type peer struct{ publicIP, mac string }
+
+// kernelErrors compares node i's routes, neighbours and FDB entries of a family with the
+// peers it should have programmed, and its device's MAC with its lease's.
+func (r *runner) kernelErrors(i int, v6 bool, want map[netip.Prefix]peer) []string {
 	n := r.nodes[i]
 	name := fmt.Sprintf("n%d", i+1)
+	dev, underlay, own := vxlanDevice, "eth0", r.macs
+	if v6 {
+		dev, own = vxlan6Device, r.macs6
+	}
 	var errs []string
-	routes, err := routesOf(n)
+	routes, err := routesOf(n, v6)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -1174,11 +1317,11 @@ func (r *runner) kernelErrors(i int, want map[netip.Prefix]lease) []string {
 	for _, rt := range routes {
 		got[rt.dst] = rt
 	}
-	for sn, l := range want {
+	for sn, p := range want {
 		rt, ok := got[sn]
-		wantGW, wantDev := sn.Addr().String(), vxlanDevice
+		wantGW, wantDev := sn.Addr().String(), dev
 		if r.cfg.Backend != "vxlan" {
-			wantGW, wantDev = l.publicIP, "eth0"
+			wantGW, wantDev = p.publicIP, underlay
 		}
 		switch {
 		case !ok:
@@ -1195,7 +1338,7 @@ func (r *runner) kernelErrors(i int, want map[netip.Prefix]lease) []string {
 	if r.cfg.Backend != "vxlan" {
 		return errs
 	}
-	neigh, err := jsonOf(n, "ip", "-j", "neigh", "show", "dev", vxlanDevice)
+	neigh, err := jsonOf(n, "ip", "-j", "neigh", "show", "dev", dev)
 	if err != nil {
 		return append(errs, err.Error())
 	}
@@ -1203,7 +1346,7 @@ func (r *runner) kernelErrors(i int, want map[netip.Prefix]lease) []string {
 	for _, e := range neigh {
 		gotNeigh[str(e["dst"])] = strings.ToLower(str(e["lladdr"]))
 	}
-	fdb, err := jsonOf(n, "bridge", "-j", "fdb", "show", "dev", vxlanDevice)
+	fdb, err := jsonOf(n, "bridge", "-j", "fdb", "show", "dev", dev)
 	if err != nil {
 		return append(errs, err.Error())
 	}
@@ -1214,25 +1357,25 @@ func (r *runner) kernelErrors(i int, want map[netip.Prefix]lease) []string {
 		}
 	}
 	wantNeigh, wantFDB := map[string]string{}, map[string]string{}
-	for sn, l := range want {
-		wantNeigh[sn.Addr().String()] = l.mac
-		wantFDB[l.mac] = l.publicIP
+	for sn, p := range want {
+		wantNeigh[sn.Addr().String()] = p.mac
+		wantFDB[p.mac] = p.publicIP
 	}
 	if !maps.Equal(gotNeigh, wantNeigh) {
-		errs = append(errs, fmt.Sprintf("%s: neighbours on %s %v; the leases want %v", name, vxlanDevice, gotNeigh, wantNeigh))
+		errs = append(errs, fmt.Sprintf("%s: neighbours on %s %v; the leases want %v", name, dev, gotNeigh, wantNeigh))
 	}
 	if !maps.Equal(gotFDB, wantFDB) {
-		errs = append(errs, fmt.Sprintf("%s: FDB of %s %v; the leases want %v", name, vxlanDevice, gotFDB, wantFDB))
+		errs = append(errs, fmt.Sprintf("%s: FDB of %s %v; the leases want %v", name, dev, gotFDB, wantFDB))
 	}
-	link, err := jsonOf(n, "ip", "-j", "link", "show", vxlanDevice)
+	link, err := jsonOf(n, "ip", "-j", "link", "show", dev)
 	if err != nil || len(link) != 1 {
-		return append(errs, fmt.Sprintf("%s: %s: %v", name, vxlanDevice, err))
+		return append(errs, fmt.Sprintf("%s: %s: %v", name, dev, err))
 	}
 	r.mu.Lock()
-	mac := r.macs[i]
+	mac := own[i]
 	r.mu.Unlock()
-	if dev := strings.ToLower(str(link[0]["address"])); dev != mac {
-		errs = append(errs, fmt.Sprintf("%s: %s has MAC %s; its lease says %s", name, vxlanDevice, dev, mac))
+	if got := strings.ToLower(str(link[0]["address"])); got != mac {
+		errs = append(errs, fmt.Sprintf("%s: %s has MAC %s; its lease says %s", name, dev, got, mac))
 	}
 	return errs
 }

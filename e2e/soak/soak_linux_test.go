@@ -15,9 +15,10 @@ import (
 
 // Environment variables of the long soak (make soak).
 const (
-	envDuration = "WEFT_SOAK_DURATION" // the busy time, e.g. 30m; TestSoak skips without it
-	envSeed     = "WEFT_SOAK_SEED"     // the seed; default one drawn from the clock, printed
-	envBackend  = "WEFT_SOAK_BACKEND"  // vxlan (default) or host-gw
+	envDuration = "WEFT_SOAK_DURATION"  // the busy time, e.g. 30m; TestSoak skips without it
+	envSeed     = "WEFT_SOAK_SEED"      // the seed; default one drawn from the clock, printed
+	envBackend  = "WEFT_SOAK_BACKEND"   // vxlan (default) or host-gw
+	envDual     = "WEFT_SOAK_DUALSTACK" // set (non-empty): a dual-stack network
 )
 
 // shortSeed is the short soak's seed, fixed so that make test runs the same faults every
@@ -49,7 +50,8 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("%s=%s: %v", envSeed, s, err)
 		}
 	}
-	soak(t, Config{Seed: seed, Duration: dur, Phase: 3 * time.Minute, Backend: os.Getenv(envBackend)})
+	soak(t, Config{Seed: seed, Duration: dur, Phase: 3 * time.Minute, Backend: os.Getenv(envBackend),
+		DualStack: os.Getenv(envDual) != ""})
 }
 
 // soak runs one soak with the binaries TestMain built and fails the test for every broken
