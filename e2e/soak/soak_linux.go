@@ -68,11 +68,16 @@ type Report struct {
 	// touched them.
 	TouchedLostBy map[string]int
 	// Peak resources seen over all weftd runs: RSS in bytes, goroutines, file descriptors.
-	PeakRSS                   int64
-	PeakGoroutines, PeakFDs   int
-	BaseGoroutines, BaseFDs   int
-	BaseRSS                   int64
-	History                   []string // every fault as it ran, with its times
+	PeakRSS                 int64
+	PeakGoroutines, PeakFDs int
+	BaseGoroutines, BaseFDs int
+	BaseRSS                 int64
+	History                 []string // every fault as it ran, with its times
+	// Stalls are the times the kernel's network configuration stalled (a netlink request
+	// of the harness took over stallAfter): the machine's, not weft's (on a shared
+	// machine, another's network namespaces being destroyed hold the kernel's locks).
+	// Violations in or near one say so.
+	Stalls                    []string
 	Elapsed                   time.Duration
 	EtcdUnreachableSamples    int
 	MACChanges                int
@@ -93,6 +98,7 @@ func (r Report) Summary() string {
 		r.PeakRSS>>20, r.BaseRSS>>20, r.PeakGoroutines, r.BaseGoroutines, r.PeakFDs, r.BaseFDs, r.MACChanges)
 	fmt.Fprintf(&b, "lease writes: churn %d, hostile %d; etcd compactions %d; samples with etcd unreachable: %d\n",
 		r.ChurnWrites, r.HostileWrite, r.Compactions, r.EtcdUnreachableSamples)
+	fmt.Fprintf(&b, "netlink stalls of the machine: %d %v\n", len(r.Stalls), r.Stalls)
 	fmt.Fprintf(&b, "violations: %d, harness problems: %d", len(r.Violations), len(r.Problems))
 	return b.String()
 }
@@ -109,17 +115,20 @@ func counts[K ~string](m map[K]int) string {
 }
 
 const (
-	network       = "10.244.0.0/16"
-	network6      = "fd00:10:244::/56"
-	vxlanDevice   = "flannel.1"
-	vxlan6Device  = "flannel-v6.1" // flannel's name for the IPv6 device of VNI 1
-	readyTimeout  = 60 * time.Second
-	sampleEvery   = 2 * time.Second
-	pingCount     = 20
-	pingInterval  = 50 * time.Millisecond
-	etcdTimeout   = 2 * time.Second
-	churnSubnets  = 8
-	hostileSubset = 8
+	network      = "10.244.0.0/16"
+	network6     = "fd00:10:244::/56"
+	vxlanDevice  = "flannel.1"
+	vxlan6Device = "flannel-v6.1" // flannel's name for the IPv6 device of VNI 1
+	readyTimeout = 60 * time.Second
+	sampleEvery  = 2 * time.Second
+	pingCount    = 20
+	pingInterval = 50 * time.Millisecond
+	// stallAfter: a netlink request taking longer says the kernel's network
+	// configuration is stalled; stallNear is how long after one a violation is flagged.
+	stallAfter, stallNear = 2 * time.Second, 30 * time.Second
+	etcdTimeout           = 2 * time.Second
+	churnSubnets          = 8
+	hostileSubset         = 8
 	// datastoreTimeout is weftd's --datastore-timeout: a node cut from etcd for longer
 	// must say so on /readyz (probes every 2 s, so within about 2 s + 4 s more).
 	datastoreTimeout = 4 * time.Second
@@ -214,10 +223,12 @@ type runner struct {
 	nodeMu []sync.Mutex
 	// locks are the resources the faults hold at run time: a fault that ends late (an etcd
 	// member slow to serve again) delays the next one on the same resource.
-	locks   map[string]*sync.Mutex
-	baseRSS []int64
-	baseGor []int
-	baseFDs []int
+	locks map[string]*sync.Mutex
+	// lastStall is when the last netlink stall the stall probe saw ended.
+	lastStall time.Time
+	baseRSS   []int64
+	baseGor   []int
+	baseFDs   []int
 }
 
 // record is a fault as it ran.
@@ -250,6 +261,9 @@ func (r *runner) violate(format string, args ...any) {
 	full := fmt.Sprintf("at %v: %s [seed %d; faults in force: %s]", r.since(time.Now()), msg, r.cfg.Seed, strings.Join(force, "; "))
 	if len(force) == 0 {
 		full = fmt.Sprintf("at %v: %s [seed %d; no fault in force]", r.since(time.Now()), msg, r.cfg.Seed)
+	}
+	if !r.lastStall.IsZero() && time.Since(r.lastStall) < stallNear {
+		full += fmt.Sprintf(" [the machine's netlink was stalled %v before]", time.Since(r.lastStall).Round(time.Second))
 	}
 	r.rep.Violations = append(r.rep.Violations, full)
 	r.log.Logf("soak: VIOLATION %s", full)
@@ -404,6 +418,7 @@ func (r *runner) run() {
 		}
 	}
 	bg.Go(func() { r.sampleLoop(stop) })
+	bg.Go(func() { r.stallLoop(stop) })
 
 	for pi, p := range r.sched.Phases {
 		phaseStart := time.Now()
@@ -931,6 +946,29 @@ func (r *runner) leases() (map[netip.Prefix]lease, error) {
 		out[sn.Masked()] = l
 	}
 	return out, nil
+}
+
+// stallLoop times a netlink request in a node every second until stop, and records the
+// stalls (see Report.Stalls).
+func (r *runner) stallLoop(stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		_, _ = r.nodes[0].Exec("ip", "link", "show", "lo")
+		if took := time.Since(start); took > stallAfter {
+			r.mu.Lock()
+			r.lastStall = time.Now()
+			r.rep.Stalls = append(r.rep.Stalls, fmt.Sprintf("%v at %v", took.Round(100*time.Millisecond), r.since(start)))
+			r.mu.Unlock()
+			r.log.Logf("soak: the machine's netlink stalled: ip link show took %v", took.Round(time.Millisecond))
+		}
+	}
 }
 
 // sampleLoop checks the continuous invariants every sampleEvery until stop.
