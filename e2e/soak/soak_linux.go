@@ -221,6 +221,8 @@ type runner struct {
 	// nodeMu orders a node's device deletions and weftd stops and starts, so that each
 	// knows whether the other came first.
 	nodeMu []sync.Mutex
+	// exited is the exit status of each node's weftd last seen by checkAlive.
+	exited []*os.ProcessState
 	// locks are the resources the faults hold at run time: a fault that ends late (an etcd
 	// member slow to serve again) delays the next one on the same resource.
 	locks map[string]*sync.Mutex
@@ -386,6 +388,7 @@ func (r *runner) setUp() error {
 	}
 	r.newMAC, r.newMAC6 = make([]bool, len(r.nodes)), make([]bool, len(r.nodes))
 	r.nodeMu = make([]sync.Mutex, len(r.nodes))
+	r.exited = make([]*os.ProcessState, len(r.nodes))
 	r.locks = map[string]*sync.Mutex{}
 	for i, n := range r.nodes {
 		res, err := r.resources(n)
@@ -633,7 +636,13 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		hold()
 	case MTUChange:
 		n := r.nodes[f.Nodes[0]]
-		mtu := 1280 + int(f.Seed%201)
+		// Down to IPv6's minimum under the overlay: 1280, and VXLAN's 70 bytes over IPv6 in
+		// a dual-stack network, where weftd refuses to start below (and says why).
+		low := 1280
+		if r.cfg.DualStack && r.cfg.Backend == "vxlan" {
+			low += 70
+		}
+		mtu := low + int(f.Seed%uint64(underlayMTU-20-low+1))
 		rec.note = fmt.Sprintf("eth0 MTU %d", mtu)
 		if _, err := n.Exec("ip", "link", "set", "eth0", "mtu", fmt.Sprint(mtu)); err != nil {
 			r.problem("%v: %v", f, err)
@@ -1040,6 +1049,7 @@ func (r *runner) sample() {
 		}
 	}
 	for i, n := range r.nodes {
+		r.checkAlive(i)
 		if !r.weftdRunning(i) {
 			continue
 		}
@@ -1086,6 +1096,29 @@ func (r *runner) sameMAC(i int, dev, mac string, macs []string, allow []bool) {
 		r.log.Logf("soak: n%d: %s's VTEP MAC %s -> %s: the device was deleted with its weftd down or starting", i+1, dev, was, mac)
 	} else {
 		r.violate("n%d: its lease's VTEP MAC of %s changed from %s to %s while its weftd ran", i+1, dev, was, mac)
+	}
+}
+
+// checkAlive reports a weftd that exited while no fault stopped it, once per run.
+func (r *runner) checkAlive(i int) {
+	n := r.nodes[i]
+	r.nodeMu[i].Lock() // not while a fault stops or starts it
+	defer r.nodeMu[i].Unlock()
+	st := n.ExitState()
+	r.mu.Lock()
+	held := false
+	for _, rec := range r.running {
+		switch rec.f.Kind {
+		case WeftdTerm, WeftdKill, WeftdKillMany:
+			held = held || rec.f.Touches(i)
+		}
+	}
+	seen := r.exited[i] == st
+	r.exited[i] = st
+	r.mu.Unlock()
+	r.check("weftd runs unless stopped")
+	if st != nil && !held && !seen {
+		r.violate("n%d: weftd exited on its own (%v); the end of its log:\n%s", i+1, st, n.LogTail(5))
 	}
 }
 
