@@ -117,6 +117,11 @@ type VXLANDevice struct {
 	MTU      int
 	Learning bool
 	GBP      bool
+	// MAC, if set, is the MAC a device that must be made gets: the one the node's lease
+	// publishes, when the device was deleted under the daemon, so that the peers, which
+	// know that MAC, reach it again as soon as it is back, even with the datastore down.
+	// Zero: a random one. An existing device keeps its own.
+	MAC MAC
 }
 
 // Peer is how the node reaches one peer's subnet.

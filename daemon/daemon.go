@@ -936,10 +936,25 @@ func (d *daemon) wireGuardStatus() {
 	}
 }
 
-// recreateDevice brings back a family's overlay device deleted under the daemon. A new
-// device has a new MAC, which peers must learn: the lease is published again with it.
+// recreateDevice brings back a family's overlay device deleted under the daemon, with the
+// VTEP MAC the lease publishes: the peers, which know it, reach the node again as soon as
+// the device is back, without a datastore to learn a new one from. Should the plane give it
+// another MAC all the same, the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
-	mac, err := st.plane.Prepare(ctx, st.set.State())
+	state := st.set.State()
+	if state.Device != nil {
+		data := d.own.Attrs.BackendData
+		if st.fam() == backend.IPv6 {
+			data = d.own.Attrs.BackendV6Data
+		}
+		if vx, err := backend.DecodeVXLANData(data); err == nil {
+			// A copy: the Set's State is what every later Apply reads.
+			s, dev := *state, *state.Device
+			dev.MAC = vx.VtepMAC
+			s.Device, state = &dev, &s
+		}
+	}
+	mac, err := st.plane.Prepare(ctx, state)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}

@@ -46,6 +46,10 @@ type fakePlane struct {
 	watching atomic.Int32
 	caps     *backend.Capabilities // nil: the netlink plane's
 	gate     *gate                 // the next Apply waits at it; nil: none does
+	// gone makes the next full Apply find the overlay device missing, as after someone
+	// deleted it; asked are the MACs each Prepare was asked to make the device with.
+	gone  bool
+	asked []backend.MAC
 }
 
 // gate holds an Apply: it closes entered once it is in the plane, then waits for release, as
@@ -67,7 +71,19 @@ type applied struct {
 	full  bool
 }
 
-func (p *fakePlane) Prepare(context.Context, *backend.State) (backend.MAC, error) { return p.mac, nil }
+// Prepare makes the device with the MAC asked for, if any, as the netlink plane does.
+func (p *fakePlane) Prepare(_ context.Context, st *backend.State) (backend.MAC, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st.Device == nil {
+		return p.mac, nil
+	}
+	p.asked = append(p.asked, st.Device.MAC)
+	if st.Device.MAC != (backend.MAC{}) {
+		p.mac = st.Device.MAC
+	}
+	return p.mac, nil
+}
 
 func (p *fakePlane) Capabilities() backend.Capabilities {
 	if p.caps != nil {
@@ -89,6 +105,10 @@ func (p *fakePlane) Apply(_ context.Context, st *backend.State, u backend.Update
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.gone && u.Full && st.Device != nil {
+		p.gone = false
+		return nil, &backend.MissingDeviceError{Name: st.Device.Name}
+	}
 	n := 0
 	want := maps.Collect(st.Peers.All())
 	if u.Full || p.have == nil {
@@ -299,6 +319,48 @@ func TestDaemonFollowsLeases(t *testing.T) {
 		st, _ := plane.last()
 		return fmt.Sprint(routes(st)) == "[10.244.8.0/24]"
 	})
+}
+
+// TestDaemonDeviceMadeAgainKeepsMAC: an overlay device deleted under the daemon is made
+// again with the VTEP MAC its lease publishes, so that the peers reach it at once, datastore
+// or not; the lease stays as it was.
+func TestDaemonDeviceMadeAgainKeepsMAC(t *testing.T) {
+	cli := vxlanEtcd(t)
+	dir := t.TempDir()
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+	n := startNode(t, cli, dir, plane)
+	eventually(t, "the first convergence", func() bool { _, k := plane.last(); return k > 0 })
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	before, err := cli.Get(t.Context(), key)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("own lease %s: %v %v", key, err, before.Kvs)
+	}
+	// The plane's next random MAC would be another.
+	plane.mu.Lock()
+	plane.mac, plane.gone = backend.MAC{0x0e, 9, 9, 9, 9, 9}, true
+	plane.mu.Unlock()
+	eventually(t, "the device made again (at the next resync)", func() bool {
+		plane.mu.Lock()
+		defer plane.mu.Unlock()
+		return !plane.gone && len(plane.asked) >= 2
+	})
+	plane.mu.Lock()
+	asked := plane.asked[len(plane.asked)-1]
+	plane.mu.Unlock()
+	if want := (backend.MAC{0x0e, 1, 2, 3, 4, 5}); asked != want {
+		t.Errorf("the device was made again with MAC %s; want the lease's %s", asked, want)
+	}
+	// Renewals would publish a changed MAC within the resync interval: give them one.
+	time.Sleep(2 * n.cfg.ResyncInterval)
+	after, err := cli.Get(t.Context(), key)
+	if err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != string(before.Kvs[0].Value) {
+		t.Errorf("own lease after the device was made again: %v %s; was %s", err, after.Kvs, before.Kvs[0].Value)
+	}
 }
 
 // TestDaemonRestartKeepsPeers: a starting daemon never hands the data plane a state without

@@ -52,6 +52,9 @@ func (p *Plane) vxlanLink(dev backend.VXLANDevice) (*netlink.Vxlan, error) {
 		Learning:  dev.Learning,
 		GBP:       dev.GBP,
 	}
+	if dev.MAC != (backend.MAC{}) {
+		want.HardwareAddr = dev.MAC.HardwareAddr()
+	}
 	if dev.Local.IsValid() {
 		want.SrcAddr = dev.Local.AsSlice()
 	}
@@ -117,11 +120,14 @@ func (p *Plane) createVXLAN(want *netlink.Vxlan) (backend.MAC, error) {
 	name := want.Name
 	// Our own MAC rather than the kernel's random one: udev (MACAddressPolicy=persistent)
 	// rewrites the MAC of devices created with a random one, possibly after we published it.
-	mac, err := randomMAC()
-	if err != nil {
-		return backend.MAC{}, fmt.Errorf("choosing a MAC for VXLAN device %s: %w", name, err)
+	// The one asked for (backend.VXLANDevice.MAC), if any, is in want already.
+	if len(want.HardwareAddr) == 0 {
+		mac, err := randomMAC()
+		if err != nil {
+			return backend.MAC{}, fmt.Errorf("choosing a MAC for VXLAN device %s: %w", name, err)
+		}
+		want.HardwareAddr = mac.HardwareAddr()
 	}
-	want.HardwareAddr = mac.HardwareAddr()
 	if err := p.h.LinkAdd(want); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return backend.MAC{}, fmt.Errorf("creating VXLAN device %s (VNI %d): the kernel has no VXLAN support (CONFIG_VXLAN; modprobe vxlan): %w", name, want.VxlanId, err)
@@ -135,7 +141,7 @@ func (p *Plane) createVXLAN(want *netlink.Vxlan) (backend.MAC, error) {
 	if err := p.h.LinkSetUp(link); err != nil {
 		return backend.MAC{}, upError(name, want.Port, err)
 	}
-	mac = macOf(link.Attrs().HardwareAddr)
+	mac := macOf(link.Attrs().HardwareAddr)
 	p.log.Info("created VXLAN device", "dev", name, "ifindex", link.Attrs().Index, "vni", want.VxlanId, "mac", mac)
 	return mac, nil
 }

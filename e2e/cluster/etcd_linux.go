@@ -391,3 +391,18 @@ func (c *Cluster) EtcdLeader() (*EtcdMember, error) {
 	}
 	return nil, fmt.Errorf("cluster %s: finding the etcd leader: %w", c.prefix, err)
 }
+
+// Signal sends sig to the member's process and returns at once: SIGSTOP freezes it (it
+// keeps its connections and answers nothing), SIGCONT lets it go on.
+func (m *EtcdMember) Signal(sig syscall.Signal) error {
+	m.mu.Lock()
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil || p.exited() {
+		return fmt.Errorf("etcd member %s is not running", m.Name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("etcd member %s: sending %v: %w", m.Name, sig, err)
+	}
+	return nil
+}

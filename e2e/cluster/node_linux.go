@@ -409,3 +409,18 @@ func (n *Node) Ping(to netip.Addr, count int, interval time.Duration) (sent, rec
 
 // LogTail returns the last lines of the node's weftd log.
 func (n *Node) LogTail(lines int) string { return logTail(n.LogPath, lines) }
+
+// Signal sends sig to the node's weftd and returns at once: SIGSTOP freezes it, SIGCONT
+// lets it go on. Stop is for signals that end it.
+func (n *Node) Signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if p == nil || p.exited() {
+		return fmt.Errorf("node %s: weftd is not running", n.Name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("node %s: weftd: sending %v: %w", n.Name, sig, err)
+	}
+	return nil
+}
