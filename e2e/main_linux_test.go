@@ -3,11 +3,8 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/weftnet/weft/e2e/cluster"
 )
@@ -57,36 +54,16 @@ func runMain(m *testing.M) int {
 		if os.Getenv(b.env) != "" {
 			continue
 		}
-		bin, err := buildCommand(repo, tmp, b.name)
+		if _, err := os.Stat(filepath.Join(repo, "cmd", b.name)); os.IsNotExist(err) {
+			continue
+		}
+		bin, err := cluster.Build(repo, tmp, "./cmd/"+b.name, raceEnabled)
 		if err != nil {
 			// A binary that does not compile is a failure, not a reason to skip.
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
-		if bin != "" {
-			os.Setenv(b.env, bin)
-		}
+		os.Setenv(b.env, bin)
 	}
 	return m.Run()
-}
-
-// buildCommand builds ./cmd/<name> into dir and returns the binary's path, or "" if the
-// repository has no cmd/<name>.
-func buildCommand(repo, dir, name string) (string, error) {
-	if _, err := os.Stat(filepath.Join(repo, "cmd", name)); os.IsNotExist(err) {
-		return "", nil
-	}
-	bin := filepath.Join(dir, name)
-	start := time.Now()
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
-	cmd.Dir = repo
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s (go %s in %s): %w\n%s", name, strings.Join(cmd.Args[1:], " "), repo, err, out)
-	}
-	fmt.Fprintf(os.Stderr, "e2e: built %s (race detector: %v) in %v\n", name, raceEnabled, time.Since(start).Round(time.Millisecond))
-	return bin, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // cniPlugins are the plugin binaries AddPod runs.
@@ -86,4 +87,23 @@ func PreparePing(repo string) error {
 		return fmt.Errorf("installing iputils ping with %s: %w: %s", script, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// Build builds the Go package pkg of the repository (such as "./cmd/weftd") into dir, with
+// the race detector if race (the tests' own setting, so that a data race in the daemon fails
+// them too), and returns the binary's path.
+func Build(repo, dir, pkg string, race bool) (string, error) {
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	start := time.Now()
+	args := []string{"build", "-o", bin}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s (go %s in %s): %w\n%s", pkg, strings.Join(cmd.Args[1:], " "), repo, err, out)
+	}
+	fmt.Fprintf(os.Stderr, "built %s (race detector: %v) in %v\n", pkg, race, time.Since(start).Round(time.Millisecond))
+	return bin, nil
 }

@@ -3,8 +3,6 @@ package soak
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,15 +125,10 @@ func runMain(m *testing.M) int {
 		if os.Getenv(env) != "" {
 			continue
 		}
-		bin := filepath.Join(tmp, filepath.Base(pkg))
-		args := []string{"build", "-o", bin}
-		if raceEnabled && env == envWeftd {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, pkg)...)
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "soak: go %s: %v\n%s", strings.Join(cmd.Args[1:], " "), err, out)
+		// The demo (only the soak's etcd members) needs no race detector.
+		bin, err := cluster.Build(repo, tmp, pkg, raceEnabled && env == envWeftd)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
 			return 1
 		}
 		os.Setenv(env, bin)
