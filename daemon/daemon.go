@@ -321,14 +321,15 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	// The devices are made for the subnets the acquisition picks (HNS needs it; on Linux it
 	// is the same step), and their MACs published with that one acquisition.
 	req := subnet.AcquireRequest{Attrs: d.attrs(nil)}
-	req.Prepare = func(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+	req.Prepare = func(ctx context.Context, sn, sn6 netip.Prefix, held subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
 		// A Prepare that fails may have made its device first (on Windows the HNS network,
 		// whose every re-creation blinks the host's NIC): the acquisition's retry asks for
 		// these subnets again, so that the next Prepare finds that device and keeps it.
 		req.Previous, req.PreviousIPv6 = sn, sn6
 		macs := make([]backend.MAC, len(d.stacks))
 		for i, st := range d.stacks {
-			mac, err := st.plane.Prepare(ctx, st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq))
+			// A device made again (deleted while weftd was down) keeps the MAC the peers know.
+			mac, err := st.plane.Prepare(ctx, withPublishedMAC(st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq), held))
 			if err != nil {
 				err = fmt.Errorf("data plane (%s): %w", st.fam(), err)
 				d.events.Dataplane(err)
@@ -936,25 +937,33 @@ func (d *daemon) wireGuardStatus() {
 	}
 }
 
+// withPublishedMAC is st with its VXLAN device asking for the VTEP MAC that attrs publish for
+// st's family, so that a device made again is the one the peers were told of; st itself
+// where attrs publish none. st is not changed: a Set's State is what every later Apply reads.
+func withPublishedMAC(st *backend.State, attrs subnet.LeaseAttrs) *backend.State {
+	if st.Device == nil {
+		return st
+	}
+	data := attrs.BackendData
+	if st.Family == backend.IPv6 {
+		data = attrs.BackendV6Data
+	}
+	vx, err := backend.DecodeVXLANData(data)
+	if err != nil || vx.VNI != st.Device.VNI {
+		return st
+	}
+	s, dev := *st, *st.Device
+	dev.MAC = vx.VtepMAC
+	s.Device = &dev
+	return &s
+}
+
 // recreateDevice brings back a family's overlay device deleted under the daemon, with the
 // VTEP MAC the lease publishes: the peers, which know it, reach the node again as soon as
 // the device is back, without a datastore to learn a new one from. Should the plane give it
 // another MAC all the same, the lease is published again with it.
 func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
-	state := st.set.State()
-	if state.Device != nil {
-		data := d.own.Attrs.BackendData
-		if st.fam() == backend.IPv6 {
-			data = d.own.Attrs.BackendV6Data
-		}
-		if vx, err := backend.DecodeVXLANData(data); err == nil {
-			// A copy: the Set's State is what every later Apply reads.
-			s, dev := *state, *state.Device
-			dev.MAC = vx.VtepMAC
-			s.Device, state = &dev, &s
-		}
-	}
-	mac, err := st.plane.Prepare(ctx, state)
+	mac, err := st.plane.Prepare(ctx, withPublishedMAC(st.set.State(), d.own.Attrs))
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
 	}

@@ -363,6 +363,43 @@ func TestDaemonDeviceMadeAgainKeepsMAC(t *testing.T) {
 	}
 }
 
+// TestDaemonRestartRemakesDeviceWithItsMAC: a device deleted while weftd was down is made
+// again at the next start with the VTEP MAC the node's lease publishes, not a new one, so the
+// peers reach it without learning anything (even with the datastore out of quorum); the
+// lease is unchanged.
+func TestDaemonRestartRemakesDeviceWithItsMAC(t *testing.T) {
+	cli := vxlanEtcd(t)
+	dir := t.TempDir()
+	first := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+	n := startNode(t, cli, dir, first)
+	eventually(t, "the first convergence", func() bool { _, k := first.last(); return k > 0 })
+	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, _ := env.LeaseSubnets()
+	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
+	before, err := cli.Get(t.Context(), key)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("own lease %s: %v %v", key, err, before.Kvs)
+	}
+	n.stop()
+	// The device is gone: the new plane would make it with another MAC of its own.
+	second := &fakePlane{mac: backend.MAC{0x0e, 9, 9, 9, 9, 9}}
+	startNode(t, cli, dir, second)
+	eventually(t, "the convergence after the restart", func() bool { _, k := second.last(); return k > 0 })
+	second.mu.Lock()
+	asked := slices.Clone(second.asked)
+	second.mu.Unlock()
+	if want := (backend.MAC{0x0e, 1, 2, 3, 4, 5}); len(asked) == 0 || asked[0] != want {
+		t.Errorf("after the restart the device was asked for MACs %v; want the lease's %s first", asked, want)
+	}
+	after, err := cli.Get(t.Context(), key)
+	if err != nil || len(after.Kvs) != 1 || string(after.Kvs[0].Value) != string(before.Kvs[0].Value) {
+		t.Errorf("own lease after the restart: %v %s; was %s", err, after.Kvs, before.Kvs[0].Value)
+	}
+}
+
 // TestDaemonRestartKeepsPeers: a starting daemon never hands the data plane a state without
 // the peers it already has: that would cut traffic until the watch caught up.
 func TestDaemonRestartKeepsPeers(t *testing.T) {

@@ -45,8 +45,11 @@ type AcquireRequest struct {
 	// published; the attributes it returns are published instead of Attrs (the public IPs
 	// must stay the same). A data plane that can only make its device for a known subnet
 	// (HNS) creates it here and publishes the device's MAC with the one acquisition. It is
-	// called again, for the new subnets, if the ones it was given were lost to a race.
-	Prepare func(ctx context.Context, sn, sn6 netip.Prefix) (LeaseAttrs, error)
+	// called again, for the new subnets, if the ones it was given were lost to a race. held
+	// is what the datastore already holds for the node on those subnets (its lease as
+	// published before a restart; zero for a new lease), so that a device made again can
+	// keep what the peers were told (its VXLAN MAC).
+	Prepare func(ctx context.Context, sn, sn6 netip.Prefix, held LeaseAttrs) (LeaseAttrs, error)
 }
 
 // EventType says whether a lease appeared (or changed) or went away.

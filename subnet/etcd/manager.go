@@ -420,15 +420,16 @@ type acquisition struct {
 	preparedAttrs subnet.LeaseAttrs
 }
 
-// attrsFor is what the node publishes with a lease on sn and sn6.
-func (a *acquisition) attrsFor(ctx context.Context, sn, sn6 netip.Prefix) (subnet.LeaseAttrs, error) {
+// attrsFor is what the node publishes with a lease on sn and sn6, where the node held held
+// (zero for a new lease).
+func (a *acquisition) attrsFor(ctx context.Context, sn, sn6 netip.Prefix, held subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
 	if a.req.Prepare == nil {
 		return a.req.Attrs, nil
 	}
 	if a.prepared && a.preparedFor == [2]netip.Prefix{sn, sn6} {
 		return a.preparedAttrs, nil
 	}
-	attrs, err := a.req.Prepare(ctx, sn, sn6)
+	attrs, err := a.req.Prepare(ctx, sn, sn6, held)
 	if err != nil {
 		return subnet.LeaseAttrs{}, fmt.Errorf("etcd: prepare lease %s: %w", subnet.Key(sn, sn6), err)
 	}
@@ -514,7 +515,7 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 		}
 		return a.relist(ctx, resp)
 	}
-	attrs, err := a.attrsFor(ctx, own.lease.Subnet, own.lease.IPv6Subnet)
+	attrs, err := a.attrsFor(ctx, own.lease.Subnet, own.lease.IPv6Subnet, own.lease.Attrs)
 	if err != nil {
 		return subnet.Lease{}, false, nil, err
 	}
@@ -605,7 +606,7 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 		}
 		a.grant = g.ID
 	}
-	if l.Attrs, err = a.attrsFor(ctx, l.Subnet, l.IPv6Subnet); err != nil {
+	if l.Attrs, err = a.attrsFor(ctx, l.Subnet, l.IPv6Subnet, subnet.LeaseAttrs{}); err != nil {
 		return subnet.Lease{}, false, nil, err
 	}
 	val, err := l.Attrs.MarshalJSON()

@@ -74,7 +74,8 @@ func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subne
 	}
 	if req.Prepare != nil {
 		key := l.Key()
-		if l.Attrs, err = req.Prepare(ctx, l.Subnet, l.IPv6Subnet); err != nil {
+		held, _ := m.ann.attrs(cfg, n.Annotations) // none readable: a new node's
+		if l.Attrs, err = req.Prepare(ctx, l.Subnet, l.IPv6Subnet, held); err != nil {
 			return subnet.Lease{}, fmt.Errorf("kube: prepare lease %s: %w", key, err)
 		}
 		if l.Attrs.PublicIP != req.Attrs.PublicIP || l.Attrs.PublicIPv6 != req.Attrs.PublicIPv6 {

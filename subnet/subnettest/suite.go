@@ -318,7 +318,7 @@ func testPrepare(t *testing.T, h Harness) {
 	made.BackendData = []byte(`{"VNI":4096,"VtepMAC":"00:15:5d:00:00:01"}`)
 	l, err := env.Node(t, "a").Acquire(ctx(t), subnet.AcquireRequest{
 		Attrs: Attrs("a"),
-		Prepare: func(_ context.Context, sn, _ netip.Prefix) (subnet.LeaseAttrs, error) {
+		Prepare: func(_ context.Context, sn, _ netip.Prefix, _ subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
 			calls = append(calls, sn)
 			return made, nil
 		},
@@ -336,10 +336,25 @@ func testPrepare(t *testing.T, h Harness) {
 	if got := snap[l.Key()]; !got.Attrs.Equal(made) {
 		t.Errorf("datastore holds %+v, want Prepare's %+v", got.Attrs, made)
 	}
+	// Acquired again (a restart), the node's Prepare is told what it published.
+	var held subnet.LeaseAttrs
+	again, err := env.Node(t, "a").Acquire(ctx(t), subnet.AcquireRequest{
+		Attrs: Attrs("a"),
+		Prepare: func(_ context.Context, _, _ netip.Prefix, h subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
+			held = h
+			return made, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Subnet != l.Subnet || !held.Equal(made) {
+		t.Errorf("acquired again: %s, Prepare told it held %+v; want %s and %+v", again.Subnet, held, l.Subnet, made)
+	}
 	failing := errors.New("no device")
 	_, err = env.Node(t, "b").Acquire(ctx(t), subnet.AcquireRequest{
 		Attrs: Attrs("b"),
-		Prepare: func(context.Context, netip.Prefix, netip.Prefix) (subnet.LeaseAttrs, error) {
+		Prepare: func(context.Context, netip.Prefix, netip.Prefix, subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
 			return subnet.LeaseAttrs{}, failing
 		},
 	})
