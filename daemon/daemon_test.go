@@ -321,13 +321,10 @@ func TestDaemonFollowsLeases(t *testing.T) {
 	})
 }
 
-// TestDaemonDeviceMadeAgainKeepsMAC: an overlay device deleted under the daemon is made
-// again with the VTEP MAC its lease publishes, so that the peers reach it at once, datastore
-// or not; the lease stays as it was.
-func TestDaemonDeviceMadeAgainKeepsMAC(t *testing.T) {
-	cli := vxlanEtcd(t)
-	dir := t.TempDir()
-	plane := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+// startConverged starts a node on an IPv4 vxlan network and waits for its first
+// convergence; it returns the node, its lease's etcd key and the lease as etcd held it then.
+func startConverged(t *testing.T, cli *clientv3.Client, dir string, plane *fakePlane) (*testNode, string, *clientv3.GetResponse) {
+	t.Helper()
 	n := startNode(t, cli, dir, plane)
 	eventually(t, "the first convergence", func() bool { _, k := plane.last(); return k > 0 })
 	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
@@ -336,10 +333,21 @@ func TestDaemonDeviceMadeAgainKeepsMAC(t *testing.T) {
 	}
 	sn, _ := env.LeaseSubnets()
 	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
-	before, err := cli.Get(t.Context(), key)
-	if err != nil || len(before.Kvs) != 1 {
-		t.Fatalf("own lease %s: %v %v", key, err, before.Kvs)
+	lease, err := cli.Get(t.Context(), key)
+	if err != nil || len(lease.Kvs) != 1 {
+		t.Fatalf("own lease %s: %v %v", key, err, lease.Kvs)
 	}
+	return n, key, lease
+}
+
+// TestDaemonDeviceMadeAgainKeepsMAC: an overlay device deleted under the daemon is made
+// again with the VTEP MAC its lease publishes, so that the peers reach it at once, datastore
+// or not; the lease stays as it was.
+func TestDaemonDeviceMadeAgainKeepsMAC(t *testing.T) {
+	cli := vxlanEtcd(t)
+	dir := t.TempDir()
+	plane := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+	n, key, before := startConverged(t, cli, dir, plane)
 	// The plane's next random MAC would be another.
 	plane.mu.Lock()
 	plane.mac, plane.gone = backend.MAC{0x0e, 9, 9, 9, 9, 9}, true
@@ -371,18 +379,7 @@ func TestDaemonRestartRemakesDeviceWithItsMAC(t *testing.T) {
 	cli := vxlanEtcd(t)
 	dir := t.TempDir()
 	first := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
-	n := startNode(t, cli, dir, first)
-	eventually(t, "the first convergence", func() bool { _, k := first.last(); return k > 0 })
-	env, err := subnet.ReadEnv(n.cfg.SubnetFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sn, _ := env.LeaseSubnets()
-	key := etcd.DefaultPrefix + "/subnets/" + subnet.Key(sn, netip.Prefix{})
-	before, err := cli.Get(t.Context(), key)
-	if err != nil || len(before.Kvs) != 1 {
-		t.Fatalf("own lease %s: %v %v", key, err, before.Kvs)
-	}
+	n, key, before := startConverged(t, cli, dir, first)
 	n.stop()
 	// The device is gone: the new plane would make it with another MAC of its own.
 	second := &fakePlane{mac: backend.MAC{0x0e, 9, 9, 9, 9, 9}}
