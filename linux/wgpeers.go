@@ -1,9 +1,11 @@
 package linux
 
 import (
+	"bytes"
 	"cmp"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/weftnet/weft/backend"
 )
@@ -21,11 +23,51 @@ type wgHalf struct {
 type wgPeers struct {
 	halves map[wgHalf]backend.Peer
 	byKey  map[backend.Key]map[wgHalf]struct{}
+	// held are the peers programmed without their keepalive, so as to answer first (see
+	// answersFirst), and since when.
+	held map[backend.Key]time.Time
 }
 
 func newWGPeers() *wgPeers {
-	return &wgPeers{halves: map[wgHalf]backend.Peer{}, byKey: map[backend.Key]map[wgHalf]struct{}{}}
+	return &wgPeers{halves: map[wgHalf]backend.Peer{}, byKey: map[backend.Key]map[wgHalf]struct{}{},
+		held: map[backend.Key]time.Time{}}
 }
+
+// answersFirst reports whether a node whose public key is own lets the peer of key peer
+// make their first handshake. Two nodes usually learn of each other at the same moment (one
+// node's lease put is the other's start), and a peer programmed with a keepalive sends its
+// handshake initiation at once: both would initiate together, each handshake state would
+// replace the other's, and both responses would be dropped, so that the tunnel waits for
+// WireGuard's retry, 5 s later (and again, if the retries collide too). Of two nodes, the
+// one with the greater key holds its keepalive for wgAnswerFirst; the other dials at once.
+func answersFirst(own, peer backend.Key) bool { return bytes.Compare(own[:], peer[:]) > 0 }
+
+// hold records that k was programmed without its keepalive at now.
+func (ps *wgPeers) hold(k backend.Key, now time.Time) { ps.held[k] = now }
+
+// isHeld reports whether k's keepalive is held.
+func (ps *wgPeers) isHeld(k backend.Key) bool { _, ok := ps.held[k]; return ok }
+
+// due forgets and returns the held keys held for wait by now, and how long until the next
+// of the others is (0: none is held).
+func (ps *wgPeers) due(now time.Time, wait time.Duration) ([]backend.Key, time.Duration) {
+	var keys []backend.Key
+	var next time.Duration
+	for k, since := range ps.held {
+		if left := wait - now.Sub(since); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		keys = append(keys, k)
+		delete(ps.held, k)
+	}
+	return keys, next
+}
+
+// has reports whether any half has the key k.
+func (ps *wgPeers) has(k backend.Key) bool { return len(ps.byKey[k]) > 0 }
 
 // set makes h's half p (the zero Peer: none) and returns the WireGuard keys whose peer that
 // changes: the half's old key and its new one.
@@ -39,6 +81,7 @@ func (ps *wgPeers) set(h wgHalf, p backend.Peer) []backend.Key {
 		delete(ps.byKey[old.WGKey], h)
 		if len(ps.byKey[old.WGKey]) == 0 {
 			delete(ps.byKey, old.WGKey)
+			delete(ps.held, old.WGKey)
 		}
 		keys = append(keys, old.WGKey)
 	}

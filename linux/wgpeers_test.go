@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/weftnet/weft/backend"
 )
@@ -64,5 +65,57 @@ func TestWGPeersSetFamily(t *testing.T) {
 	}
 	if h := (wgHalf{backend.IPv6, "a"}); ps.halves[h].Subnet != netip.MustParsePrefix("fd42:0:0:2::/64") || len(ps.halves) != 2 {
 		t.Errorf("halves %v", ps.halves)
+	}
+}
+
+// TestAnswersFirst: of two nodes, exactly one holds back and lets the other dial first.
+func TestAnswersFirst(t *testing.T) {
+	keys := []backend.Key{{1}, {2}, {1, 9}, {0xff}, {0, 0, 1}}
+	for _, a := range keys {
+		if answersFirst(a, a) {
+			t.Errorf("%v answers first to itself", a)
+		}
+		for _, b := range keys {
+			if a != b && answersFirst(a, b) == answersFirst(b, a) {
+				t.Errorf("%v and %v: both answer first, or both dial (%v)", a, b, answersFirst(a, b))
+			}
+		}
+	}
+}
+
+// TestWGPeersHeld: a held peer is due after the wait, once; the others' next deadline is
+// told; a peer that goes is no longer held.
+func TestWGPeersHeld(t *testing.T) {
+	k1, k2, k3 := backend.Key{1}, backend.Key{2}, backend.Key{3}
+	p := func(sn string, k backend.Key) backend.Peer {
+		return backend.Peer{Subnet: netip.MustParsePrefix(sn), WGKey: k, WGEndpoint: netip.MustParseAddrPort("192.0.2.5:51820")}
+	}
+	ps := newWGPeers()
+	ps.set(wgHalf{backend.IPv4, "a"}, p("10.42.1.0/24", k1))
+	ps.set(wgHalf{backend.IPv4, "b"}, p("10.42.2.0/24", k2))
+	ps.set(wgHalf{backend.IPv4, "c"}, p("10.42.3.0/24", k3))
+	t0 := time.Unix(1000, 0)
+	ps.hold(k1, t0)
+	ps.hold(k2, t0.Add(300*time.Millisecond))
+	ps.hold(k3, t0)
+	if !ps.isHeld(k1) || !ps.isHeld(k2) {
+		t.Fatalf("held peers not held")
+	}
+	ps.set(wgHalf{backend.IPv4, "c"}, backend.Peer{})
+	if ps.isHeld(k3) {
+		t.Errorf("a peer that went is still held")
+	}
+	if keys, next := ps.due(t0.Add(500*time.Millisecond), time.Second); len(keys) != 0 || next != 500*time.Millisecond {
+		t.Errorf("due before the wait: %v, next in %v; want none, next in 500ms", keys, next)
+	}
+	keys, next := ps.due(t0.Add(time.Second), time.Second)
+	if !slices.Equal(keys, []backend.Key{k1}) || next != 300*time.Millisecond {
+		t.Errorf("due at the wait: %v, next in %v; want %v, next in 300ms", keys, next, k1)
+	}
+	if ps.isHeld(k1) || !ps.isHeld(k2) {
+		t.Errorf("after due: k1 held %v, k2 held %v", ps.isHeld(k1), ps.isHeld(k2))
+	}
+	if keys, next := ps.due(t0.Add(2*time.Second), time.Second); !slices.Equal(keys, []backend.Key{k2}) || next != 0 {
+		t.Errorf("due later: %v, next in %v; want %v and none left", keys, next, k2)
 	}
 }

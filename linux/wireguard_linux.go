@@ -64,6 +64,8 @@ type wgDevices struct {
 	// peers is what the families' last Applies programmed, by device name: the
 	// incremental Apply's base.
 	peers map[string]*wgPeers
+	// release is, by device name, the timer that gives held peers their keepalive.
+	release map[string]*time.Timer
 }
 
 // peersOf is what the families programmed on the device name.
@@ -89,7 +91,7 @@ func NewWireGuard(log *slog.Logger) (*WireGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	ds := &wgDevices{user: map[string]*userDevice{}, peers: map[string]*wgPeers{}}
+	ds := &wgDevices{user: map[string]*userDevice{}, peers: map[string]*wgPeers{}, release: map[string]*time.Timer{}}
 	return &WireGuard{Plane: p, log: log, devs: ds}, nil
 }
 
@@ -156,6 +158,10 @@ func (w *WireGuard) PeerHandshakes(dev string) ([]time.Time, error) {
 func (w *WireGuard) Close() error {
 	w.devs.mu.Lock()
 	defer w.devs.mu.Unlock()
+	for name, t := range w.devs.release {
+		t.Stop()
+		delete(w.devs.release, name)
+	}
 	var err error
 	if w.devs.wg != nil {
 		err = w.devs.wg.Close()
@@ -379,20 +385,27 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 		}
 	}
 	// Every family's peers on the device: in single-tunnel modes the other family's too.
-	want := w.devs.peersOf(d.Name).all()
+	ps := w.devs.peersOf(d.Name)
+	want := ps.all()
 	var cfg wgtypes.Config
+	onDevice := make(map[backend.Key]bool, len(dev.Peers))
 	for _, have := range dev.Peers {
-		wp, ok := want[backend.Key(have.PublicKey)]
+		k := backend.Key(have.PublicKey)
+		onDevice[k] = true
+		wp, ok := want[k]
 		if !ok {
 			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: have.PublicKey, Remove: true})
 			continue
 		}
-		if peerMatches(have, wp, d) {
-			delete(want, backend.Key(have.PublicKey))
+		if peerMatches(have, wp, d, ps.isHeld(k)) {
+			delete(want, k)
 		}
 	}
-	for _, wp := range want {
-		cfg.Peers = append(cfg.Peers, peerConfig(wp, d))
+	held := false
+	for k, wp := range want {
+		hold := !onDevice[k] && w.holdFirst(ps, d, k)
+		held = held || hold
+		cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 	}
 	if len(cfg.Peers) > 0 {
 		if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
@@ -401,7 +414,70 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 			ch[changeWireGuardPeer] += len(cfg.Peers)
 		}
 	}
+	if held {
+		w.armRelease(d.Name, wgAnswerFirst)
+	}
 	return errors.Join(errs...)
+}
+
+// wgAnswerFirst is how long a node holds the keepalive of a peer new to its device when the
+// peer is to dial first (answersFirst): long enough for the peer's handshake to come,
+// short enough that a peer that does not dial (no keepalive of its own, no traffic) waits
+// little for this node's.
+const wgAnswerFirst = 500 * time.Millisecond
+
+// holdFirst reports whether the peer k, new to d, is to be programmed without its keepalive
+// (answersFirst), and records it. Without keepalives nothing is held: then no side dials
+// when it programs the other.
+func (w *WireGuard) holdFirst(ps *wgPeers, d *backend.WireGuardDevice, k backend.Key) bool {
+	own := backend.Key(wgtypes.Key(d.PrivateKey).PublicKey())
+	if d.Keepalive <= 0 || !answersFirst(own, k) {
+		return false
+	}
+	ps.hold(k, time.Now())
+	return true
+}
+
+// armRelease makes the device name's held peers get their keepalives after wait, unless
+// a release is already due. Called with devs.mu held.
+func (w *WireGuard) armRelease(name string, wait time.Duration) {
+	if w.devs.release[name] != nil {
+		return
+	}
+	w.devs.release[name] = time.AfterFunc(wait, func() { w.releaseHeld(name) })
+}
+
+// releaseHeld gives the device name's peers held for wgAnswerFirst their keepalive: where
+// no handshake has come by then, turning it on makes this node dial.
+func (w *WireGuard) releaseHeld(name string) {
+	w.devs.mu.Lock()
+	defer w.devs.mu.Unlock()
+	if w.devs.release[name] == nil {
+		return // closed
+	}
+	delete(w.devs.release, name)
+	ps := w.devs.peersOf(name)
+	keys, next := ps.due(time.Now(), wgAnswerFirst)
+	if next > 0 {
+		w.armRelease(name, next)
+	}
+	if len(keys) == 0 || w.dev == nil || w.dev.Name != name || w.devs.wg == nil {
+		return
+	}
+	var cfg wgtypes.Config
+	for _, k := range keys {
+		if ps.has(k) {
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(k), UpdateOnly: true,
+				PersistentKeepaliveInterval: ptr(w.dev.Keepalive)})
+		}
+	}
+	if len(cfg.Peers) == 0 {
+		return
+	}
+	if err := w.devs.wg.ConfigureDevice(name, cfg); err != nil {
+		// The drift check finds the keepalives missing and a full Apply sets them.
+		w.log.Warn("setting the keepalive of WireGuard peers that were to dial first", "dev", name, "peers", len(cfg.Peers), "err", err)
+	}
 }
 
 // applyPeers programs the WireGuard peers the family fam's changes touch, only: one wgctrl
@@ -409,15 +485,22 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, changes []backend.PeerChange) (backend.Changes, error) {
 	ps := w.devs.peersOf(d.Name)
 	touched := map[backend.Key]bool{}
+	fresh := map[backend.Key]bool{}
 	for _, c := range changes {
+		if k := c.New.WGKey; c.New.IsValid() && !ps.has(k) && !touched[k] {
+			fresh[k] = true
+		}
 		for _, k := range ps.set(wgHalf{fam, c.Key}, c.New) {
 			touched[k] = true
 		}
 	}
 	var cfg wgtypes.Config
+	held := false
 	for k := range touched {
 		if wp, ok := ps.want(k); ok {
-			cfg.Peers = append(cfg.Peers, peerConfig(wp, d))
+			hold := fresh[k] && w.holdFirst(ps, d, k)
+			held = held || hold
+			cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 		} else {
 			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: wgtypes.Key(k), Remove: true})
 		}
@@ -432,16 +515,23 @@ func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, c
 	if err := wc.ConfigureDevice(d.Name, cfg); err != nil {
 		return backend.Changes{}, fmt.Errorf("programming %d WireGuard peers of %s: %w", len(cfg.Peers), d.Name, err)
 	}
+	if held {
+		w.armRelease(d.Name, wgAnswerFirst)
+	}
 	return backend.Changes{changeWireGuardPeer: len(cfg.Peers)}, nil
 }
 
 // peerConfig is wp as a WireGuard peer of the device d: its subnets as allowed IPs, its
-// endpoint, d's keepalive and preshared key.
-func peerConfig(wp wgPeer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
+// endpoint, d's keepalive (none while held) and preshared key.
+func peerConfig(wp wgPeer, d *backend.WireGuardDevice, held bool) wgtypes.PeerConfig {
+	keepalive := d.Keepalive
+	if held {
+		keepalive = 0
+	}
 	pc := wgtypes.PeerConfig{
 		PublicKey:                   wgtypes.Key(wp.key),
 		Endpoint:                    net.UDPAddrFromAddrPort(wp.endpoint),
-		PersistentKeepaliveInterval: ptr(d.Keepalive),
+		PersistentKeepaliveInterval: ptr(keepalive),
 		ReplaceAllowedIPs:           true,
 	}
 	for _, a := range wp.allowed {
@@ -453,15 +543,17 @@ func peerConfig(wp wgPeer, d *backend.WireGuardDevice) wgtypes.PeerConfig {
 	return pc
 }
 
-// peerMatches reports whether the device's peer have is wp as peerConfig programs it.
-func peerMatches(have wgtypes.Peer, wp wgPeer, d *backend.WireGuardDevice) bool {
+// peerMatches reports whether the device's peer have is wp as peerConfig programs it; a
+// held peer may have its keepalive or none yet.
+func peerMatches(have wgtypes.Peer, wp wgPeer, d *backend.WireGuardDevice, held bool) bool {
 	if have.Endpoint == nil {
 		return false
 	}
+	keepalive := have.PersistentKeepaliveInterval == d.Keepalive || held && have.PersistentKeepaliveInterval == 0
 	// wgctrl reads IPv4 endpoints as IPv4-mapped IPv6 addresses.
 	ep := have.Endpoint.AddrPort()
 	if netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port()) != wp.endpoint ||
-		have.PersistentKeepaliveInterval != d.Keepalive || have.PresharedKey != wgtypes.Key(d.PSK) ||
+		!keepalive || have.PresharedKey != wgtypes.Key(d.PSK) ||
 		len(have.AllowedIPs) != len(wp.allowed) {
 		return false
 	}
@@ -570,7 +662,8 @@ func (w *WireGuard) drifted() bool {
 		return true
 	}
 	for _, have := range dev.Peers {
-		if wp, ok := want[backend.Key(have.PublicKey)]; !ok || !peerMatches(have, wp, w.dev) {
+		k := backend.Key(have.PublicKey)
+		if wp, ok := want[k]; !ok || !peerMatches(have, wp, w.dev, w.devs.peersOf(w.dev.Name).isHeld(k)) {
 			return true
 		}
 	}
