@@ -26,12 +26,15 @@ type model struct {
 	addrs     []netip.Prefix
 	// The peers, compact: IPv4 peers of the network's subnet length (all that the backend
 	// programs today) in 16 bytes each, by subnet address; others whole.
-	peers    map[[4]byte]hop
-	other    map[netip.Prefix]backend.Peer
-	macs     map[backend.MAC]netip.Prefix // overlay peers' VTEP MACs
-	indexes  map[string]int               // interface indexes by name, from the last full Apply
-	nameOf   map[int]string
-	devIndex int
+	peers map[[4]byte]hop
+	other map[netip.Prefix]backend.Peer
+	// The overlay peers' VTEP MACs, for telling an FDB notification's MAC: the subnet
+	// address of a compact peer (its hop holds the rest), else the whole subnet.
+	macs      map[backend.MAC][4]byte
+	otherMACs map[backend.MAC]netip.Prefix
+	indexes   map[string]int // interface indexes by name, from the last full Apply
+	nameOf    map[int]string
+	devIndex  int
 }
 
 // reset makes the model st, before a full Apply writes it.
@@ -46,7 +49,8 @@ func (m *model) reset(st *backend.State, nexthops, blackhole bool) {
 	m.addrs = st.DeviceAddresses()
 	m.peers = make(map[[4]byte]hop, st.Peers.Len())
 	m.other = map[netip.Prefix]backend.Peer{}
-	m.macs = make(map[backend.MAC]netip.Prefix, st.Peers.Len())
+	m.macs = make(map[backend.MAC][4]byte, st.Peers.Len())
+	m.otherMACs = map[backend.MAC]netip.Prefix{}
 	for _, p := range st.Peers.All() {
 		m.learnLocked(p)
 	}
@@ -85,6 +89,32 @@ func (m *model) del(sn netip.Prefix) {
 	delete(m.other, sn)
 }
 
+// putMAC records that the overlay peer of subnet sn has the VTEP MAC mac.
+func (m *model) putMAC(mac backend.MAC, sn netip.Prefix) {
+	if m.compact(sn) {
+		m.macs[mac] = sn.Addr().As4()
+		return
+	}
+	m.otherMACs[mac] = sn
+}
+
+// subnetOf is the subnet of the overlay peer whose VTEP MAC is mac.
+func (m *model) subnetOf(mac backend.MAC) (netip.Prefix, bool) {
+	if a, ok := m.macs[mac]; ok {
+		return netip.PrefixFrom(netip.AddrFrom4(a), m.bits), true
+	}
+	sn, ok := m.otherMACs[mac]
+	return sn, ok
+}
+
+// delMAC forgets mac, if it is the VTEP MAC of the peer of subnet sn.
+func (m *model) delMAC(mac backend.MAC, sn netip.Prefix) {
+	if s, ok := m.subnetOf(mac); ok && s == sn {
+		delete(m.macs, mac)
+		delete(m.otherMACs, mac)
+	}
+}
+
 // setIndexes records the interfaces a full Apply found.
 func (m *model) setIndexes(index map[string]int) {
 	m.mu.Lock()
@@ -119,7 +149,7 @@ func (m *model) learnLocked(p backend.Peer) {
 	}
 	m.put(p)
 	if p.Overlay() {
-		m.macs[p.VTEPMAC] = p.Subnet
+		m.putMAC(p.VTEPMAC, p.Subnet)
 	}
 }
 
@@ -151,9 +181,7 @@ func (m *model) change(changes []backend.PeerChange) plan {
 		}
 		if p, ok := m.get(pc.Old.Subnet); ok {
 			m.del(p.Subnet)
-			if s, ok := m.macs[p.VTEPMAC]; ok && s == p.Subnet {
-				delete(m.macs, p.VTEPMAC)
-			}
+			m.delMAC(p.VTEPMAC, p.Subnet)
 		}
 	}
 	for _, pc := range changes {
@@ -276,7 +304,7 @@ func (m *model) unexpectedFDB(n fdbNote) bool {
 	if !m.valid {
 		return true
 	}
-	sn, ours := m.macs[n.MAC]
+	sn, ours := m.subnetOf(n.MAC)
 	p, _ := m.get(sn)
 	matches := ours && p.PublicIP == n.Dst
 	if n.Del {

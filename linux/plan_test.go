@@ -195,8 +195,8 @@ func TestPlanModelFollows(t *testing.T) {
 		}
 	}
 	for mac, sn := range map[backend.MAC]netip.Prefix{{0xaa, 0, 0, 0, 0, 2}: pfx("10.244.3.0/24"), {0xaa, 0, 0, 0, 0, 3}: pfx("10.244.2.0/24")} {
-		if m.macs[mac] != sn {
-			t.Errorf("model's MAC %s at %s, want %s", mac, m.macs[mac], sn)
+		if got, ok := m.subnetOf(mac); !ok || got != sn {
+			t.Errorf("model's MAC %s at %s, %t; want %s", mac, got, ok, sn)
 		}
 	}
 	// The next change starts from there: c leaving deletes its host-gw route and nexthop.
