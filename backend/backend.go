@@ -132,16 +132,40 @@ type Peer struct {
 	// overlay, at the VTEP address <subnet>.0. Zero when the subnet is routed straight to
 	// PublicIP on the underlay (host-gw, and DirectRouting peers on a connected network).
 	VTEPMAC MAC
-	// WGKey and WGEndpoint are a wireguard peer's public key and the address and UDP port
-	// its device is dialled at; zero for the other backends. The endpoint is PublicIP's in
-	// separate mode; in flannel's single-tunnel modes (one device for both families) it is
-	// the one address the mode picks for both halves of the lease.
-	WGKey      Key
-	WGEndpoint netip.AddrPort
+	// WireGuard is a wireguard peer's key and endpoint; nil for the other backends, whose
+	// peers (tens of thousands of them, in several copies) need not carry its 64 bytes.
+	// Never changed once made: copies of a Peer share it.
+	WireGuard *WireGuardPeer
+}
+
+// WireGuardPeer is what a wireguard peer has besides a Peer's other fields.
+type WireGuardPeer struct {
+	// Key is the peer's public key.
+	Key Key
+	// Endpoint is the address and UDP port its device is dialled at: PublicIP's in separate
+	// mode; in flannel's single-tunnel modes (one device for both families) the one address
+	// the mode picks for both halves of the lease.
+	Endpoint netip.AddrPort
 }
 
 // IsValid reports whether p is a peer at all: the zero Peer stands for none.
 func (p Peer) IsValid() bool { return p.Subnet.IsValid() }
+
+// Equal reports whether p and q are the same peer, their WireGuard parts compared by value
+// (== compares where they are).
+func (p Peer) Equal(q Peer) bool {
+	pw, qw := p.WireGuard, q.WireGuard
+	p.WireGuard, q.WireGuard = nil, nil
+	return p == q && (pw == qw || pw != nil && qw != nil && *pw == *qw)
+}
+
+// WGKey is a wireguard peer's public key; zero for the others.
+func (p Peer) WGKey() Key {
+	if p.WireGuard == nil {
+		return Key{}
+	}
+	return p.WireGuard.Key
+}
 
 // Overlay reports whether p is reached through the overlay device.
 func (p Peer) Overlay() bool { return p.VTEPMAC != MAC{} }

@@ -398,7 +398,7 @@ func (s *Set) resolve(touched touchList, r *Result, replaced *entry) {
 				e.on = true
 				s.on++
 			}
-			if !had || old != e.c.peer {
+			if !had || !old.Equal(e.c.peer) {
 				r.change(e.key, old, e.c.peer)
 			}
 		case e.on:

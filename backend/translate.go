@@ -251,7 +251,7 @@ type candidate struct {
 
 // key is the WireGuard public key the candidate claims (wireguard): the peer's own, kept
 // once (a Set keeps a candidate per lease).
-func (c candidate) key() Key { return c.peer.WGKey }
+func (c candidate) key() Key { return c.peer.WGKey() }
 
 // translate checks a lease on its own, against the config and the node.
 func (b *Backend) translate(key string, l subnet.Lease) candidate {
@@ -280,7 +280,7 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 		if err != nil {
 			return fail(SkipBadData, err.Error())
 		}
-		c.peer.WGKey, c.peer.WGEndpoint = d.PublicKey, b.wgEndpoint(l, ip, d.Port)
+		c.peer.WireGuard = &WireGuardPeer{Key: d.PublicKey, Endpoint: b.wgEndpoint(l, ip, d.Port)}
 		return c
 	}
 	if b.dev == nil { // host-gw

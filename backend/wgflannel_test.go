@@ -162,10 +162,10 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	for k, p := range s.State().Peers.All() {
 		peers[k] = p
 	}
-	if p := peers["10.42.2.0-24"]; p.WGKey != good || p.WGEndpoint.Port() != 51900 {
+	if p := peers["10.42.2.0-24"]; p.WGKey() != good || p.WireGuard.Endpoint.Port() != 51900 {
 		t.Errorf("peer 2: %+v", p)
 	}
-	if p := peers["10.42.3.0-24"]; p.WGKey != other || p.WGEndpoint.Port() != 51820 {
+	if p := peers["10.42.3.0-24"]; p.WGKey() != other || p.WireGuard.Endpoint.Port() != 51820 {
 		t.Errorf("peer 3 (no port): %+v", p)
 	}
 	if len(peers) != 2 {
@@ -256,7 +256,7 @@ func TestWireGuardSingleTunnelEndpoints(t *testing.T) {
 				var r Result
 				s.Put(peer, &r)
 				for _, p := range s.State().Peers.All() {
-					got[f] = p.WGEndpoint
+					got[f] = p.WireGuard.Endpoint
 				}
 				if f == IPv6 {
 					if wg := s.State().WireGuard; wg.Name != tc.dev6 || wg.ListenPort != tc.ownPort6 {

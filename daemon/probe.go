@@ -20,7 +20,7 @@ import (
 func probeTarget(key string, p backend.Peer) probe.Target {
 	a := p.VTEP()
 	// A WireGuard peer's device holds its VTEP address, through the tunnel.
-	if !p.Overlay() && p.WGKey.IsZero() {
+	if !p.Overlay() && p.WireGuard == nil {
 		a = a.Next()
 	}
 	return probe.Target{Key: key, Addr: a, Behind: subnet.LastAddr(p.Subnet).Prev()}

@@ -74,25 +74,27 @@ func (ps *wgPeers) has(k backend.Key) bool { return len(ps.byKey[k]) > 0 }
 func (ps *wgPeers) set(h wgHalf, p backend.Peer) []backend.Key {
 	var keys []backend.Key
 	if old, ok := ps.halves[h]; ok {
-		if old == p {
+		if old.Equal(p) {
 			return nil
 		}
+		was := old.WGKey()
 		delete(ps.halves, h)
-		delete(ps.byKey[old.WGKey], h)
-		if len(ps.byKey[old.WGKey]) == 0 {
-			delete(ps.byKey, old.WGKey)
-			delete(ps.held, old.WGKey)
+		delete(ps.byKey[was], h)
+		if len(ps.byKey[was]) == 0 {
+			delete(ps.byKey, was)
+			delete(ps.held, was)
 		}
-		keys = append(keys, old.WGKey)
+		keys = append(keys, was)
 	}
 	if p.IsValid() {
+		k := p.WGKey()
 		ps.halves[h] = p
-		if ps.byKey[p.WGKey] == nil {
-			ps.byKey[p.WGKey] = map[wgHalf]struct{}{}
+		if ps.byKey[k] == nil {
+			ps.byKey[k] = map[wgHalf]struct{}{}
 		}
-		ps.byKey[p.WGKey][h] = struct{}{}
-		if len(keys) == 0 || keys[0] != p.WGKey {
-			keys = append(keys, p.WGKey)
+		ps.byKey[k][h] = struct{}{}
+		if len(keys) == 0 || keys[0] != k {
+			keys = append(keys, k)
 		}
 	}
 	return keys
@@ -132,7 +134,10 @@ func (ps *wgPeers) want(k backend.Key) (wgPeer, bool) {
 	slices.SortFunc(order, func(a, b wgHalf) int {
 		return cmp.Or(cmp.Compare(a.fam, b.fam), cmp.Compare(a.key, b.key))
 	})
-	wp := wgPeer{key: k, endpoint: ps.halves[order[0]].WGEndpoint}
+	wp := wgPeer{key: k}
+	if first := ps.halves[order[0]].WireGuard; first != nil {
+		wp.endpoint = first.Endpoint
+	}
 	for _, h := range order {
 		wp.allowed = append(wp.allowed, ps.halves[h].Subnet.Masked())
 	}

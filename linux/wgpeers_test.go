@@ -16,8 +16,8 @@ import (
 func TestWGPeersMergeFamilies(t *testing.T) {
 	k1, k2 := backend.Key{1}, backend.Key{2}
 	ep := netip.MustParseAddrPort("192.0.2.5:51820")
-	v4 := backend.Peer{Subnet: netip.MustParsePrefix("10.42.2.0/24"), WGKey: k1, WGEndpoint: ep}
-	v6 := backend.Peer{Subnet: netip.MustParsePrefix("fd42:0:0:2::/64"), WGKey: k1, WGEndpoint: ep}
+	v4 := backend.Peer{Subnet: netip.MustParsePrefix("10.42.2.0/24"), WireGuard: &backend.WireGuardPeer{Key: k1, Endpoint: ep}}
+	v6 := backend.Peer{Subnet: netip.MustParsePrefix("fd42:0:0:2::/64"), WireGuard: &backend.WireGuardPeer{Key: k1, Endpoint: ep}}
 	ps := newWGPeers()
 	if got := ps.set(wgHalf{backend.IPv4, "a"}, v4); !slices.Equal(got, []backend.Key{k1}) {
 		t.Errorf("adding the IPv4 half touched %v", got)
@@ -25,7 +25,9 @@ func TestWGPeersMergeFamilies(t *testing.T) {
 	if got := ps.set(wgHalf{backend.IPv6, "a"}, v6); !slices.Equal(got, []backend.Key{k1}) {
 		t.Errorf("adding the IPv6 half touched %v", got)
 	}
-	if got := ps.set(wgHalf{backend.IPv6, "a"}, v6); got != nil {
+	again := v6
+	again.WireGuard = &backend.WireGuardPeer{Key: k1, Endpoint: ep} // equal, not the same
+	if got := ps.set(wgHalf{backend.IPv6, "a"}, again); got != nil {
 		t.Errorf("setting the same half again touched %v", got)
 	}
 	wp, ok := ps.want(k1)
@@ -37,7 +39,7 @@ func TestWGPeersMergeFamilies(t *testing.T) {
 		t.Errorf("after the IPv4 half went: %+v %v", wp, ok)
 	}
 	moved := v6
-	moved.WGKey = k2
+	moved.WireGuard = &backend.WireGuardPeer{Key: k2, Endpoint: ep}
 	if got := ps.set(wgHalf{backend.IPv6, "a"}, moved); !slices.Equal(got, []backend.Key{k1, k2}) {
 		t.Errorf("a new key touched %v, want the old and the new", got)
 	}
@@ -53,7 +55,7 @@ func TestWGPeersMergeFamilies(t *testing.T) {
 func TestWGPeersSetFamily(t *testing.T) {
 	k1, k2 := backend.Key{1}, backend.Key{2}
 	p := func(sn string, k backend.Key) backend.Peer {
-		return backend.Peer{Subnet: netip.MustParsePrefix(sn), WGKey: k, WGEndpoint: netip.MustParseAddrPort("192.0.2.5:51820")}
+		return backend.Peer{Subnet: netip.MustParsePrefix(sn), WireGuard: &backend.WireGuardPeer{Key: k, Endpoint: netip.MustParseAddrPort("192.0.2.5:51820")}}
 	}
 	ps := newWGPeers()
 	ps.setFamily(backend.IPv4, map[string]backend.Peer{"a": p("10.42.2.0/24", k1), "b": p("10.42.3.0/24", k2)})
@@ -88,7 +90,7 @@ func TestAnswersFirst(t *testing.T) {
 func TestWGPeersHeld(t *testing.T) {
 	k1, k2, k3 := backend.Key{1}, backend.Key{2}, backend.Key{3}
 	p := func(sn string, k backend.Key) backend.Peer {
-		return backend.Peer{Subnet: netip.MustParsePrefix(sn), WGKey: k, WGEndpoint: netip.MustParseAddrPort("192.0.2.5:51820")}
+		return backend.Peer{Subnet: netip.MustParsePrefix(sn), WireGuard: &backend.WireGuardPeer{Key: k, Endpoint: netip.MustParseAddrPort("192.0.2.5:51820")}}
 	}
 	ps := newWGPeers()
 	ps.set(wgHalf{backend.IPv4, "a"}, p("10.42.1.0/24", k1))

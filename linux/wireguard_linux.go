@@ -487,7 +487,7 @@ func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, c
 	touched := map[backend.Key]bool{}
 	fresh := map[backend.Key]bool{}
 	for _, c := range changes {
-		if k := c.New.WGKey; c.New.IsValid() && !ps.has(k) && !touched[k] {
+		if k := c.New.WGKey(); c.New.IsValid() && !ps.has(k) && !touched[k] {
 			fresh[k] = true
 		}
 		for _, k := range ps.set(wgHalf{fam, c.Key}, c.New) {
