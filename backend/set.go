@@ -22,10 +22,11 @@ import (
 // copies a live node's address (a cloned VM, a misconfigured or hostile writer) cannot
 // displace it; the node's own lease beats every peer. Every node decides the same.
 type Set struct {
-	b     *Backend
-	st    *State
-	own   subnet.Lease
-	claim ownClaims
+	b      *Backend
+	st     *State
+	own    subnet.Lease
+	ownKey string // own.Key(), which every Put compares
+	claim  ownClaims
 
 	entries    map[string]*entry // every lease but the own, by key
 	on         int               // entries programmed
@@ -130,7 +131,7 @@ func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC), byKey: newClaims[Key](claimKey)}
 	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
-	s.own, s.claim = own, b.ownClaims(own)
+	s.own, s.ownKey, s.claim = own, own.Key(), b.ownClaims(own)
 	return s
 }
 
@@ -174,9 +175,12 @@ func (r *Result) change(key string, old, new Peer) {
 }
 
 // Put adds or replaces a peer lease (the own lease's key is ignored: see SetOwn).
-func (s *Set) Put(l subnet.Lease, r *Result) {
-	key := l.Key()
-	if key == s.own.Key() {
+func (s *Set) Put(l subnet.Lease, r *Result) { s.PutKeyed(l.Key(), l, r) }
+
+// PutKeyed is Put of a lease whose key, l.Key(), the caller holds already: the Set keeps
+// that string.
+func (s *Set) PutKeyed(key string, l subnet.Lease, r *Result) {
+	if key == s.ownKey {
 		return
 	}
 	var touched touchList
@@ -237,9 +241,9 @@ func (s *Set) Remove(key string, r *Result) {
 // full Apply covers.
 func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
 	ownChanged = s.b.fam.Subnet(own) != s.b.fam.Subnet(s.own)
-	s.own, s.claim = own, s.b.ownClaims(own)
+	s.own, s.ownKey, s.claim = own, own.Key(), s.b.ownClaims(own)
 	s.st.Own, s.st.Sibling = s.b.fam.Subnet(own), s.b.sibling(own)
-	if e := s.entries[own.Key()]; e != nil { // a peer lease that is now our own
+	if e := s.entries[s.ownKey]; e != nil { // a peer lease that is now our own
 		s.Remove(e.key, r)
 	}
 	all := touchList(slices.Collect(maps.Values(s.entries)))

@@ -663,7 +663,7 @@ func (d *daemon) take(batch []subnet.Event) {
 		st.result.Full = st.full
 	}
 	for _, ev := range batch {
-		k := ev.Lease.Key()
+		k := ev.LeaseKey()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
 		if k == d.own.Key() {
 			d.inStore, d.stored = ev.Type == subnet.EventAdded, ev.Lease.Attrs
@@ -675,7 +675,7 @@ func (d *daemon) take(batch []subnet.Event) {
 		for _, st := range d.stacks {
 			switch ev.Type {
 			case subnet.EventAdded:
-				st.set.Put(ev.Lease, &st.result)
+				st.set.PutKeyed(k, ev.Lease, &st.result)
 			case subnet.EventRemoved:
 				st.set.Remove(k, &st.result)
 			}

@@ -78,6 +78,17 @@ func (t EventType) String() string {
 type Event struct {
 	Type  EventType
 	Lease Lease
+	// Key is the Lease's Key, where the watcher holds it as a string already (empty: it does
+	// not), so that the receivers keep that string rather than each a copy of their own.
+	Key string
+}
+
+// LeaseKey is the key of the event's lease.
+func (e Event) LeaseKey() string {
+	if e.Key != "" {
+		return e.Key
+	}
+	return e.Lease.Key()
 }
 
 // Sender delivers one Watch's batches to its receiver as Manager.Watch promises: the first

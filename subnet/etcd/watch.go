@@ -356,7 +356,7 @@ func (w *watcher) relisted(kvs []entry) []subnet.Event {
 		}
 		ks := string(k)
 		if l, ok := w.valid(e, ks); ok && w.learn(ks, l, value, old, had) {
-			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
+			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l, Key: ks})
 		}
 	}
 	var removed []subnet.Event
@@ -422,7 +422,7 @@ func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
 		switch {
 		case e.fresh:
 			if w.learn(k, e.lease, e.value, old, had) {
-				evs = append(evs, subnet.Event{Type: subnet.EventAdded, Lease: e.lease})
+				evs = append(evs, subnet.Event{Type: subnet.EventAdded, Lease: e.lease, Key: k})
 			}
 		case !e.present && had:
 			evs = append(evs, w.forget(k))
@@ -457,7 +457,7 @@ func (w *watcher) forget(k string) subnet.Event {
 	delete(w.skipped, k)
 	delete(w.held, k)
 	sn, sn6, _ := subnet.ParseKey(k)
-	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}}
+	return subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, Key: k}
 }
 
 // key is the part of an etcd key below the subnets directory.

@@ -44,6 +44,9 @@ func TestWatcherDifferences(t *testing.T) {
 		var out []string
 		for _, ev := range evs {
 			s := ev.Type.String() + " " + ev.Lease.Key()
+			if ev.Key != ev.Lease.Key() {
+				s += " keyed " + ev.Key // the receivers keep the watcher's key: it must be the lease's
+			}
 			if ev.Type == subnet.EventAdded {
 				s += " " + string(ev.Lease.Attrs.BackendData[len(ev.Lease.Attrs.BackendData)-4:len(ev.Lease.Attrs.BackendData)-2])
 			} else if ev.Lease.Attrs.BackendType != "" || ev.Lease.Attrs.PublicIP.IsValid() {
