@@ -398,12 +398,13 @@ func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop,
 		}
 	}
 	wanted := make(map[uint32]bool, len(want))
-	for _, w := range want {
+	var setting []int
+	for j, w := range want {
 		wanted[w.ID] = true
 		if i, ok := byID[w.ID]; ok && !have[i].Other && have[i].Nexthop == w {
 			continue
 		}
-		set = append(set, w)
+		setting = append(setting, j)
 	}
 	for id, i := range byID {
 		if !wanted[id] {
@@ -411,7 +412,23 @@ func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop,
 		}
 	}
 	slices.Sort(del)
-	return set, del
+	return subset(want, setting), del
+}
+
+// subset is the entries of want at the indexes idx (ascending): want itself when they are
+// all of it, as at start-up, where a copy would add the size of every list to the peak.
+func subset[T any](want []T, idx []int) []T {
+	if len(idx) == 0 {
+		return nil
+	}
+	if len(idx) == len(want) {
+		return want
+	}
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = want[i]
+	}
+	return out
 }
 
 // groups are the indexes of dumped entries by key, in dump order, chained through one slice
@@ -454,7 +471,8 @@ func (g groups[K]) of(k K) []int {
 func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {
 	byDst := groupBy(have, func(r kernelRoute) (netip.Prefix, bool) { return r.Dst.Masked(), owned(r) })
 	wanted := make(map[netip.Prefix]bool, len(want))
-	for _, w := range want {
+	var setting []int
+	for j, w := range want {
 		dst := w.Dst.Masked()
 		if wanted[dst] {
 			continue // one route per destination; the backend never asks for two
@@ -463,7 +481,7 @@ func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) 
 		cands := byDst.of(dst)
 		keep := slices.IndexFunc(cands, func(i int) bool { return sameRoute(have[i], w) })
 		if keep < 0 {
-			set = append(set, w)
+			setting = append(setting, j)
 		}
 		for j, i := range cands {
 			// A replace overwrites the route of the default metric in place (no gap), so that
@@ -480,7 +498,7 @@ func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) 
 		}
 	}
 	slices.Sort(del)
-	return set, del
+	return subset(want, setting), del
 }
 
 type neighKey struct {
@@ -496,13 +514,14 @@ func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Nei
 		}
 	}
 	wanted := make(map[neighKey]bool, len(want))
-	for _, w := range want {
+	var setting []int
+	for j, w := range want {
 		k := neighKey{w.Dev, w.IP}
 		wanted[k] = true
 		if i, ok := owned[k]; ok && have[i].MAC == w.MAC {
 			continue
 		}
-		set = append(set, w)
+		setting = append(setting, j)
 	}
 	for k, i := range owned {
 		if !wanted[k] {
@@ -510,7 +529,7 @@ func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Nei
 		}
 	}
 	slices.Sort(del)
-	return set, del
+	return subset(want, setting), del
 }
 
 type fdbKey struct {
@@ -528,7 +547,8 @@ func ownsFDB(f kernelFDB, vx string) bool {
 func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del []int) {
 	owned := groupBy(have, func(f kernelFDB) (fdbKey, bool) { return fdbKey{f.Dev, f.MAC}, ownsFDB(f, vx) })
 	wanted := make(map[fdbKey]bool, len(want))
-	for _, w := range want {
+	var setting []int
+	for j, w := range want {
 		k := fdbKey{w.Dev, w.MAC}
 		if wanted[k] {
 			continue // a unicast MAC has one destination; the kernel refuses to append a second
@@ -537,7 +557,7 @@ func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del 
 		cands := owned.of(k)
 		keep := slices.IndexFunc(cands, func(i int) bool { return have[i].Dst == w.Dst })
 		if keep < 0 {
-			set = append(set, w)
+			setting = append(setting, j)
 			keep = 0 // a replace rewrites the MAC's first destination in place
 		}
 		for j, i := range cands {
@@ -552,7 +572,7 @@ func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del 
 		}
 	}
 	slices.Sort(del)
-	return set, del
+	return subset(want, setting), del
 }
 
 // diffAddrs: the VXLAN device's addresses inside the cluster networks are ours; others (the

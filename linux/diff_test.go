@@ -483,3 +483,19 @@ func TestDiffBlackhole(t *testing.T) {
 		t.Error("a blackhole and a unicast route to one destination compare the same")
 	}
 }
+
+// TestSubset: the entries to set are the wanted ones themselves, not a copy, when they are
+// all of them (a cold start); else a list of their own, in order.
+func TestSubset(t *testing.T) {
+	want := []int{10, 11, 12, 13}
+	if got := subset(want, []int{0, 1, 2, 3}); &got[0] != &want[0] || len(got) != 4 {
+		t.Errorf("every index: %v, want the list itself", got)
+	}
+	got := subset(want, []int{1, 3})
+	if !slices.Equal(got, []int{11, 13}) || &got[0] == &want[1] {
+		t.Errorf("some: %v, want a copy of [11 13]", got)
+	}
+	if got := subset(want, nil); got != nil {
+		t.Errorf("none: %v, want nil", got)
+	}
+}
