@@ -32,9 +32,9 @@ type Set struct {
 	on         int               // entries programmed
 	contesting int               // entries whose self Skipped Contests: older claims of the own lease's
 	// The claims of usable leases. Their subnets all have the config's length, so the first
-	// address names one.
-	bySubnet claims[netip.Addr]
-	byIP     claims[netip.Addr]
+	// address names one. Addresses are keyed by their 16 bytes (addrKey).
+	bySubnet claims[[16]byte]
+	byIP     claims[[16]byte]
 	byMAC    claims[MAC]
 	byKey    claims[Key]
 }
@@ -91,6 +91,11 @@ func (c claims[K]) drop(k K, e *entry, touched *touchList) {
 	}
 }
 
+// addrKey is an address as a claim's key: its 16 bytes, a map slot of 24 bytes rather than a
+// netip.Addr's 32 (of every lease, twice). Within a Set it names one address: the Set's
+// addresses are all of its family and have no zone (translate).
+func addrKey(a netip.Addr) [16]byte { return a.As16() }
+
 // first is the claimant of k that wins it.
 func (c claims[K]) first(k K) *entry {
 	w := c.m[k]
@@ -127,8 +132,8 @@ func (e *entry) skipped() *Skipped {
 
 // NewSet returns an empty Set for a node holding own.
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
-	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[netip.Addr](claimSubnet),
-		byIP: newClaims[netip.Addr](claimIP), byMAC: newClaims[MAC](claimMAC), byKey: newClaims[Key](claimKey)}
+	s := &Set{b: b, entries: map[string]*entry{}, bySubnet: newClaims[[16]byte](claimSubnet),
+		byIP: newClaims[[16]byte](claimIP), byMAC: newClaims[MAC](claimMAC), byKey: newClaims[Key](claimKey)}
 	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.ownKey, s.claim = own, own.Key(), b.ownClaims(own)
@@ -282,8 +287,8 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	}
 	e.claimed = true
 	p := e.c.peer
-	s.bySubnet.add(p.Subnet.Addr(), e, touched)
-	s.byIP.add(p.PublicIP, e, touched)
+	s.bySubnet.add(addrKey(p.Subnet.Addr()), e, touched)
+	s.byIP.add(addrKey(p.PublicIP), e, touched)
 	if e.c.mac != (MAC{}) {
 		s.byMAC.add(e.c.mac, e, touched)
 	}
@@ -315,8 +320,8 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	}
 	e.claimed = false
 	p := e.c.peer
-	s.bySubnet.drop(p.Subnet.Addr(), e, touched)
-	s.byIP.drop(p.PublicIP, e, touched)
+	s.bySubnet.drop(addrKey(p.Subnet.Addr()), e, touched)
+	s.byIP.drop(addrKey(p.PublicIP), e, touched)
 	if e.c.mac != (MAC{}) {
 		s.byMAC.drop(e.c.mac, e, touched)
 	}
@@ -347,11 +352,11 @@ func age(a, b int64) int {
 // rival says why e loses one of its claims to another entry, or nil when it wins them all.
 func (s *Set) rival(e *entry) *Skipped {
 	p := e.c.peer
-	if w := s.bySubnet.first(p.Subnet.Addr()); w != e {
+	if w := s.bySubnet.first(addrKey(p.Subnet.Addr())); w != e {
 		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipOverlapsPeer, ClashesWith: w.key,
 			Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
 	}
-	if w := s.byIP.first(p.PublicIP); w != e {
+	if w := s.byIP.first(addrKey(p.PublicIP)); w != e {
 		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateIP, ClashesWith: w.key,
 			Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
 	}
