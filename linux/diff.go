@@ -397,10 +397,16 @@ func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop,
 			byID[h.ID] = i
 		}
 	}
-	wanted := make(map[uint32]bool, len(want))
+	// wanted finds the objects held that none wants: none to find at a cold start.
+	var wanted map[uint32]bool
+	if len(byID) > 0 {
+		wanted = make(map[uint32]bool, len(want))
+	}
 	var setting []int
 	for j, w := range want {
-		wanted[w.ID] = true
+		if wanted != nil {
+			wanted[w.ID] = true
+		}
 		if i, ok := byID[w.ID]; ok && !have[i].Other && have[i].Nexthop == w {
 			continue
 		}
@@ -513,11 +519,17 @@ func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Nei
 			owned[neighKey{n.Dev, n.IP}] = i
 		}
 	}
-	wanted := make(map[neighKey]bool, len(want))
+	// wanted finds the neighbours held that none wants: none to find at a cold start.
+	var wanted map[neighKey]bool
+	if len(owned) > 0 {
+		wanted = make(map[neighKey]bool, len(want))
+	}
 	var setting []int
 	for j, w := range want {
 		k := neighKey{w.Dev, w.IP}
-		wanted[k] = true
+		if wanted != nil {
+			wanted[k] = true
+		}
 		if i, ok := owned[k]; ok && have[i].MAC == w.MAC {
 			continue
 		}
