@@ -22,7 +22,7 @@ import (
 	"github.com/weftnet/weft/wgkey"
 )
 
-// Deps are what Run works with; tests put their own in.
+// Deps are what RunWith works with: Run makes them, tests put their own in.
 type Deps struct {
 	Manager subnet.Manager
 	// Plane programs the IPv4 family; PlaneV6 the IPv6 family, when the network enables it
@@ -48,20 +48,48 @@ type Deps struct {
 	metrics *metrics // made by RunWith when nil
 }
 
-// Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
-// the default route, routeTo the one of the route to an address (nil where the OS has none). It returns an error only when it cannot go on: a bad config, no usable
-// interface, a data plane that cannot be set up.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backend.Plane, defaultIf func() (string, error),
-	routeTo func(netip.Addr) (string, netip.Addr, error)) error {
+// Platform is what weftd is given of the operating system it runs on. cmd/weftd builds it
+// from the OS's own flags (the data planes' options, DESIGN.md: "OS-only options go to its
+// constructor"); Run opens and closes what it names.
+type Platform struct {
+	// OpenPlanes opens the data planes of the IPv4 and the IPv6 family (plane6 nil: the OS
+	// carries no IPv6). Run closes them when it returns; what they programmed stays.
+	OpenPlanes func(log *slog.Logger) (plane, plane6 backend.Plane, err error)
+	// DefaultIf names the interface of the default route.
+	DefaultIf func() (string, error)
+	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
+	// nil where the OS has none: --iface-can-reach is refused.
+	RouteTo func(netip.Addr) (string, netip.Addr, error)
+}
+
+// Run runs weftd on the OS's data plane until ctx is done. It returns an error only when it
+// cannot go on: a bad config, no usable interface, a data plane that cannot be set up.
+//
+// Run is weftd's one composition root: it makes every part weftd runs with (the data planes,
+// the datastore's Manager and its client, the Kubernetes Event recorder, the ICMP sockets of
+// the probes, the metrics) and closes each when it returns. It is here rather than in
+// cmd/weftd because which parts are made depends on the validated Config and the planes'
+// Capabilities (the datastore by --kube-subnet-mgr, the probes where the plane has them), and
+// because RunWith, which the tests run with parts of their own, must be wired the same way:
+// cmd/weftd only parses flags into a Config and names its OS's Platform.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, plat Platform) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	plane, plane6, err := plat.OpenPlanes(log)
+	if err != nil {
+		return fmt.Errorf("data plane: %w", err)
+	}
+	defer plane.Close()
+	if plane6 != nil {
+		defer plane6.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	m := newMetrics()
-	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, RouteTo: routeTo, metrics: m}
+	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: plat.DefaultIf, RouteTo: plat.RouteTo, metrics: m}
 	if cfg.KubeSubnetMgr {
 		rec := newEventRecorder(log, m)
 		km, err := newKubeManager(ctx, &cfg, log, m, rec)
