@@ -18,8 +18,9 @@ import (
 // offload). The loop drives it and alone calls its methods, but for those that say readers
 // may call them: it tells it of lease events (Observe) and of the node's own lease
 // (OwnChanged), of drift and the periodic resync (Drifted, Resync), and applies what is
-// pending (Apply) while it is Busy. The path knows nothing of the daemon: what the node
-// counts over every family it hears through pathHooks.
+// pending (Apply) while it is Busy. Those calls, named with a capital, are the loop's API; the
+// others serve the probes and the readers. The path knows nothing of the daemon: what the
+// node counts over every family it hears through pathHooks.
 type familyPath struct {
 	b     *backend.Backend
 	plane backend.Plane
@@ -119,7 +120,8 @@ func (fp *familyPath) Start(ctx context.Context, own subnet.Lease) {
 }
 
 // Observe folds a batch of lease events into the peer set (the own lease's are ignored: see
-// OwnChanged) and returns the leases newly skipped.
+// OwnChanged) and returns the leases newly skipped, which the caller reads before the next
+// call.
 func (fp *familyPath) Observe(batch []subnet.Event) []backend.Skipped {
 	n := len(fp.pending.Skipped)
 	// Only the next Apply resets full: until then, changes would be recorded for nothing.
@@ -138,7 +140,8 @@ func (fp *familyPath) Observe(batch []subnet.Event) []backend.Skipped {
 // OwnChanged tells the path the node's own lease changed (a renewal that moved it, a VTEP
 // MAC published anew, a lease made again): every peer is weighed against it again. A move of
 // the family's own subnet, which the plane's device and routes are built on and which no
-// peer change carries, makes the next Apply full. It returns the leases newly skipped.
+// peer change carries, makes the next Apply full. It returns the leases newly skipped, as
+// Observe does.
 func (fp *familyPath) OwnChanged(own subnet.Lease) []backend.Skipped {
 	if fp.fam().Subnet(own) != fp.set.State().Own {
 		fp.full = true
