@@ -139,16 +139,18 @@ func (fp *familyPath) Observe(batch []subnet.Event) []backend.Skipped {
 
 // OwnChanged tells the path the node's own lease changed (a renewal that moved it, a VTEP
 // MAC published anew, a lease made again): every peer is weighed against it again. A move of
-// the family's own subnet, which the plane's device and routes are built on and which no
-// peer change carries, makes the next Apply full. It returns the leases newly skipped, as
-// Observe does.
+// the node's subnet of either family, which the plane's device and routes are built on (the
+// other family's: a dual-stack Windows host-gw network carries both) and which no peer
+// change carries, makes the next Apply full. It returns the leases newly skipped, as Observe
+// does.
 func (fp *familyPath) OwnChanged(own subnet.Lease) []backend.Skipped {
-	if fp.fam().Subnet(own) != fp.set.State().Own {
-		fp.full = true
-	}
+	before := *fp.set.State()
 	n := len(fp.pending.Skipped)
 	fp.pending.Full = fp.full
 	fp.set.SetOwn(own, &fp.pending)
+	if st := fp.set.State(); st.Own != before.Own || st.Sibling != before.Sibling {
+		fp.full, fp.pending.Full = true, true
+	}
 	return fp.pending.Skipped[n:]
 }
 

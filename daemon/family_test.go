@@ -62,11 +62,18 @@ var ownLease = vxLease("10.244.1.0/24", "192.0.2.10", 1)
 // applied once (the start's full Apply).
 func newTestPath(t *testing.T) (*familyPath, *updatesPlane) {
 	t.Helper()
-	cfg, err := subnet.ParseConfig([]byte(`{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`))
+	return newTestPathFor(t, `{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`, ownLease)
+}
+
+// newTestPathFor is newTestPath for the network config conf and the own lease own.
+func newTestPathFor(t *testing.T, conf string, own subnet.Lease) (*familyPath, *updatesPlane) {
+	t.Helper()
+	cfg, err := subnet.ParseConfig([]byte(conf))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.10"), MTU: 1500}, linux.Capabilities(), backend.IPv4)
+	b, err := backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.10"), PublicIP: netip.MustParseAddr("192.0.2.10"),
+		Addr6: netip.MustParseAddr("fd77::10"), PublicIPv6: netip.MustParseAddr("fd77::10"), MTU: 1500}, linux.Capabilities(), backend.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +81,7 @@ func newTestPath(t *testing.T) (*familyPath, *updatesPlane) {
 	m := newMetrics()
 	fp := newFamilyPath(b, plane, pathConfig{log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), m: m, events: noEvents{},
 		offload: OffloadAuto, mtu: b.MTU()})
-	fp.Start(t.Context(), ownLease)
+	fp.Start(t.Context(), own)
 	if !fp.Busy() || !fp.Full() {
 		t.Fatalf("a path just started: busy %t, full %t; want its first Apply full", fp.Busy(), fp.Full())
 	}
@@ -190,6 +197,32 @@ func TestFamilyPathOwnChanged(t *testing.T) {
 	}
 	if got := fp.set.State().Own; got != own.Subnet {
 		t.Errorf("State's own subnet %s; want %s", got, own.Subnet)
+	}
+}
+
+// TestFamilyPathSiblingMoved: in a dual-stack network, a move of the node's subnet of the
+// other family alone makes the IPv4 path's next Apply full, since its State names that
+// subnet too (Sibling; a Windows host-gw network carries both families' subnets).
+func TestFamilyPathSiblingMoved(t *testing.T) {
+	own := ownLease
+	own.Attrs.BackendType, own.Attrs.BackendData = subnet.BackendHostGW, nil
+	own.IPv6Subnet = netip.MustParsePrefix("fd42:0:0:1::/64")
+	own.Attrs.PublicIPv6 = netip.MustParseAddr("fd77::10")
+	fp, plane := newTestPathFor(t, `{"Network": "10.244.0.0/16", "EnableIPv6": true, "IPv6Network": "fd42::/48", "Backend": {"Type": "host-gw"}}`, own)
+	if got := fp.set.State().Sibling; got != own.IPv6Subnet {
+		t.Fatalf("State's sibling %s; want %s", got, own.IPv6Subnet)
+	}
+	own.IPv6Subnet = netip.MustParsePrefix("fd42:0:0:9::/64")
+	fp.OwnChanged(own)
+	if !fp.Busy() || !fp.Full() {
+		t.Fatalf("after the IPv6 subnet moved: busy %t, full %t; want a full Apply", fp.Busy(), fp.Full())
+	}
+	mustApply(t, fp)
+	if u := plane.lastUpdate(t); !u.Full {
+		t.Errorf("Update %+v after the sibling subnet moved; want a full one", u)
+	}
+	if got := fp.set.State().Sibling; got != own.IPv6Subnet {
+		t.Errorf("State's sibling %s; want %s", got, own.IPv6Subnet)
 	}
 }
 
