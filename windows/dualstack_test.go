@@ -3,6 +3,8 @@ package windows_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -60,7 +62,7 @@ func newDualNode(t *testing.T) *dualNode {
 			return nil
 		}
 	}
-	n.plane = windows.New(n.hns, n.host, windows.Config{Sleep: sleep, WatchInterval: dualWatchInterval}, testLogger(t))
+	n.plane = windows.New(n.hns, n.host, windows.Config{Sleep: sleep, Now: n.clock.Now, WatchInterval: dualWatchInterval}, testLogger(t))
 	n.planes = [2]backend.Plane{n.plane, n.plane.IPv6()}
 	cfg := mustConfig(t, dualConf)
 	node := backend.Node{Underlay: testAdapter, Addr: netip.MustParseAddr("192.168.1.10"), Addr6: netip.MustParseAddr("fd77:77::10"), MTU: 1500,
@@ -238,6 +240,11 @@ func TestDualStackOneLook(t *testing.T) {
 	n.step("IPv4 in full once more: it lent its look, it borrows none", 0, []subnet.Lease{b, c}, true, dualLookHNS, dualLookHost)
 	n.step("an IPv6 change takes the lent look away", 1, []subnet.Lease{b}, false, "", "DeleteRoute:1")
 	n.step("IPv6 in full", 1, []subnet.Lease{b}, true, dualLookHNS, dualLookHost)
+	// A look is lent for a moment: the daemon applies the two families back to back.
+	if err := n.clock.Sleep(t.Context(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n.step("IPv4 in full, two seconds after IPv6's", 0, []subnet.Lease{b}, true, dualLookHNS, "DeleteRoute:1 "+dualLookHost)
 }
 
 // TestDualStackFullApplyKeepsToItsFamily: a family's full Apply writes its own family's routes
@@ -420,5 +427,106 @@ func TestDualStackWatchOneLook(t *testing.T) {
 	cancels[1]()
 	if err := <-done[1]; err != nil {
 		t.Errorf("IPv6's Watch ended with %v", err)
+	}
+}
+
+// TestDualStackIncrementalMatchesFull is a differential test of the shared model: peers join,
+// leave and move to other public IPs, each family applies the changes in either order, a
+// family is applied in full now and then (on a look of its own, or one the other lent it), and
+// a while later routes vanish or appear behind the plane's back before both families' full
+// Applies. The
+// routes are always those the peers want after both families applied, a full Apply at the
+// end finds nothing to do, and the node ends as a fresh node's full Applies leave it.
+func TestDualStackIncrementalMatchesFull(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	n := newDualNode(t)
+	n.prepare(0)
+	n.prepare(1)
+	live := map[int]subnet.Lease{}
+	peers := func() []subnet.Lease {
+		var out []subnet.Lease
+		for _, i := range slices.Sorted(maps.Keys(live)) {
+			out = append(out, live[i])
+		}
+		return out
+	}
+	apply := func(step int, f int, full bool) {
+		t.Helper()
+		if _, err := n.apply(f, peers(), full); err != nil {
+			t.Fatalf("step %d: family %d (full %t): %v", step, f, full, err)
+		}
+	}
+	for step := range 300 {
+		switch op := rng.IntN(10); {
+		case op < 7:
+			i := 2 + rng.IntN(12)
+			if _, ok := live[i]; ok && rng.IntN(3) == 0 {
+				delete(live, i)
+			} else {
+				l := dualPeer(i)
+				pub := 100 + 4*i + rng.IntN(4) // a peer's own: two peers of one public IP are one too many
+				l.Attrs.PublicIP = netip.MustParseAddr(fmt.Sprintf("192.168.1.%d", pub))
+				l.Attrs.PublicIPv6 = netip.MustParseAddr(fmt.Sprintf("fd77:77::%d", pub))
+				live[i] = l
+			}
+			first := rng.IntN(2)
+			apply(step, first, false)
+			apply(step, 1-first, false)
+		case op < 9:
+			apply(step, rng.IntN(2), true)
+		default:
+			// A while later, routes vanish and appear behind the plane's back.
+			if err := n.clock.Sleep(t.Context(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := n.host.Routes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				if r.Protocol == windows.ProtoNetMgmt && rng.IntN(3) == 0 {
+					if err := n.host.DeleteRoute(r); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			ifs, err := n.host.Interfaces()
+			if err != nil {
+				t.Fatal(err)
+			}
+			vnic := ifs[slices.IndexFunc(ifs, func(i windows.Interface) bool { return i.Name == "vEthernet ("+testAdapter+")" })]
+			stray := dualPeer(50 + rng.IntN(3))
+			for _, r := range []windows.HostRoute{{Dst: stray.Subnet, NextHop: stray.Attrs.PublicIP}, {Dst: stray.IPv6Subnet, NextHop: stray.Attrs.PublicIPv6}} {
+				if rng.IntN(2) == 0 {
+					r.IfIndex, r.Protocol = vnic.Index, windows.ProtoNetMgmt
+					_ = n.host.AddRoute(r) // it may be there from before
+				}
+			}
+			first := rng.IntN(2)
+			apply(step, first, true)
+			apply(step, 1-first, true)
+		}
+		if got, want := n.routes(), routesOf(peers()...); got != want {
+			t.Fatalf("step %d: routes\n%s\nwant\n%s", step, got, want)
+		}
+	}
+	for f := range 2 {
+		n.hns.ResetRequests()
+		if ch, err := n.apply(f, peers(), true); err != nil || ch.Total() != 0 || len(n.hns.Requests()) != 0 {
+			t.Errorf("family %d: a full Apply at the end changed %v (%v): the model had drifted", f, ch, err)
+		}
+	}
+	fresh := newDualNode(t)
+	fresh.prepare(0)
+	fresh.prepare(1)
+	for f := range 2 {
+		if _, err := fresh.apply(f, peers(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := lineDiff(fresh.hns.Render()+fresh.host.Render(), n.hns.Render()+n.host.Render()); d != "" {
+		t.Errorf("incremental (+) and full (-) differ:\n%s", d)
 	}
 }

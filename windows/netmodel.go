@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/weftnet/weft/backend"
 )
@@ -23,10 +24,11 @@ type netModel struct {
 	v4, v6    famModel
 	// lent is a look at HNS and the host that one family's Prepare or full Apply took for
 	// the other family too, which the other's next call of the same kind starts from
-	// instead of looking again: the daemon prepares and applies the two families back to
-	// back (at start, on the resync, after drift), so that a dual-stack node looks at its
-	// one network once. Every call and every look of the Watch drops it, so it is never
-	// older than the call before.
+	// instead of looking again, if it comes within lendFor of the end of the call that lent
+	// it: the daemon prepares and applies the two families back to back (at start, on the
+	// resync, after drift), so that a dual-stack node looks at its one network once. It is
+	// as fresh as a look the family took itself would be once the lender's writes were done.
+	// Every call drops it.
 	lent *look
 	// repair are the families whose models the other family's full Apply dropped, for the
 	// Watch to tell of drift.
@@ -55,7 +57,11 @@ type look struct {
 	// routes are a full Apply's listing of the host's routes, those of the family's
 	// scope: the other family writes none of them.
 	routes []HostRoute
+	until  time.Time // zero until the call that lent it ends
 }
+
+// lendFor is how long after the call that lent it a look may be borrowed.
+const lendFor = time.Second
 
 // remoteEP is a remote endpoint as the model keeps it: its ID, to delete it, and what it is
 // compared by.
@@ -130,25 +136,33 @@ func (f *famModel) learnPeers(st *backend.State) {
 }
 
 // borrow takes the look lent to st's family for a call of the kind (Prepare if prepare),
-// if it was taken for st's network and subnets; nil if there is none. The lent look is gone
-// either way.
-func (m *netModel) borrow(st *backend.State, prepare bool) *look {
+// if it was taken for st's network and subnets and is borrowed by now; nil if there is none.
+// The lent look is gone either way.
+func (m *netModel) borrow(st *backend.State, prepare bool, now time.Time) *look {
 	l := m.lent
 	m.lent = nil
 	if l == nil || l.prepare != prepare || l.fam != stateFamily(st) || l.network != networkName(st) ||
-		!slices.Equal(l.subnets, bridgeSubnets(st)) {
+		!slices.Equal(l.subnets, bridgeSubnets(st)) || !now.Before(l.until) {
 		return nil
 	}
 	return l
 }
 
-// lend keeps l for the other family of a dual-stack st (for no one in a single-stack one).
+// lend keeps l for the other family of a dual-stack st (for no one in a single-stack one),
+// until seal dates it.
 func (m *netModel) lend(st *backend.State, l *look) {
 	if !st.Sibling.IsValid() || st.Device != nil {
 		return
 	}
 	l.fam, l.network, l.subnets = stateFamily(st).Other(), networkName(st), bridgeSubnets(st)
 	m.lent = l
+}
+
+// seal dates a look lent by the call that ends now: it may be borrowed for lendFor.
+func (m *netModel) seal(now func() time.Time) {
+	if m.lent != nil && m.lent.until.IsZero() {
+		m.lent.until = now().Add(lendFor)
+	}
 }
 
 // touched is what a batch of changes of family f touches, from the model: the subnets, in

@@ -32,8 +32,9 @@ type Config struct {
 	PollInterval time.Duration
 	// WatchInterval is how often Watch looks at the network (5 s).
 	WatchInterval time.Duration
-	// Sleep waits d or until ctx ends; tests pass a fake clock's.
+	// Sleep waits d or until ctx ends, and Now is the time; tests pass a fake clock's.
 	Sleep func(ctx context.Context, d time.Duration) error
+	Now   func() time.Time
 	// HostReady, if set, waits until the host has an interface with the management IP
 	// again (HNS reports the address before the vNIC holding it is up).
 	HostReady func(ctx context.Context, mgmt netip.Addr) error
@@ -48,6 +49,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WatchInterval == 0 {
 		c.WatchInterval = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Sleep == nil {
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
@@ -108,7 +112,8 @@ func networkName(st *backend.State) string {
 func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.net.borrow(st, true) != nil {
+	defer p.net.seal(p.cfg.Now)
+	if p.net.borrow(st, true, p.cfg.Now()) != nil {
 		return backend.MAC{}, nil // the other family's Prepare made the network for both, just now
 	}
 	p.net = netModel{} // the network may be made again: every family's next Apply is full
@@ -305,9 +310,10 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	if !st.Own.IsValid() {
 		return nil, errors.New("applying a State with no own subnet: the lease is not known yet")
 	}
+	defer p.net.seal(p.cfg.Now)
 	ch := backend.Changes{}
 	var err error
-	switch lent := p.net.borrow(st, false); {
+	switch lent := p.net.borrow(st, false, p.cfg.Now()); {
 	case !u.Full && p.net.fits(st):
 		err = p.applyPeers(ctx, st, u.Peers, ch)
 	case st.Device != nil:

@@ -85,7 +85,6 @@ func (p *Plane) look(ctx context.Context) {
 			return
 		}
 		p.mu.Lock()
-		p.net.lent = nil // a look lent by an Apply is no fresher than this one
 		name, id, valid := p.net.network, p.net.networkID, p.net.valid()
 		repair := p.net.repair
 		p.net.repair = nil
