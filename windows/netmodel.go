@@ -26,9 +26,9 @@ type netModel struct {
 	// the other family too, which the other's next call of the same kind starts from
 	// instead of looking again, if it comes within lendFor of the end of the call that lent
 	// it: the daemon prepares and applies the two families back to back (at start, on the
-	// resync, after drift), so that a dual-stack node looks at its one network once. It is
-	// as fresh as a look the family took itself would be once the lender's writes were done.
-	// Every call drops it.
+	// resync, after drift), so that a dual-stack node looks at its one network once.
+	// Borrowed that soon, it is as fresh as the lender's own look was by the end of its
+	// writes. Every call drops it.
 	lent *look
 	// repair are the families whose models the other family's full Apply dropped, for the
 	// Watch to tell of drift.
@@ -135,9 +135,9 @@ func (f *famModel) learnPeers(st *backend.State) {
 	}
 }
 
-// borrow takes the look lent to st's family for a call of the kind (Prepare if prepare),
-// if it was taken for st's network and subnets and is borrowed by now; nil if there is none.
-// The lent look is gone either way.
+// borrow takes the look lent to st's family for a call of the kind (Prepare if prepare), if
+// it was taken for st's network and subnets and its time is not up at now; nil if there is
+// none. The lent look is gone either way.
 func (m *netModel) borrow(st *backend.State, prepare bool, now time.Time) *look {
 	l := m.lent
 	m.lent = nil
