@@ -333,6 +333,10 @@ func TestSetIncremental(t *testing.T) {
 				if got := render(s.State()); got != render(want) {
 					t.Fatalf("seed %d: incremental state:\n%s\nfrom scratch:\n%s", seed, got, render(want))
 				}
+				if got := s.State(); got.Own != want.Own || got.Sibling != want.Sibling {
+					// SetOwn moves them; the daemon's next Apply is full when they moved.
+					t.Fatalf("seed %d: own subnet %s, sibling %s; from scratch %s, %s", seed, got.Own, got.Sibling, want.Own, want.Sibling)
+				}
 				if state := maps.Collect(s.State().Peers.All()); !maps.Equal(programmed, state) || s.State().Peers.Len() != len(state) {
 					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v (Len %d)", seed, programmed, state, s.State().Peers.Len())
 				}

@@ -242,10 +242,10 @@ func (s *Set) Remove(key string, r *Result) {
 }
 
 // SetOwn changes the node's own lease (a renewal that moved it, a new VTEP MAC): every lease
-// is weighed again. It reports whether the State's device or own subnet changed, which only a
-// full Apply covers.
-func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
-	ownChanged = s.b.fam.Subnet(own) != s.b.fam.Subnet(s.own)
+// is weighed again, and r gets the peers that changed. The State's Own and Sibling follow
+// own; no PeerChange carries them, so a plane that built on the old ones must be told
+// otherwise (the daemon makes its next Apply a full one).
+func (s *Set) SetOwn(own subnet.Lease, r *Result) {
 	s.own, s.ownKey, s.claim = own, own.Key(), s.b.ownClaims(own)
 	s.st.Own, s.st.Sibling = s.b.fam.Subnet(own), s.b.sibling(own)
 	if e := s.entries[s.ownKey]; e != nil { // a peer lease that is now our own
@@ -259,7 +259,6 @@ func (s *Set) SetOwn(own subnet.Lease, r *Result) (ownChanged bool) {
 		s.settle(e, nil)
 	}
 	s.resolve(all, r, nil)
-	return ownChanged
 }
 
 // touchList is the entries a change may have changed the fate of: a handful, since they

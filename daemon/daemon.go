@@ -22,7 +22,7 @@ import (
 	"github.com/weftnet/weft/wgkey"
 )
 
-// Deps are what Run works with; tests put their own in.
+// Deps are what RunWith works with: Run makes them, tests put their own in.
 type Deps struct {
 	Manager subnet.Manager
 	// Plane programs the IPv4 family; PlaneV6 the IPv6 family, when the network enables it
@@ -48,20 +48,48 @@ type Deps struct {
 	metrics *metrics // made by RunWith when nil
 }
 
-// Run runs weftd on the OS's data plane until ctx is done; defaultIf names the interface of
-// the default route, routeTo the one of the route to an address (nil where the OS has none). It returns an error only when it cannot go on: a bad config, no usable
-// interface, a data plane that cannot be set up.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, plane, plane6 backend.Plane, defaultIf func() (string, error),
-	routeTo func(netip.Addr) (string, netip.Addr, error)) error {
+// Platform is what weftd is given of the operating system it runs on. cmd/weftd builds it
+// from the OS's own flags (the data planes' options, DESIGN.md: "OS-only options go to its
+// constructor"); Run opens and closes what it names.
+type Platform struct {
+	// OpenPlanes opens the data planes of the IPv4 and the IPv6 family (plane6 nil: the OS
+	// carries no IPv6). Run closes them when it returns; what they programmed stays.
+	OpenPlanes func(log *slog.Logger) (plane, plane6 backend.Plane, err error)
+	// DefaultIf names the interface of the default route.
+	DefaultIf func() (string, error)
+	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
+	// nil where the OS has none: --iface-can-reach is refused.
+	RouteTo func(netip.Addr) (string, netip.Addr, error)
+}
+
+// Run runs weftd on the OS's data plane until ctx is done. It returns an error only when it
+// cannot go on: a bad config, no usable interface, a data plane that cannot be set up.
+//
+// Run is weftd's one composition root: it makes every part weftd runs with (the data planes,
+// the datastore's Manager and its client, the Kubernetes Event recorder, the ICMP sockets of
+// the probes, the metrics) and closes each when it returns. It is here rather than in
+// cmd/weftd because which parts are made depends on the validated Config and the planes'
+// Capabilities (the datastore by --kube-subnet-mgr, the probes where the plane has them), and
+// because RunWith, which the tests run with parts of their own, must be wired the same way:
+// cmd/weftd only parses flags into a Config and names its OS's Platform.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, plat Platform) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	plane, plane6, err := plat.OpenPlanes(log)
+	if err != nil {
+		return fmt.Errorf("data plane: %w", err)
+	}
+	defer plane.Close()
+	if plane6 != nil {
+		defer plane6.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	m := newMetrics()
-	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: defaultIf, RouteTo: routeTo, metrics: m}
+	deps := Deps{Plane: plane, PlaneV6: plane6, Interfaces: netif.List, DefaultIf: plat.DefaultIf, RouteTo: plat.RouteTo, metrics: m}
 	if cfg.KubeSubnetMgr {
 		rec := newEventRecorder(log, m)
 		km, err := newKubeManager(ctx, &cfg, log, m, rec)
@@ -159,7 +187,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		}
 		return err
 	}
-	d.health.update(func(h *health) { h.offloadStatus = d.offloadStatus })
+	d.health.update(func(h *health) { h.offloadStatus = d.paths.offloadStatus })
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {
 		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
@@ -194,10 +222,10 @@ type daemon struct {
 	// mode; empty in Kubernetes mode, where the Node object is the node's.
 	nodeID string
 
-	// stacks are the families the network enables, IPv4 first; made by setUp. Only the loop
-	// touches them; readers get view, which the loop publishes after each change of their
-	// sets (viewStale: not yet).
-	stacks    []*stack
+	// paths are the families the network enables, IPv4 first; made by setUp. Only the loop
+	// drives them; readers get view, which the loop publishes after each change of their
+	// peer sets (viewStale: not yet).
+	paths     families
 	view      atomic.Pointer[peersView]
 	viewStale bool
 
@@ -220,28 +248,6 @@ type daemon struct {
 	gcPercent int
 	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
 }
-
-// stack is one IP family's part of the node: its backend, the peer set of the family's
-// halves of the leases, and the data plane that programs them.
-type stack struct {
-	b     *backend.Backend
-	plane backend.Plane
-	set   *backend.Set
-
-	result  backend.Result // peer changes not yet applied
-	full    bool           // the next Apply must be a full one
-	drifted atomic.Bool    // the plane reported drift; the loop makes it full
-	prober  *probe.Prober  // probes the peers through the plane; nil when probes are off
-	// transport checks TCP and UDP to the overlay peers; nil when probes are off or the
-	// family has no overlay device to switch the offload of (off).
-	transport *probe.Transport
-	off       *offload
-}
-
-func (st *stack) fam() backend.Family { return st.b.Family() }
-
-// busy reports whether the stack has something to apply.
-func (st *stack) busy() bool { return st.full || len(st.result.Changes) > 0 }
 
 // setUp does everything before the loop: config, interface, backends, lease (with the
 // devices made for it), subnet.env.
@@ -285,19 +291,19 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if err != nil {
 		return err
 	}
+	d.mtu = mtu
+	pc := pathConfig{log: d.log, m: d.m, events: d.events, masq: d.cfg.IPMasq, offload: d.cfg.TxChecksumOffload, mtu: mtu,
+		hooks: pathHooks{unreachable: d.unreachableChanged, transport: d.transportCounted, pathMTU: d.pathMTUCounted}}
 	var wgs []wgDevice
 	for _, b := range bs {
-		st := &stack{b: b, plane: planes[b.Family()]}
-		d.stacks = append(d.stacks, st)
+		fp := newFamilyPath(b, planes[b.Family()], pc)
+		d.paths = append(d.paths, fp)
 		// In single-tunnel modes both families name one device: it is counted once.
-		if dev := b.StateFor(subnet.Lease{}, false).WireGuard; dev != nil && !slices.ContainsFunc(wgs, func(w wgDevice) bool { return w.name == dev.Name }) {
-			if r, ok := st.plane.(backend.WireGuardRunner); ok {
-				wgs = append(wgs, wgDevice{name: dev.Name, runner: r})
-			}
+		if dev, r := fp.WireGuard(); dev != nil && !slices.ContainsFunc(wgs, func(w wgDevice) bool { return w.name == dev.Name }) {
+			wgs = append(wgs, wgDevice{name: dev.Name, runner: r})
 		}
 	}
 	d.m.wireguard.devices.Store(&wgs)
-	d.mtu = mtu
 	d.health.update(func(h *health) {
 		h.status.Interface, h.status.Backend = d.ext.Name, d.net.Backend.Type
 		if d.ext.Addr.IsValid() {
@@ -326,12 +332,10 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 		// whose every re-creation blinks the host's NIC): the acquisition's retry asks for
 		// these subnets again, so that the next Prepare finds that device and keeps it.
 		req.Previous, req.PreviousIPv6 = sn, sn6
-		macs := make([]backend.MAC, len(d.stacks))
-		for i, st := range d.stacks {
-			// A device made again (deleted while weftd was down) keeps the MAC the peers know.
-			mac, err := st.plane.Prepare(ctx, withPublishedMAC(st.b.StateFor(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, d.cfg.IPMasq), held))
+		macs := make([]backend.MAC, len(d.paths))
+		for i, fp := range d.paths {
+			mac, err := fp.Prepare(ctx, sn, sn6, held)
 			if err != nil {
-				err = fmt.Errorf("data plane (%s): %w", st.fam(), err)
 				d.events.Dataplane(err)
 				return subnet.LeaseAttrs{}, err
 			}
@@ -352,28 +356,19 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
-	for _, st := range d.stacks {
-		st.set = backend.NewSet(st.b, d.own, d.cfg.IPMasq)
-		st.full = true
-		st.off = newOffload(st)
+	for _, fp := range d.paths {
+		fp.Start(ctx, d.own)
 	}
 	d.publish()
-	for _, st := range d.stacks {
-		d.setUpOffload(ctx, st)
-	}
 	d.leaseChanged()
 	return d.writeEnv()
 }
 
-// held is the subnets the stacks' devices serve already (backend.SubnetKeeper), for a node
+// held is the subnets the families' devices serve already (backend.SubnetKeeper), for a node
 // without subnet.env.
 func (d *daemon) held() (sn, sn6 netip.Prefix) {
-	for _, st := range d.stacks {
-		k, ok := st.plane.(backend.SubnetKeeper)
-		if !ok {
-			continue
-		}
-		a, b := k.Held(st.b.StateFor(subnet.Lease{}, d.cfg.IPMasq))
+	for _, fp := range d.paths {
+		a, b := fp.Held()
 		if a.IsValid() && d.net.EnableIPv4 {
 			sn = a
 		}
@@ -387,16 +382,16 @@ func (d *daemon) held() (sn, sn6 netip.Prefix) {
 	return sn, sn6
 }
 
-// attrs are the lease attributes the node publishes: each stack's half, from its backend and
-// the VTEP MAC of its device in macs (by stack; nil: zero MACs).
+// attrs are the lease attributes the node publishes: each family's half, from its backend and
+// the VTEP MAC of its device in macs (by path; nil: zero MACs).
 func (d *daemon) attrs(macs []backend.MAC) subnet.LeaseAttrs {
 	a := subnet.LeaseAttrs{NodeID: d.nodeID}
-	for i, st := range d.stacks {
+	for i, fp := range d.paths {
 		var mac backend.MAC
 		if macs != nil {
 			mac = macs[i]
 		}
-		st.b.AddAttrs(&a, mac)
+		fp.AddAttrs(&a, mac)
 	}
 	return a
 }
@@ -548,17 +543,16 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
 	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
-	for _, st := range d.stacks {
+	for _, fp := range d.paths {
 		wg.Go(func() {
-			err := st.plane.Watch(ctx, func() {
-				st.drifted.Store(true)
+			err := fp.Watch(ctx, func() {
 				select {
 				case drift <- struct{}{}:
 				default:
 				}
 			})
 			if err != nil && ctx.Err() == nil {
-				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", st.fam(), "err", err)
+				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", fp.fam(), "err", err)
 			}
 		})
 	}
@@ -599,13 +593,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				}
 			}
 		case <-drift:
-			for _, st := range d.stacks {
-				if st.drifted.Swap(false) {
-					st.full = true
-				}
+			for _, fp := range d.paths {
+				fp.Drifted()
 			}
 		case <-resync.C:
-			d.setFull()
+			d.resync()
 		case <-startupGarbage.C:
 			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupEchoes {
 				debug.SetGCPercent(d.gcPercent)
@@ -613,7 +605,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				startupGarbage.Stop()
 			}
 		case <-retryConverge.C:
-			d.setFull()
+			d.resync()
 		case <-renew.C:
 			d.startRenew()
 		case r := <-d.renewed:
@@ -630,7 +622,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			}
 			d.startRenew()
 		}
-		if d.synced && slices.ContainsFunc(d.stacks, (*stack).busy) {
+		if d.synced && slices.ContainsFunc(d.paths, (*familyPath).Busy) {
 			err := d.converge(ctx)
 			if err != nil {
 				d.log.Error("converging the data plane failed; retrying", "err", err)
@@ -646,22 +638,17 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// setFull makes the next Apply of every family a full one.
-func (d *daemon) setFull() {
-	for _, st := range d.stacks {
-		st.full = true
+// resync makes the next Apply of every family a full one.
+func (d *daemon) resync() {
+	for _, fp := range d.paths {
+		fp.Resync()
 	}
 }
 
 // take folds a batch of lease events into every family's peer set.
 func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
-	before := d.skippedSoFar()
 	d.viewStale = true
-	for _, st := range d.stacks {
-		// Only the next Apply resets full: until then, changes would be recorded for nothing.
-		st.result.Full = st.full
-	}
 	for _, ev := range batch {
 		k := ev.LeaseKey()
 		d.m.eventsReceived.WithLabelValues(ev.Type.String()).Inc()
@@ -672,16 +659,10 @@ func (d *daemon) take(batch []subnet.Event) {
 		if _, seen := d.pending[k]; !seen {
 			d.pending[k] = now
 		}
-		for _, st := range d.stacks {
-			switch ev.Type {
-			case subnet.EventAdded:
-				st.set.PutKeyed(k, ev.Lease, &st.result)
-			case subnet.EventRemoved:
-				st.set.Remove(k, &st.result)
-			}
-		}
 	}
-	d.noteSkipped(before)
+	for _, fp := range d.paths {
+		d.noteSkipped(fp.Observe(batch))
+	}
 	d.noteContested()
 }
 
@@ -689,35 +670,24 @@ func (d *daemon) take(batch []subnet.Event) {
 // or VTEP MAC (in any family): a gauge and the readiness reason.
 func (d *daemon) noteContested() {
 	n := 0
-	for _, st := range d.stacks {
-		n += st.set.Contesting()
+	for _, fp := range d.paths {
+		n += fp.Contesting()
 	}
 	d.m.contested.Set(float64(n))
 	d.health.update(func(h *health) { h.contested = n })
 }
 
-// skippedSoFar is how many skips each stack's pending result holds, for noteSkipped.
-func (d *daemon) skippedSoFar() []int {
-	n := make([]int, len(d.stacks))
-	for i, st := range d.stacks {
-		n[i] = len(st.result.Skipped)
-	}
-	return n
-}
-
-// noteSkipped logs, counts and tells the leases newly skipped since skippedSoFar said before.
-func (d *daemon) noteSkipped(before []int) {
-	for i, st := range d.stacks {
-		for _, s := range st.result.Skipped[before[i]:] {
-			d.m.skipped.WithLabelValues(s.Code).Inc()
-			d.events.PeerSkipped(s.Code, s.Key)
-			if s.Contests {
-				d.log.Error("an older lease claims what this node's lease claims: this node is the newcomer (a cloned VM, a copied config?); it keeps its claim, the other nodes program the older lease",
-					"lease", s.Key, "family", s.Family, "reason", s.Reason)
-				continue
-			}
-			d.log.Warn("skipping peer lease", "lease", s.Key, "family", s.Family, "reason", s.Reason)
+// noteSkipped logs, counts and tells the leases newly skipped.
+func (d *daemon) noteSkipped(skipped []backend.Skipped) {
+	for _, s := range skipped {
+		d.m.skipped.WithLabelValues(s.Code).Inc()
+		d.events.PeerSkipped(s.Code, s.Key)
+		if s.Contests {
+			d.log.Error("an older lease claims what this node's lease claims: this node is the newcomer (a cloned VM, a copied config?); it keeps its claim, the other nodes program the older lease",
+				"lease", s.Key, "family", s.Family, "reason", s.Reason)
+			continue
 		}
+		d.log.Warn("skipping peer lease", "lease", s.Key, "family", s.Family, "reason", s.Reason)
 	}
 }
 
@@ -806,14 +776,10 @@ func (d *daemon) setOwn(l subnet.Lease) {
 		d.events.LeaseChanged(d.own, l)
 	}
 	if !l.SameSubnets(d.own) || !l.Attrs.Equal(d.own.Attrs) || l.Created != d.own.Created { // not just a new expiry
-		before := d.skippedSoFar()
 		d.viewStale = true
-		for _, st := range d.stacks {
-			if st.set.SetOwn(l, &st.result) {
-				st.full = true
-			}
+		for _, fp := range d.paths {
+			d.noteSkipped(fp.OwnChanged(l))
 		}
-		d.noteSkipped(before)
 		d.noteContested()
 	}
 	d.own = l
@@ -827,19 +793,19 @@ func (d *daemon) converge(ctx context.Context) error {
 	var changes backend.Changes
 	var errs []error
 	full, peers := false, 0
-	for _, st := range d.stacks {
-		if !st.busy() {
+	for _, fp := range d.paths {
+		if !fp.Busy() {
 			continue
 		}
-		full = full || st.full
-		c, err := d.apply(ctx, st)
+		full = full || fp.Full()
+		c, err := d.apply(ctx, fp)
 		changes = changes.Add(c)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", st.fam(), err))
+			errs = append(errs, fmt.Errorf("%s: %w", fp.fam(), err))
 		}
 	}
-	for _, st := range d.stacks {
-		peers = max(peers, st.set.State().Peers.Len())
+	for _, fp := range d.paths {
+		peers = max(peers, fp.Peers())
 	}
 	err := errors.Join(errs...)
 	took := time.Since(start)
@@ -893,29 +859,17 @@ func (d *daemon) converge(ctx context.Context) error {
 	return nil
 }
 
-// apply applies what changed in one family since its last convergence: the changed peers
-// only, or everything after a drift, a failure, at the resync and at start. A failure makes
-// the next one full.
-func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) {
-	u := backend.Update{Full: st.full}
-	if !u.Full {
-		u.Peers = st.result.Changes
-	}
-	st.result = backend.Result{}
-	changes, err := st.plane.Apply(ctx, st.set.State(), u)
-	st.probeApplied(u)
+// apply applies what is pending for one family; an overlay device found gone is made again
+// (recreateDevice) and everything applied to it.
+func (d *daemon) apply(ctx context.Context, fp *familyPath) (backend.Changes, error) {
+	changes, err := fp.Apply(ctx)
 	if missing := new(backend.MissingDeviceError); errors.As(err, &missing) {
 		d.log.Warn("overlay device gone, creating it again", "device", missing.Name)
-		if err = d.recreateDevice(ctx, st); err == nil {
+		if err = d.recreateDevice(ctx, fp); err == nil {
 			var more backend.Changes
-			more, err = st.plane.Apply(ctx, st.set.State(), backend.Update{Full: true})
-			st.probeApplied(backend.Update{Full: true})
+			more, err = fp.Apply(ctx) // a full one: the device is new
 			changes = changes.Add(more)
 		}
-	}
-	st.full = err != nil
-	if changes.Total() > 0 {
-		d.log.Debug("family converged", "family", st.fam(), "changes", changes.String(), "full", u.Full)
 	}
 	return changes, err
 }
@@ -923,10 +877,9 @@ func (d *daemon) apply(ctx context.Context, st *stack) (backend.Changes, error) 
 // wireGuardStatus puts the WireGuard devices, and which WireGuard runs each, in /status.
 func (d *daemon) wireGuardStatus() {
 	var wgs []status.WireGuard
-	for _, st := range d.stacks {
-		dev := st.b.StateFor(subnet.Lease{}, false).WireGuard
-		r, ok := st.plane.(backend.WireGuardRunner)
-		if dev == nil || !ok || slices.ContainsFunc(wgs, func(w status.WireGuard) bool { return w.Device == dev.Name }) {
+	for _, fp := range d.paths {
+		dev, r := fp.WireGuard()
+		if dev == nil || slices.ContainsFunc(wgs, func(w status.WireGuard) bool { return w.Device == dev.Name }) {
 			continue // single-tunnel modes: both families' device, shown once
 		}
 		wgs = append(wgs, status.WireGuard{Device: dev.Name, ListenPort: int(dev.ListenPort),
@@ -937,40 +890,18 @@ func (d *daemon) wireGuardStatus() {
 	}
 }
 
-// withPublishedMAC is st with its VXLAN device asking for the VTEP MAC that attrs publish for
-// st's family, so that a device made again is the one the peers were told of; st itself
-// where attrs publish none. st is not changed: a Set's State is what every later Apply reads.
-func withPublishedMAC(st *backend.State, attrs subnet.LeaseAttrs) *backend.State {
-	if st.Device == nil {
-		return st
-	}
-	data := attrs.BackendData
-	if st.Family == backend.IPv6 {
-		data = attrs.BackendV6Data
-	}
-	vx, err := backend.DecodeVXLANData(data)
-	if err != nil || vx.VNI != st.Device.VNI {
-		return st
-	}
-	s, dev := *st, *st.Device
-	dev.MAC = vx.VtepMAC
-	s.Device = &dev
-	return &s
-}
-
 // recreateDevice brings back a family's overlay device deleted under the daemon, with the
 // VTEP MAC the lease publishes: the peers, which know it, reach the node again as soon as
 // the device is back, without a datastore to learn a new one from. Should the plane give it
 // another MAC all the same, the lease is published again with it.
-func (d *daemon) recreateDevice(ctx context.Context, st *stack) error {
-	mac, err := st.plane.Prepare(ctx, withPublishedMAC(st.set.State(), d.own.Attrs))
+func (d *daemon) recreateDevice(ctx context.Context, fp *familyPath) error {
+	mac, err := fp.Remake(ctx, d.own.Attrs)
 	if err != nil {
-		return fmt.Errorf("data plane: %w", err)
+		return err
 	}
-	d.setUpOffload(ctx, st)
 	d.wireGuardStatus()
 	attrs := d.own.Attrs
-	st.b.AddAttrs(&attrs, mac)
+	fp.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {
 		l := d.own
 		l.Attrs = attrs

@@ -3,9 +3,10 @@
 // plane converged to the leases it watches, renewing its own lease, until it is told to stop.
 // Stopping leaves everything programmed, so traffic flows on while the daemon restarts.
 //
-// One goroutine, the loop, owns the node's state: each IP family's peer set and what is
-// pending for its data plane (backend.Plane), and the own lease. It alone changes them and
-// applies them to the planes. Beside it run the lease watch (subnet.Manager.Watch), which feeds
+// One goroutine, the loop, owns the node's state: the own lease, and one data path per IP
+// family (familyPath: its peer set, what is pending for its data plane, the plane and what
+// watches it). It alone drives them: it tells each path of the lease events and of changes to
+// the own lease, and has it apply what is pending. Beside it run the lease watch (subnet.Manager.Watch), which feeds
 // it batches of events, the planes' drift watches, the overlay probes and, in Kubernetes mode,
 // the recorder of the node's Events, which tells the operator without the loop ever waiting
 // on the API server.

@@ -22,8 +22,8 @@ type Events interface {
 	PeerSkipped(code, peer string)
 	// Dataplane: the outcome of programming the data plane, nil after a success.
 	Dataplane(err error)
-	// PeersUnreachable is the overlay probes' hook (startProbes calls it whenever a peer
-	// goes down or answers again): n peers do not answer through the data plane now (0 when
+	// PeersUnreachable is the overlay probes' hook (called whenever a family's probes see
+	// a peer go down or answer again): n peers do not answer through the data plane now (0 when
 	// all do), examples names a few of them. It tells the operator when n rises from 0 or
 	// grows by half, and when it is back at 0; calls that change nothing worth saying cost
 	// nothing.

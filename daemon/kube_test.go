@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -192,6 +193,7 @@ func (k kubeCluster) runWith(t *testing.T, conf string, deps Deps, tweak func(*C
 	cfg.HealthzPort = 0
 	cfg.ResyncInterval = time.Second
 	cfg.Ifaces = []string{"eth0"}
+	cfg.KubeSubnetMgr = true // as weftd's: the lease is the Node's, with no node identity
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -449,4 +451,28 @@ func TestDaemonKubeEvents(t *testing.T) {
 	if n := len(about(events.ReasonLeaseAcquired)); n != 1 {
 		t.Errorf("%d LeaseAcquired Events, want 1", n)
 	}
+}
+
+// TestDaemonKubeReadyzFrozenAPIServer: the API server stops answering (frozen by SIGSTOP:
+// its connections stay open, the node watch says nothing) under a daemon in Kubernetes
+// mode: /readyz says the datastore is unreachable within the test's bound, as with a frozen
+// etcd, and the node is ready again once the server answers.
+func TestDaemonKubeReadyzFrozenAPIServer(t *testing.T) {
+	k := startKube(t)
+	k.node(t, "self", []string{"10.244.1.0/24"}, nil)
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	k.runWith(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, Deps{Plane: &fakePlane{}},
+		func(c *Config) { c.HealthzPort = port })
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+
+	k.srv.Freeze(t)
+	start := time.Now()
+	eventually(t, "/readyz failing with the API server frozen", func() bool {
+		code, body := get(base + "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "datastore unreachable")
+	})
+	t.Logf("/readyz failed %v after the API server froze", time.Since(start))
+	k.srv.Thaw(t)
+	eventually(t, "ready once the API server answers", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
 }

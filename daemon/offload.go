@@ -51,11 +51,10 @@ type offload struct {
 	cause  string // the peer whose signature made weftd turn it off
 }
 
-// newOffload is the offload of st's device, nil when there is none to switch: host-gw, or
-// a data plane that cannot.
-func newOffload(st *stack) *offload {
-	dev := st.set.State().Device
-	pl, ok := st.plane.(backend.TxChecksumOffloader)
+// newOffload is the offload of dev, nil when there is none to switch: host-gw, or a data
+// plane that cannot.
+func newOffload(dev *backend.VXLANDevice, plane backend.Plane) *offload {
+	pl, ok := plane.(backend.TxChecksumOffloader)
 	if dev == nil || !ok {
 		return nil
 	}
@@ -73,32 +72,32 @@ func (o *offload) set(f func()) {
 // before: at start, and whenever the device is made again. auto leaves a device as it finds it
 // (an earlier run may have turned it off for a reason); off, or an earlier decision of this
 // run, turns it off; on turns it on.
-func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
-	o := st.off
+func (fp *familyPath) setUpOffload(ctx context.Context) {
+	o, mode, log := fp.off, fp.cfg.offload, fp.cfg.log
 	if o == nil {
 		return
 	}
 	o.sw.Lock()
 	defer o.sw.Unlock()
 	switch {
-	case d.cfg.TxChecksumOffload == OffloadOff || o.auto:
+	case mode == OffloadOff || o.auto:
 		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
-			d.log.Error("turning transmit checksum offload off failed", "dev", o.dev, "err", err)
+			log.Error("turning transmit checksum offload off failed", "dev", o.dev, "err", err)
 		} else if !o.auto {
 			o.set(func() { o.reason = "turned off by --vxlan-tx-checksum-offload=off" })
 		}
-	case d.cfg.TxChecksumOffload == OffloadOn:
+	case mode == OffloadOn:
 		if on, err := o.plane.TxChecksumOffload(o.dev); err == nil && !on {
 			if err := o.plane.SetTxChecksumOffload(ctx, o.dev, true); err != nil {
-				d.log.Error("turning transmit checksum offload on failed", "dev", o.dev, "err", err)
+				log.Error("turning transmit checksum offload on failed", "dev", o.dev, "err", err)
 			} else {
-				d.log.Info("turned transmit checksum offload on, found off", "dev", o.dev, "mode", OffloadOn)
+				log.Info("turned transmit checksum offload on, found off", "dev", o.dev, "mode", OffloadOn)
 			}
 		}
 	}
 	on, err := o.plane.TxChecksumOffload(o.dev)
 	if err != nil {
-		d.log.Warn("reading transmit checksum offload", "dev", o.dev, "err", err)
+		log.Warn("reading transmit checksum offload", "dev", o.dev, "err", err)
 		return
 	}
 	o.set(func() {
@@ -107,17 +106,22 @@ func (d *daemon) setUpOffload(ctx context.Context, st *stack) {
 		}
 		o.known, o.on = true, on
 	})
-	d.m.offload.WithLabelValues(o.dev).Set(boolGauge(on))
-	d.log.Info("transmit checksum offload", "dev", o.dev, "on", on, "mode", d.cfg.TxChecksumOffload)
+	fp.cfg.m.offload.WithLabelValues(o.dev).Set(boolGauge(on))
+	log.Info("transmit checksum offload", "dev", o.dev, "on", on, "mode", mode)
 }
 
 // transportChanged acts on what the family's Transport found of peer t: broken (it answers
 // ICMP through the tunnel but neither TCP nor UDP) or passing again. Broken, with the offload
 // on and the mode auto, the offload goes off and the peer is checked again; broken with the
 // offload off already, that did not help.
-func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target, broken bool) {
-	d.m.transportBroken.Set(float64(d.transportBroken()))
-	o := st.off
+func (fp *familyPath) transportChanged(ctx context.Context, t probe.Target, broken bool) {
+	counted := func() {
+		if fp.cfg.hooks.transport != nil {
+			fp.cfg.hooks.transport()
+		}
+	}
+	counted()
+	o, mode, log, m := fp.off, fp.cfg.offload, fp.cfg.log, fp.cfg.m
 	if !broken {
 		args := []any{"peer", t.Key, "address", t.Addr}
 		msg := fmt.Sprintf("peer %s passes TCP or UDP through the tunnel again", t.Key)
@@ -128,14 +132,14 @@ func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target
 			}
 			o.mu.Unlock()
 		}
-		d.log.Info(msg, args...)
-		d.notice(Notice{Reason: NoticeTransportBack, Message: msg})
+		log.Info(msg, args...)
+		fp.notice(Notice{Reason: NoticeTransportBack, Message: msg})
 		return
 	}
 	what := fmt.Sprintf("peer %s (%s) answers ICMP through the tunnel but neither TCP nor UDP", t.Key, t.Addr)
 	if o == nil {
-		d.log.Error(what, "peer", t.Key)
-		d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: what})
+		log.Error(what, "peer", t.Key)
+		fp.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: what})
 		return
 	}
 	o.sw.Lock()
@@ -143,71 +147,84 @@ func (d *daemon) transportChanged(ctx context.Context, st *stack, t probe.Target
 	switch {
 	case o.known && !o.on:
 		msg := what + ", though transmit checksum offload is off on " + o.dev + ": offload off did not help; something else drops them (a firewall, the peer's side?)"
-		d.log.Error(msg, "dev", o.dev, "peer", t.Key)
-		d.notice(Notice{Warning: true, Reason: NoticeOffloadNotHelped, Message: msg})
-	case d.cfg.TxChecksumOffload != OffloadAuto:
-		msg := what + ": the signature of corrupted checksums; --vxlan-tx-checksum-offload=" + d.cfg.TxChecksumOffload + " keeps the offload of " + o.dev + " as it is"
-		d.log.Error(msg, "dev", o.dev, "peer", t.Key)
-		d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: msg})
+		log.Error(msg, "dev", o.dev, "peer", t.Key)
+		fp.notice(Notice{Warning: true, Reason: NoticeOffloadNotHelped, Message: msg})
+	case mode != OffloadAuto:
+		msg := what + ": the signature of corrupted checksums; --vxlan-tx-checksum-offload=" + mode + " keeps the offload of " + o.dev + " as it is"
+		log.Error(msg, "dev", o.dev, "peer", t.Key)
+		fp.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: msg})
 	default:
 		if err := o.plane.SetTxChecksumOffload(ctx, o.dev, false); err != nil {
-			d.log.Error(what+": turning transmit checksum offload off failed", "dev", o.dev, "peer", t.Key, "err", err)
-			d.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: fmt.Sprintf("%s: turning transmit checksum offload off on %s failed: %v", what, o.dev, err)})
+			log.Error(what+": turning transmit checksum offload off failed", "dev", o.dev, "peer", t.Key, "err", err)
+			fp.notice(Notice{Warning: true, Reason: NoticeTransportBroken, Message: fmt.Sprintf("%s: turning transmit checksum offload off on %s failed: %v", what, o.dev, err)})
 			return
 		}
 		o.set(func() {
 			o.known, o.on, o.auto, o.cause = true, false, true, t.Key
 			o.reason = "turned off by weftd: " + what
 		})
-		d.m.offload.WithLabelValues(o.dev).Set(0)
-		d.m.offloadChanges.Inc()
+		m.offload.WithLabelValues(o.dev).Set(0)
+		m.offloadChanges.Inc()
 		msg := what + ", the signature of corrupted checksums: turned transmit checksum offload off on " + o.dev + "; checking the peer again"
-		d.log.Warn(msg, "dev", o.dev, "peer", t.Key, "address", t.Addr)
-		d.notice(Notice{Warning: true, Reason: NoticeOffloadOff, Message: msg})
-		st.transport.Recheck(t.Key)
-		d.m.transportBroken.Set(float64(d.transportBroken()))
+		log.Warn(msg, "dev", o.dev, "peer", t.Key, "address", t.Addr)
+		fp.notice(Notice{Warning: true, Reason: NoticeOffloadOff, Message: msg})
+		fp.transport.Recheck(t.Key)
+		counted()
 	}
 }
 
+// brokenPeers lists the family's overlay peers whose transport is broken now; nil when it is
+// not checked. Readers may call it.
+func (fp *familyPath) brokenPeers() []probe.Target {
+	if fp.transport == nil {
+		return nil
+	}
+	return fp.transport.Broken()
+}
+
+// offloadStatus is what /status says of the family's overlay device's offload; false when it
+// has none to switch. Readers may call it.
+func (fp *familyPath) offloadStatus() (status.Offload, bool) {
+	o := fp.off
+	if o == nil {
+		return status.Offload{}, false
+	}
+	o.mu.Lock()
+	so := status.Offload{Device: o.dev, Mode: fp.cfg.offload, TxChecksum: o.on || !o.known}
+	if !so.TxChecksum {
+		so.Reason = o.reason
+	}
+	o.mu.Unlock()
+	var keys []string
+	for _, t := range fp.brokenPeers() {
+		keys = append(keys, t.Key)
+	}
+	switch {
+	case len(keys) == 0:
+	case !so.TxChecksum:
+		so.Problem = "offload off did not help: " + strings.Join(keys, ", ")
+	default:
+		so.Problem = "ICMP passes through the tunnel, TCP and UDP do not: " + strings.Join(keys, ", ")
+	}
+	return so, true
+}
+
 // transportBroken is how many peers (each family's half apart) show the signature now.
-func (d *daemon) transportBroken() int {
+func (fs families) transportBroken() int {
 	n := 0
-	for _, st := range d.stacks {
-		if st.transport != nil {
-			n += len(st.transport.Broken())
-		}
+	for _, fp := range fs {
+		n += len(fp.brokenPeers())
 	}
 	return n
 }
 
 // offloadStatus is what /status says of the overlay devices' offload.
-func (d *daemon) offloadStatus() []status.Offload {
+func (fs families) offloadStatus() []status.Offload {
 	var out []status.Offload
-	for _, st := range d.stacks {
-		o := st.off
-		if o == nil {
-			continue
+	for _, fp := range fs {
+		if so, ok := fp.offloadStatus(); ok {
+			out = append(out, so)
 		}
-		o.mu.Lock()
-		so := status.Offload{Device: o.dev, Mode: d.cfg.TxChecksumOffload, TxChecksum: o.on || !o.known}
-		if !so.TxChecksum {
-			so.Reason = o.reason
-		}
-		o.mu.Unlock()
-		if st.transport != nil {
-			var keys []string
-			for _, t := range st.transport.Broken() {
-				keys = append(keys, t.Key)
-			}
-			switch {
-			case len(keys) == 0:
-			case !so.TxChecksum:
-				so.Problem = "offload off did not help: " + strings.Join(keys, ", ")
-			default:
-				so.Problem = "ICMP passes through the tunnel, TCP and UDP do not: " + strings.Join(keys, ", ")
-			}
-		}
-		out = append(out, so)
 	}
 	return out
 }
@@ -218,6 +235,3 @@ func boolGauge(b bool) float64 {
 	}
 	return 0
 }
-
-// notice tells the operator of n beyond the log: a Kubernetes event in Kubernetes mode.
-func (d *daemon) notice(n Notice) { d.events.Notice(n.Warning, n.Reason, n.Message) }

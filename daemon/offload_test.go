@@ -46,7 +46,7 @@ func (f *fakeOffloader) SetTxChecksumOffload(_ context.Context, _ string, on boo
 // it gives.
 type offloadRig struct {
 	d       *daemon
-	st      *stack
+	fp      *familyPath
 	dev     *fakeOffloader
 	notices []string // reasons
 }
@@ -65,10 +65,12 @@ func newOffloadRig(t *testing.T, mode string) *offloadRig {
 	cfg.TxChecksumOffload = mode
 	r.d = &daemon{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), m: newMetrics(),
 		events: noticeLog{reasons: &r.notices}}
-	r.st = &stack{off: &offload{dev: "flannel.1", plane: r.dev},
-		transport: probe.NewTransport(probe.TransportConfig{}, nil, nil, probe.TransportHooks{})}
-	r.d.stacks = []*stack{r.st}
-	r.d.setUpOffload(context.Background(), r.st)
+	r.fp = &familyPath{off: &offload{dev: "flannel.1", plane: r.dev},
+		transport: probe.NewTransport(probe.TransportConfig{}, nil, nil, probe.TransportHooks{}),
+		cfg: pathConfig{log: r.d.log, m: r.d.m, events: r.d.events, offload: mode,
+			hooks: pathHooks{transport: r.d.transportCounted, pathMTU: r.d.pathMTUCounted}}}
+	r.d.paths = families{r.fp}
+	r.fp.setUpOffload(context.Background())
 	return r
 }
 
@@ -79,7 +81,7 @@ func brokenPeer() probe.Target {
 
 // tell is the peer's Transport telling its verdict.
 func (r *offloadRig) tell(broken bool) {
-	r.d.transportChanged(context.Background(), r.st, brokenPeer(), broken)
+	r.fp.transportChanged(context.Background(), brokenPeer(), broken)
 }
 
 func (r *offloadRig) want(t *testing.T, on bool, sets []bool, notices ...string) {
@@ -106,7 +108,7 @@ func TestOffloadAuto(t *testing.T) {
 	if n := counter(r.d.m.offloadChanges); n != 1 {
 		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v; want 1", n)
 	}
-	st := r.d.offloadStatus()
+	st := r.d.paths.offloadStatus()
 	if len(st) != 1 || st[0].TxChecksum || !strings.Contains(st[0].Reason, brokenPeer().Key) || st[0].Mode != "auto" {
 		t.Errorf("/status offload %+v; want off, for %s", st, brokenPeer().Key)
 	}
@@ -118,7 +120,7 @@ func TestOffloadAuto(t *testing.T) {
 		t.Errorf("weft_vxlan_tx_checksum_offload_changes_total %v; want still 1", n)
 	}
 	r.dev.on = true // deleted and made again
-	r.d.setUpOffload(context.Background(), r.st)
+	r.fp.setUpOffload(context.Background())
 	r.want(t, false, []bool{false, false}, NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBack)
 }
 
@@ -130,12 +132,12 @@ func TestOffloadModes(t *testing.T) {
 	r.tell(true)
 	r.want(t, true, nil, NoticeTransportBroken)
 	r.dev.on = false
-	r.d.setUpOffload(context.Background(), r.st) // as a restart finds it, turned off before
+	r.fp.setUpOffload(context.Background()) // as a restart finds it, turned off before
 	r.want(t, true, []bool{true}, NoticeTransportBroken)
 
 	r = newOffloadRig(t, OffloadOff)
 	r.want(t, false, []bool{false})
-	if st := r.d.offloadStatus(); len(st) != 1 || !strings.Contains(st[0].Reason, "--vxlan-tx-checksum-offload=off") {
+	if st := r.d.paths.offloadStatus(); len(st) != 1 || !strings.Contains(st[0].Reason, "--vxlan-tx-checksum-offload=off") {
 		t.Errorf("/status offload %+v; want the flag as the reason", st)
 	}
 	r.tell(true)
@@ -143,7 +145,7 @@ func TestOffloadModes(t *testing.T) {
 
 	r = newOffloadRig(t, OffloadAuto)
 	r.dev.on = false
-	r.d.setUpOffload(context.Background(), r.st) // as a restart finds it
+	r.fp.setUpOffload(context.Background()) // as a restart finds it
 	r.want(t, false, nil)
 
 	r = newOffloadRig(t, OffloadAuto)
@@ -163,16 +165,16 @@ func TestPathMTUNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.st.b, err = backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.11"), MTU: 1500}, linux.Capabilities(), backend.IPv4); err != nil {
+	if r.fp.b, err = backend.NewFor(cfg, backend.Node{Underlay: "eth0", Addr: netip.MustParseAddr("192.0.2.11"), MTU: 1500}, linux.Capabilities(), backend.IPv4); err != nil {
 		t.Fatal(err)
 	}
-	r.d.mtu = r.st.b.MTU()
+	r.fp.cfg.mtu = r.fp.b.MTU()
 	var msgs []string
-	r.d.events = noticeFunc{f: func(warning bool, reason, msg string) {
+	r.fp.cfg.events = noticeFunc{f: func(warning bool, reason, msg string) {
 		msgs = append(msgs, fmt.Sprintf("%t %s %s", warning, reason, msg))
 	}}
-	r.d.pathMTUChanged(r.st, probe.ShortPath{Target: brokenPeer(), MTU: 1350}, true)
-	r.d.pathMTUChanged(r.st, probe.ShortPath{Target: brokenPeer()}, false)
+	r.fp.pathMTUChanged(probe.ShortPath{Target: brokenPeer(), MTU: 1350}, true)
+	r.fp.pathMTUChanged(probe.ShortPath{Target: brokenPeer()}, false)
 	if len(msgs) != 2 || !strings.HasPrefix(msgs[0], "true "+NoticePathMTUShort+" ") || !strings.Contains(msgs[0], "passes on 1350 bytes") ||
 		!strings.Contains(msgs[0], "MTU of 1450 bytes") || !strings.HasPrefix(msgs[1], "false "+NoticePathMTUWhole+" ") {
 		t.Errorf("notices %q", msgs)

@@ -13,7 +13,7 @@ import (
 // view after each change instead, never changed after, and a reader takes the last one
 // without waiting for anything.
 type peersView struct {
-	fams []famPeers // in the order of daemon.stacks: IPv4 first
+	fams []famPeers // in the order of daemon.paths: IPv4 first
 }
 
 // famPeers is one family's part of a peersView.
@@ -25,13 +25,9 @@ type famPeers struct {
 
 // publish makes the sets as they are now the view that readers get. Only the loop calls it.
 func (d *daemon) publish() {
-	v := &peersView{fams: make([]famPeers, 0, len(d.stacks))}
-	for _, st := range d.stacks {
-		fp := famPeers{fam: st.fam(), peers: st.set.Snapshot()}
-		if dev := st.set.State().Device; dev != nil {
-			fp.vni = dev.VNI
-		}
-		v.fams = append(v.fams, fp)
+	v := &peersView{fams: make([]famPeers, 0, len(d.paths))}
+	for _, fp := range d.paths {
+		v.fams = append(v.fams, fp.snapshot())
 	}
 	d.view.Store(v)
 	d.viewStale = false

@@ -401,9 +401,9 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 			delete(want, k)
 		}
 	}
-	held := false
+	held, own := false, publicKey(d)
 	for k, wp := range want {
-		hold := !onDevice[k] && w.holdFirst(ps, d, k)
+		hold := !onDevice[k] && w.holdFirst(ps, d, own, k)
 		held = held || hold
 		cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 	}
@@ -427,15 +427,19 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 const wgAnswerFirst = 500 * time.Millisecond
 
 // holdFirst reports whether the peer k, new to d, is to be programmed without its keepalive
-// (answersFirst), and records it. Without keepalives nothing is held: then no side dials
-// when it programs the other.
-func (w *WireGuard) holdFirst(ps *wgPeers, d *backend.WireGuardDevice, k backend.Key) bool {
-	own := backend.Key(wgtypes.Key(d.PrivateKey).PublicKey())
+// (answersFirst), and records it; own is d's public key. Without keepalives nothing is held:
+// then no side dials when it programs the other.
+func (w *WireGuard) holdFirst(ps *wgPeers, d *backend.WireGuardDevice, own, k backend.Key) bool {
 	if d.Keepalive <= 0 || !answersFirst(own, k) {
 		return false
 	}
 	ps.hold(k, time.Now())
 	return true
+}
+
+// publicKey is the public key of d's private key.
+func publicKey(d *backend.WireGuardDevice) backend.Key {
+	return backend.Key(wgtypes.Key(d.PrivateKey).PublicKey())
 }
 
 // armRelease makes the device name's held peers get their keepalives after wait, unless
@@ -495,10 +499,14 @@ func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, c
 		}
 	}
 	var cfg wgtypes.Config
+	var own backend.Key
+	if len(fresh) > 0 {
+		own = publicKey(d)
+	}
 	held := false
 	for k := range touched {
 		if wp, ok := ps.want(k); ok {
-			hold := fresh[k] && w.holdFirst(ps, d, k)
+			hold := fresh[k] && w.holdFirst(ps, d, own, k)
 			held = held || hold
 			cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 		} else {

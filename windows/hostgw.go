@@ -60,8 +60,8 @@ func hostEndpointIP(sn netip.Prefix) netip.Addr { return gateway(sn).Next() }
 
 // ensureBridge makes or adopts the L2Bridge network for st's subnets (both families'
 // when dual-stack), its host endpoint at .2 (and ::2) attached to the host's default
-// namespace, and forwarding on the host's vNICs. It counts what it changed into ch. Both
-// families' planes call it; the second finds everything made.
+// namespace, and forwarding on the host's vNICs. It counts what it changed into ch. A
+// dual-stack node's Prepares and full Applies call it once for both families (netModel.lent).
 func (p *Plane) ensureBridge(ctx context.Context, st *backend.State, ch backend.Changes) (string, error) {
 	sns := bridgeSubnets(st)
 	for _, sn := range sns {
@@ -252,36 +252,58 @@ func peerRoute(ifs []Interface, key string, pr backend.Peer) (HostRoute, error) 
 }
 
 // applyHostGW is a full Apply of a host-gw State: the bridge, then the routes of the
-// State's family, into the family's model m.
-func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.Changes, m *model) error {
-	*m = model{}
-	id, err := p.ensureBridge(ctx, st, ch)
-	if err != nil {
-		return err
+// State's family, into the family's model. It looks at HNS and the host, and lends the other
+// family of a dual-stack network what it found of that family's routes; with a look lent to
+// it (the other family's full Apply just looked) it starts from that instead.
+func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, lent *look, ch backend.Changes) error {
+	fam := stateFamily(st)
+	f := p.net.fam(fam)
+	*f = famModel{}
+	p.net.repair = slices.DeleteFunc(p.net.repair, func(r backend.Family) bool { return r == fam })
+	var have []HostRoute
+	if lent != nil {
+		have = lent.routes
+	} else {
+		id, err := p.ensureBridge(ctx, st, ch)
+		if err != nil {
+			return err
+		}
+		ifs, err := p.host.Interfaces()
+		if err != nil {
+			return fmt.Errorf("listing interfaces: %w", err)
+		}
+		p.net.adopt(st, id, ifs)
+		if have, err = p.host.Routes(); err != nil {
+			return fmt.Errorf("listing routes: %w", err)
+		}
+		if st.Sibling.IsValid() {
+			// The other family's routes as listed: this Apply writes none of them.
+			other := fam.Other().Network(st.Config)
+			var theirs []HostRoute
+			for _, r := range have {
+				if within(r.Dst, other) {
+					theirs = append(theirs, r)
+				}
+			}
+			p.net.lend(st, &look{routes: theirs})
+		}
 	}
-	ifs, err := p.host.Interfaces()
-	if err != nil {
-		return fmt.Errorf("listing interfaces: %w", err)
-	}
-	nm := model{own: st.Own, network: networkName(st), networkID: id, macPrefix: macPrefix(st), ifs: ifs, routes: map[netip.Prefix]HostRoute{}}
+	nf := newFamModel(st.Own)
+	nf.learnPeers(st)
 	var errs []error
 	var want []HostRoute
 	peers := maps.Collect(st.Peers.All())
 	for _, key := range slices.Sorted(maps.Keys(peers)) {
-		r, err := peerRoute(ifs, key, peers[key])
+		r, err := peerRoute(p.net.ifs, key, peers[key])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		want = append(want, r)
 	}
-	have, err := p.host.Routes()
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("listing routes: %w", err))...)
-	}
 	plan := diffRoutes(want, have, scope{network: st.Network(), own: st.Own})
 	for _, r := range want {
-		nm.routes[r.Dst] = r
+		nf.routes[r.Dst] = r
 	}
 	var rp routeWrites
 	for _, r := range plan.Add {
@@ -290,14 +312,14 @@ func (p *Plane) applyHostGW(ctx context.Context, st *backend.State, ch backend.C
 	for _, r := range plan.Delete {
 		rp.del = append(rp.del, routeEntry{route: r})
 	}
-	if err := p.writeRoutes(ctx, rp, &nm, ch); err != nil {
+	if err := p.writeRoutes(ctx, rp, &nf, ch); err != nil {
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			return errors.Join(errs...)
 		}
 	}
-	nm.valid = true
-	*m = nm
+	nf.valid = true
+	*f = nf
 	return errors.Join(errs...)
 }
 
@@ -314,15 +336,15 @@ type routeEntry struct {
 	route HostRoute
 }
 
-// routeChanges is the plan of an incremental host-gw Apply from the family's model m: at
-// each subnet the changes touch, the route m has becomes the one the changes want, taken all
-// together. What was programmed is m's: a change's Old only names the subnet its key held.
-func (m *model) routeChanges(changes []backend.PeerChange) (routeWrites, error) {
-	sns, keys, want := touched(changes)
+// routeChanges is the plan of an incremental host-gw Apply of family f: at each subnet the
+// changes touch, the route f has becomes the one the changes want, taken all together.
+// What was programmed, and for which peer, is the model's: a change's Old is not read.
+func (m *netModel) routeChanges(f *famModel, changes []backend.PeerChange) (routeWrites, error) {
+	sns, keys, want := f.touched(changes)
 	var pl routeWrites
 	var errs []error
 	for _, sn := range sns {
-		have, had := m.routes[sn]
+		have, had := f.routes[sn]
 		var w HostRoute
 		if p, ok := want[sn]; ok {
 			r, err := peerRoute(m.ifs, keys[sn], p)
@@ -346,9 +368,9 @@ func (m *model) routeChanges(changes []backend.PeerChange) (routeWrites, error) 
 }
 
 // writeRoutes is host-gw's one writer: it executes pl on the host and keeps the family's
-// model m as the host has it. It goes on past a failed write, so one bad peer cannot hold
+// model f as the host has it. It goes on past a failed write, so one bad peer cannot hold
 // back the others, and stops, with ctx's error, when ctx ends.
-func (p *Plane) writeRoutes(ctx context.Context, pl routeWrites, m *model, ch backend.Changes) error {
+func (p *Plane) writeRoutes(ctx context.Context, pl routeWrites, f *famModel, ch backend.Changes) error {
 	w := writeErrors{ctx: ctx, what: "writing routes"}
 	failed := map[netip.Prefix]bool{}
 	for _, e := range pl.add {
@@ -357,13 +379,13 @@ func (p *Plane) writeRoutes(ctx context.Context, pl routeWrites, m *model, ch ba
 		}
 		if err := p.host.AddRoute(e.route); err != nil {
 			failed[e.route.Dst] = true
-			if have, ok := m.routes[e.route.Dst]; ok && have.same(e.route) {
-				delete(m.routes, e.route.Dst)
+			if have, ok := f.routes[e.route.Dst]; ok && have.same(e.route) {
+				delete(f.routes, e.route.Dst)
 			}
 			w.fail(e.peer, fmt.Errorf("adding route %s: %w", e.route, err))
 			continue
 		}
-		m.routes[e.route.Dst] = e.route
+		f.routes[e.route.Dst] = e.route
 		ch[changeRoute]++
 	}
 	for _, e := range pl.del {
@@ -377,8 +399,8 @@ func (p *Plane) writeRoutes(ctx context.Context, pl routeWrites, m *model, ch ba
 			w.fail(e.peer, fmt.Errorf("deleting route %s: %w", e.route, err))
 			continue
 		}
-		if have, ok := m.routes[e.route.Dst]; ok && have.same(e.route) {
-			delete(m.routes, e.route.Dst)
+		if have, ok := f.routes[e.route.Dst]; ok && have.same(e.route) {
+			delete(f.routes, e.route.Dst)
 		}
 		ch[changeRoute]++
 	}

@@ -260,3 +260,67 @@ func TestIncrementalMatchesFull(t *testing.T) {
 		})
 	}
 }
+
+// TestIncrementalTrustsItsModel: what the plane programmed for a peer is its model's to know,
+// not the change's Old. A peer that leaves with an Old naming another peer's subnet, or with
+// none, has its own entries taken away and the other peer's left; the node ends as a fresh
+// node's full Apply of the same State leaves it.
+func TestIncrementalTrustsItsModel(t *testing.T) {
+	const conf28 = `{"Network":"10.244.0.0/16","SubnetLen":28,"Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
+	for _, tc := range []struct {
+		name string
+		conf string
+		pcfg windows.Config
+		bits int
+	}{
+		{"RemoteSubnetRoute", vxlanConf, windows.Config{}, 24},
+		{"RemoteEndpoints", conf28, windows.Config{Peers: windows.PeersRemoteEndpoints}, 28},
+		{"host-gw", hostgwConf, windows.Config{}, 24},
+	} {
+		cfg := mustConfig(t, tc.conf)
+		lease := func(i int) subnet.Lease {
+			sn, pub := fmt.Sprintf("10.244.%d.0/%d", i, tc.bits), fmt.Sprintf("192.168.1.%d", 10+i)
+			if cfg.Backend.Type == subnet.BackendHostGW {
+				return hostgwLease(sn, pub)
+			}
+			return vxlanLease(t, sn, pub, fmt.Sprintf("6e:00:00:00:00:%02x", i))
+		}
+		own, x, y := fmt.Sprintf("10.244.1.0/%d", tc.bits), lease(2), lease(3)
+		for _, old := range []string{"another peer's", "none"} {
+			t.Run(tc.name+", Old "+old, func(t *testing.T) {
+				n := newWinNode(t, cfg, "192.168.1.10", hns10, tc.pcfg)
+				n.mustAcquire(own)
+				if _, err := n.full([]subnet.Lease{x, y}); err != nil {
+					t.Fatal(err)
+				}
+				var yPeer backend.Peer
+				for key, p := range n.set.State().Peers.All() {
+					if key == y.Key() {
+						yPeer = p
+					}
+				}
+				var r backend.Result
+				n.set.Remove(x.Key(), &r)
+				if len(r.Changes) != 1 || r.Changes[0].Key != x.Key() {
+					t.Fatalf("x leaving made changes %+v", r.Changes)
+				}
+				r.Changes[0].Old = backend.Peer{}
+				if old != "none" {
+					r.Changes[0].Old = yPeer
+				}
+				if _, err := n.plane.Apply(t.Context(), n.set.State(), backend.Update{Peers: r.Changes}); err != nil {
+					t.Fatal(err)
+				}
+
+				fresh := newWinNode(t, cfg, "192.168.1.10", hns10, tc.pcfg)
+				fresh.mustAcquire(own)
+				if _, err := fresh.full([]subnet.Lease{y}); err != nil {
+					t.Fatal(err)
+				}
+				if d := lineDiff(fresh.state(), n.state()); d != "" {
+					t.Errorf("after x left with Old %s: incremental (+) and full (-) differ:\n%s", old, d)
+				}
+			})
+		}
+	}
+}

@@ -178,13 +178,15 @@ func (p *Plane) overlayNetworkFor(st *backend.State) (*HostComputeNetwork, error
 // applyOverlay is a full Apply of a vxlan State: the network's RemoteSubnetRoute policies
 // and remote endpoints are listed and diffed against st, and the plan written.
 func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.Changes) error {
-	p.m = model{}
+	f := p.net.fam(stateFamily(st))
+	*f = famModel{}
 	n, err := p.overlayNetworkFor(st)
 	if err != nil {
 		return err
 	}
-	m := model{own: st.Own, network: n.Name, networkID: n.ID, overlay: true, vni: st.Device.VNI, macPrefix: macPrefix(st),
-		rsr: map[netip.Prefix]Policy{}, eps: map[netip.Addr]remoteEP{}}
+	p.net.adopt(st, n.ID, nil)
+	nf := newFamModel(st.Own)
+	nf.learnPeers(st)
 	peers := overlayPeers(st)
 	var errs []error
 	if added, err := p.ensureHostRoute(n); err != nil {
@@ -199,8 +201,8 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	sc := scope{network: st.Network(), own: st.Own}
 	// Both kinds are always diffed, so a change of mode leaves nothing of the other behind.
 	var pl overlayPlan
-	rp := diffRemoteSubnetRoutes(rsrPeers, m.vni, n.Policies, sc)
-	m.rsr = rp.Keep
+	rp := diffRemoteSubnetRoutes(rsrPeers, p.net.vni, n.Policies, sc)
+	nf.rsr = rp.Keep
 	for _, pol := range rp.Remove {
 		pl.rsr = append(pl.rsr, rsrStep{remove: []rsrEntry{{Dst: rsrDst(pol), Policy: pol}}})
 	}
@@ -209,7 +211,7 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	}
 	// The endpoints are listed after the policies are written, as they always were: a
 	// failed listing leaves the policies written.
-	if err := p.writeOverlay(ctx, pl, &m, ch); err != nil {
+	if err := p.writeOverlay(ctx, pl, &nf, ch); err != nil {
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			return errors.Join(errs...)
@@ -219,8 +221,8 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("listing endpoints of HNS network %s: %w", n.Name, err))...)
 	}
-	ep := diffRemoteEndpoints(epPeers, n.ID, m.macPrefix, eps, sc)
-	m.eps = ep.Keep
+	ep := diffRemoteEndpoints(epPeers, n.ID, p.net.macPrefix, eps, sc)
+	nf.eps = ep.Keep
 	pl = overlayPlan{}
 	for _, e := range ep.Delete {
 		pl.eps = append(pl.eps, epStep{ip: e.IP(), del: &remoteEP{id: e.ID, name: e.Name}})
@@ -228,14 +230,14 @@ func (p *Plane) applyOverlay(ctx context.Context, st *backend.State, ch backend.
 	for _, e := range ep.Create {
 		pl.eps = append(pl.eps, epStep{ip: e.IP(), create: &e})
 	}
-	if err := p.writeOverlay(ctx, pl, &m, ch); err != nil {
+	if err := p.writeOverlay(ctx, pl, &nf, ch); err != nil {
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			return errors.Join(errs...)
 		}
 	}
-	m.valid = true
-	p.m = m
+	nf.valid = true
+	*f = nf
 	return errors.Join(errs...)
 }
 
@@ -273,39 +275,17 @@ type epStep struct {
 	create *HostComputeEndpoint
 }
 
-// touched are the subnets a batch of changes touches, in order, each once, with the key of
-// the peer each is for (a New's key before an Old's), and the peers the changes want, by
-// subnet.
-func touched(changes []backend.PeerChange) (sns []netip.Prefix, keys map[netip.Prefix]string, want map[netip.Prefix]backend.Peer) {
-	keys, want = map[netip.Prefix]string{}, map[netip.Prefix]backend.Peer{}
-	for _, c := range changes {
-		for _, sn := range changed(c) {
-			if _, ok := keys[sn]; !ok {
-				sns = append(sns, sn)
-				keys[sn] = c.Key
-			}
-		}
-	}
-	for _, c := range changes {
-		if c.New.IsValid() {
-			want[c.New.Subnet], keys[c.New.Subnet] = c.New, c.Key
-		}
-	}
-	return sns, keys, want
-}
-
-// overlayChanges is the plan of an incremental Apply, in the model's peer mode: at each
-// subnet (pod address) the changes touch, what the model has becomes what the changes want,
+// overlayChanges is the plan of an incremental Apply of family f, in the model's peer mode:
+// at each subnet (pod address) the changes touch, what f has becomes what the changes want,
 // taken all together, so that peers that swap subnets in one batch end up as the State has
-// them. What was programmed is the model's: a change's Old only names the subnet its key
-// held.
-func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) overlayPlan {
-	sns, keys, want := touched(changes)
+// them. What was programmed, and for which peer, is the model's: a change's Old is not read.
+func (m *netModel) overlayChanges(f *famModel, changes []backend.PeerChange, mode PeerMode) overlayPlan {
+	sns, keys, want := f.touched(changes)
 	var pl overlayPlan
 	if mode != PeersRemoteEndpoints {
 		for _, sn := range sns {
 			s := rsrStep{peer: keys[sn]}
-			have, had := m.rsr[sn]
+			have, had := f.rsr[sn]
 			if p, ok := want[sn]; ok {
 				w := RemoteSubnetRoutePolicy(rsrSettings(p, m.vni))
 				if had && sameRSRPolicy(have, w) {
@@ -335,7 +315,7 @@ func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) over
 				continue
 			}
 			seen[ip] = true
-			have, had := m.eps[ip]
+			have, had := f.eps[ip]
 			w, wanted := wantEP[ip]
 			if had && wanted && have.same(remoteEPOf(&w)) {
 				continue
@@ -355,25 +335,25 @@ func (m *model) overlayChanges(changes []backend.PeerChange, mode PeerMode) over
 	return pl
 }
 
-// writeOverlay is the Overlay network's one writer: it executes pl on m's network and keeps
-// m as HNS has it. It goes on past a failed step, so one bad peer cannot hold back the
-// others, and stops, with ctx's error, when ctx ends.
-func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch backend.Changes) error {
-	w := writeErrors{ctx: ctx, what: "HNS network " + m.network}
+// writeOverlay is the Overlay network's one writer: it executes pl on the model's network
+// and keeps family f's model as HNS has it. It goes on past a failed step, so one bad peer
+// cannot hold back the others, and stops, with ctx's error, when ctx ends.
+func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, f *famModel, ch backend.Changes) error {
+	w := writeErrors{ctx: ctx, what: "HNS network " + p.net.network}
 	for _, s := range pl.rsr {
 		if w.stopped() {
 			return w.err()
 		}
 		removed := true
 		for _, r := range s.remove {
-			err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestRemove, r.Policy))
+			err := p.hns.ModifyNetworkSettings(p.net.networkID, PolicyRequest(RequestRemove, r.Policy))
 			if err != nil && !errors.Is(err, ErrNotFound) {
 				w.fail(s.peer, fmt.Errorf("removing RemoteSubnetRoute policy for %s: %w", r.Dst, err))
 				removed = false
 				continue
 			}
-			if have, ok := m.rsr[r.Dst]; ok && have.Type == r.Policy.Type && bytes.Equal(have.Settings, r.Policy.Settings) {
-				delete(m.rsr, r.Dst)
+			if have, ok := f.rsr[r.Dst]; ok && have.Type == r.Policy.Type && bytes.Equal(have.Settings, r.Policy.Settings) {
+				delete(f.rsr, r.Dst)
 			}
 			if err == nil {
 				ch[changePolicy]++
@@ -383,11 +363,11 @@ func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch b
 		if s.add == nil || !removed {
 			continue
 		}
-		if err := p.hns.ModifyNetworkSettings(m.networkID, PolicyRequest(RequestAdd, s.add.Policy)); err != nil {
+		if err := p.hns.ModifyNetworkSettings(p.net.networkID, PolicyRequest(RequestAdd, s.add.Policy)); err != nil {
 			w.fail(s.peer, fmt.Errorf("adding RemoteSubnetRoute policy for %s: %w", s.add.Dst, err))
 			continue
 		}
-		m.rsr[s.add.Dst] = s.add.Policy
+		f.rsr[s.add.Dst] = s.add.Policy
 		ch[changePolicy]++
 	}
 	for _, s := range pl.eps {
@@ -399,8 +379,8 @@ func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch b
 				w.fail(s.peer, fmt.Errorf("deleting remote endpoint %s: %w", d.name, err))
 				continue // HNS takes one endpoint per address
 			}
-			if m.eps[s.ip].id == d.id {
-				delete(m.eps, s.ip)
+			if f.eps[s.ip].id == d.id {
+				delete(f.eps, s.ip)
 			}
 			ch[changeEndpoint]++
 		}
@@ -412,7 +392,7 @@ func (p *Plane) writeOverlay(ctx context.Context, pl overlayPlan, m *model, ch b
 			w.fail(s.peer, fmt.Errorf("creating remote endpoint %s: %w", s.create.Name, err))
 			continue
 		}
-		m.eps[s.ip] = remoteEPOf(made)
+		f.eps[s.ip] = remoteEPOf(made)
 		ch[changeEndpoint]++
 	}
 	return w.err()

@@ -32,8 +32,9 @@ type Config struct {
 	PollInterval time.Duration
 	// WatchInterval is how often Watch looks at the network (5 s).
 	WatchInterval time.Duration
-	// Sleep waits d or until ctx ends; tests pass a fake clock's.
+	// Sleep waits d or until ctx ends, and Now is the time; tests pass a fake clock's.
 	Sleep func(ctx context.Context, d time.Duration) error
+	Now   func() time.Time
 	// HostReady, if set, waits until the host has an interface with the management IP
 	// again (HNS reports the address before the vNIC holding it is up).
 	HostReady func(ctx context.Context, mgmt netip.Addr) error
@@ -48,6 +49,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WatchInterval == 0 {
 		c.WatchInterval = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Sleep == nil {
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
@@ -66,56 +70,18 @@ func (c *Config) setDefaults() {
 // Plane is the HNS data plane, a backend.Plane. Prepare makes the network for the subnet the
 // lease acquisition chose, before the lease is published; a full Apply lists HNS (and for
 // host-gw the host's routes) and diffs; an incremental Apply writes only the changed peers,
-// from the plane's model of what it programmed.
+// from the plane's model of what it programmed. A dual-stack node's IPv6 family is a view of
+// the same plane (IPv6): one network, one model of it, one look at it for both families.
 type Plane struct {
 	hns  Client
 	host Host
 	log  *slog.Logger
 	cfg  Config
 
-	mu   sync.Mutex
-	mode PeerMode // resolved against HNS's version; PeersAuto until then
-	m    model    // the IPv4 family's (and vxlan's)
-	m6   model    // the IPv6 family's: host-gw routes of a dual-stack L2Bridge network
-}
-
-// modelOf is the model of st's family.
-func (p *Plane) modelOf(st *backend.State) *model {
-	if st.Family == backend.IPv6 {
-		return &p.m6
-	}
-	return &p.m
-}
-
-// model is what the plane programmed, as of its last full Apply and the writes since: what
-// an incremental Apply compares a peer change with, so that it needs no listing.
-type model struct {
-	valid     bool
-	own       netip.Prefix
-	network   string // HNS network name
-	networkID string
-	overlay   bool
-	vni       uint32
-	macPrefix string
-	rsr       map[netip.Prefix]Policy    // RemoteSubnetRoute policies by destination, as HNS has them
-	eps       map[netip.Addr]remoteEP    // remote endpoints by address
-	routes    map[netip.Prefix]HostRoute // host-gw routes by destination
-	ifs       []Interface                // host-gw: the host's interfaces when last listed
-}
-
-// remoteEP is a remote endpoint as the model keeps it: its ID, to delete it, and what it is
-// compared by.
-type remoteEP struct {
-	id   string
-	name string
-	mac  backend.MAC
-	pa   netip.Addr
-}
-
-// fits reports whether the model was made for st: same subnet, network and kind.
-func (m *model) fits(st *backend.State) bool {
-	return m.valid && m.own == st.Own && m.network == networkName(st) && m.overlay == (st.Device != nil) &&
-		(st.Device == nil || m.vni == st.Device.VNI) && m.macPrefix == macPrefix(st)
+	mu    sync.Mutex
+	mode  PeerMode // resolved against HNS's version; PeersAuto until then
+	net   netModel
+	watch watchers
 }
 
 // New returns a plane on hns. host may be nil when the backend is vxlan.
@@ -146,10 +112,17 @@ func networkName(st *backend.State) string {
 func (p *Plane) Prepare(ctx context.Context, st *backend.State) (backend.MAC, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.m, p.m6 = model{}, model{} // the network may be made again: every family's next Apply is full
+	defer p.net.seal(p.cfg.Now)
+	if p.net.borrow(st, true, p.cfg.Now()) != nil {
+		return backend.MAC{}, nil // the other family's Prepare made the network for both, just now
+	}
+	p.net = netModel{} // the network may be made again: every family's next Apply is full
 	if st.Device == nil {
-		_, err := p.ensureBridge(ctx, st, backend.Changes{})
-		return backend.MAC{}, err
+		if _, err := p.ensureBridge(ctx, st, backend.Changes{}); err != nil {
+			return backend.MAC{}, err
+		}
+		p.net.lend(st, &look{prepare: true})
+		return backend.MAC{}, nil
 	}
 	return p.ensureOverlay(ctx, st)
 }
@@ -337,29 +310,30 @@ func (p *Plane) Apply(ctx context.Context, st *backend.State, u backend.Update) 
 	if !st.Own.IsValid() {
 		return nil, errors.New("applying a State with no own subnet: the lease is not known yet")
 	}
+	defer p.net.seal(p.cfg.Now)
 	ch := backend.Changes{}
 	var err error
-	switch {
-	case !u.Full && p.modelOf(st).fits(st):
+	switch lent := p.net.borrow(st, false, p.cfg.Now()); {
+	case !u.Full && p.net.fits(st):
 		err = p.applyPeers(ctx, st, u.Peers, ch)
 	case st.Device != nil:
 		err = p.applyOverlay(ctx, st, ch)
 	default:
-		err = p.applyHostGW(ctx, st, ch, p.modelOf(st))
+		err = p.applyHostGW(ctx, st, lent, ch)
 	}
 	return ch, err
 }
 
-// applyPeers is an incremental Apply: the changes, compared with the model, make a plan
-// that the mode's one writer executes, as it does a full Apply's. It stops early, with
+// applyPeers is an incremental Apply: the changes, compared with the family's model, make a
+// plan that the mode's one writer executes, as it does a full Apply's. It stops early, with
 // ctx's error, when ctx ends.
 func (p *Plane) applyPeers(ctx context.Context, st *backend.State, changes []backend.PeerChange, ch backend.Changes) error {
-	if p.m.overlay {
-		return p.writeOverlay(ctx, p.m.overlayChanges(changes, p.mode), &p.m, ch)
+	f := p.net.fam(stateFamily(st))
+	if p.net.overlay {
+		return p.writeOverlay(ctx, p.net.overlayChanges(f, changes, p.mode), f, ch)
 	}
-	m := p.modelOf(st)
-	pl, err := m.routeChanges(changes)
-	return errors.Join(err, p.writeRoutes(ctx, pl, m, ch))
+	pl, err := p.net.routeChanges(f, changes)
+	return errors.Join(err, p.writeRoutes(ctx, pl, f, ch))
 }
 
 // writeErrors are a writer's errors, each naming the peer it is for when there is one.
@@ -387,71 +361,16 @@ func (w *writeErrors) stopped() bool {
 
 func (w *writeErrors) err() error { return errors.Join(w.errs...) }
 
-// changed is the subnets a peer change touches: the old one and the new one.
-func changed(c backend.PeerChange) []netip.Prefix {
-	var out []netip.Prefix
-	if c.Old.IsValid() {
-		out = append(out, c.Old.Subnet)
-	}
-	if c.New.IsValid() && (!c.Old.IsValid() || c.New.Subnet != c.Old.Subnet) {
-		out = append(out, c.New.Subnet)
-	}
-	return out
-}
-
-// Watch implements backend.Plane until ctx is done. HNS tells no one of changes, so the plane
-// looks at its network every WatchInterval (one query): a network that is gone or was made
-// again (HNS restarted: non-persistent networks do not survive it; someone deleted it) is
-// drift, and so is HNS answering again after it was stopped, since what it held may be gone.
-// The daemon's full Apply that follows finds what is missing (a missing network is a
-// MissingDeviceError: Prepare makes it again). A policy or an endpoint changed under a network
-// that stays is left to the daemon's periodic resync.
-func (p *Plane) Watch(ctx context.Context, drift func()) error {
-	stopped := false
-	for {
-		if err := p.cfg.Sleep(ctx, p.cfg.WatchInterval); err != nil {
-			return nil
-		}
-		p.mu.Lock()
-		m := p.m
-		if !m.valid { // an IPv6-only network has only the IPv6 family's model
-			m = p.m6
-		}
-		name, id, valid := m.network, m.networkID, m.valid
-		p.mu.Unlock()
-		if !valid {
-			continue // no full Apply yet, or one failed: the daemon retries it anyway
-		}
-		n, err := p.hns.NetworkByName(name)
-		switch {
-		case errors.Is(err, ErrStopped):
-			if !stopped {
-				p.log.Warn("HNS is not running; pods' traffic may stop until it is back", "network", name, "err", err)
-			}
-			stopped = true
-		case errors.Is(err, ErrNotFound) || err == nil && !strings.EqualFold(n.ID, id):
-			p.log.Warn("HNS network gone or made again; repairing", "network", name, "id", id)
-			stopped = false
-			drift()
-		case err != nil:
-			p.log.Debug("looking at the HNS network failed", "network", name, "err", err)
-		case stopped:
-			p.log.Info("HNS is back; checking what it holds", "network", name)
-			stopped = false
-			drift()
-		}
-	}
-}
-
 // Close implements backend.Plane. It releases nothing: HNS and the host keep their state,
 // so traffic flows on while weftd restarts.
 func (p *Plane) Close() error { return nil }
 
 // IPv6 is the plane of a dual-stack network's IPv6 family: host-gw only, since HNS Overlay
-// networks carry no IPv6 between pods (Capabilities: the config is refused). It
-// shares p's HNS, host and lock: Prepare makes (or finds) the one L2Bridge network that
-// carries both families' subnets, Apply programs the IPv6 peers' host routes from a model of
-// its own, Watch looks at the network as p's does.
+// networks carry no IPv6 between pods (Capabilities: the config is refused). It is a view of
+// p, as one L2Bridge network carries both families' subnets: p's one model of the network
+// holds each family's routes; the second family's Prepare or full Apply, right after the
+// first's, starts from what the first found of HNS and the host; the two families' Watches
+// share one look at the network.
 func (p *Plane) IPv6() backend.Plane { return ipv6Plane{p} }
 
 type ipv6Plane struct{ p *Plane }
@@ -466,7 +385,9 @@ func (v ipv6Plane) Apply(ctx context.Context, st *backend.State, u backend.Updat
 
 func (v ipv6Plane) Capabilities() backend.Capabilities { return v.p.Capabilities() }
 
-func (v ipv6Plane) Watch(ctx context.Context, drift func()) error { return v.p.Watch(ctx, drift) }
+func (v ipv6Plane) Watch(ctx context.Context, drift func()) error {
+	return v.p.watchFamily(ctx, backend.IPv6, drift)
+}
 
 func (v ipv6Plane) Held(st *backend.State) (netip.Prefix, netip.Prefix) { return v.p.Held(st) }
 

@@ -75,15 +75,7 @@ func run(ctx context.Context, args []string) error {
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lvl}))
 	logIgnored(fs, log)
 
-	plane, plane6, err := pf.newPlane(cfg, log)
-	if err != nil {
-		return fmt.Errorf("data plane: %w", err)
-	}
-	defer plane.Close()
-	if plane6 != nil {
-		defer plane6.Close()
-	}
-	return daemon.Run(ctx, cfg, log, plane, plane6, defaultRouteInterface, routeLookup())
+	return daemon.Run(ctx, cfg, log, pf.platform(cfg))
 }
 
 // newFlagSet is weftd's command line but --version: the daemon's flags, the data plane's of

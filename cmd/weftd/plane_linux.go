@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"log/slog"
-	"net/netip"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/daemon"
@@ -14,6 +13,15 @@ import (
 type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
+
+// platform is Linux's: the netlink planes (newPlane), and the kernel's routes.
+func (f *planeFlags) platform(cfg daemon.Config) daemon.Platform {
+	return daemon.Platform{
+		OpenPlanes: func(log *slog.Logger) (backend.Plane, backend.Plane, error) { return f.newPlane(cfg, log) },
+		DefaultIf:  linux.DefaultRouteInterface,
+		RouteTo:    linux.RouteTo, // for --iface-can-reach
+	}
+}
 
 // newPlane opens the netlink data planes of the namespace weftd runs in: one per family,
 // each with its own sockets and model (an IPv4-only network never uses the second). Each
@@ -37,8 +45,3 @@ func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plan
 	p6.SetBlackholeRoute(cfg.BlackholeRoute)
 	return p4, p6, nil
 }
-
-func defaultRouteInterface() (string, error) { return linux.DefaultRouteInterface() }
-
-// routeLookup is the kernel's route lookup, for --iface-can-reach.
-func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return linux.RouteTo }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
-	"net/netip"
 	"runtime"
 
 	"github.com/weftnet/weft/backend"
@@ -19,10 +18,9 @@ type planeFlags struct{}
 
 func (f *planeFlags) addFlags(*flag.FlagSet) {}
 
-func (f *planeFlags) newPlane(daemon.Config, *slog.Logger) (backend.Plane, backend.Plane, error) {
-	return nil, nil, errNoPlane
+func (f *planeFlags) platform(daemon.Config) daemon.Platform {
+	return daemon.Platform{
+		OpenPlanes: func(*slog.Logger) (backend.Plane, backend.Plane, error) { return nil, nil, errNoPlane },
+		DefaultIf:  func() (string, error) { return "", errNoPlane },
+	}
 }
-
-func defaultRouteInterface() (string, error) { return "", errNoPlane }
-
-func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"log/slog"
-	"net/netip"
 	"path/filepath"
 
 	"github.com/weftnet/weft/backend"
@@ -26,6 +25,16 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.sourceVIPFile, "source-vip-file", `C:\k\sourceVip.json`, "vxlan: where kube-proxy's start-up reads the overlay's source VIP (microsoft/SDN's scripts: C:\\k\\sourceVip.json); it is also written next to --subnet-file. \"\" writes it there alone")
 }
 
+// platform is Windows': HNS's planes (newPlane), and the IP Helper's default route. It has no
+// route lookup: weftd on Windows refuses --iface-can-reach, as flanneld does ("ifcanreach is
+// not supported on windows").
+func (f *planeFlags) platform(cfg daemon.Config) daemon.Platform {
+	return daemon.Platform{
+		OpenPlanes: func(log *slog.Logger) (backend.Plane, backend.Plane, error) { return f.newPlane(cfg, log) },
+		DefaultIf:  func() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() },
+	}
+}
+
 // newPlane opens HNS (its v2 API) and the host's IP Helper. Next to subnet.env go the files
 // the weft CNI plugin reads (package hnsfile); the source VIP also goes where kube-proxy's
 // start-up reads it. The IPv6 family's plane shares HNS and the host with the
@@ -45,9 +54,3 @@ func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plan
 	}, log)
 	return p, p.IPv6(), nil
 }
-
-func defaultRouteInterface() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() }
-
-// routeLookup is nil: weftd on Windows refuses --iface-can-reach, as flanneld does
-// ("ifcanreach is not supported on windows").
-func routeLookup() func(netip.Addr) (string, netip.Addr, error) { return nil }

@@ -50,11 +50,11 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// PrepareCNI returns the directory of the CNI plugins for tests: $WEFT_CNI_BIN if set, else
+// PrepareCNI returns the directory of the CNI plugins for tests: $WEFT_CNI_BIN (EnvCNIBin) if set, else
 // <repo>/.cache/cni/bin, where tools/install-cni.sh installs them first if any is missing
 // (it needs the Go toolchain and the module proxy, once).
 func PrepareCNI(repo string) (string, error) {
-	if dir := os.Getenv("WEFT_CNI_BIN"); dir != "" {
+	if dir := os.Getenv(EnvCNIBin); dir != "" {
 		if missing := MissingCNIPlugins(dir); len(missing) > 0 {
 			return "", fmt.Errorf("WEFT_CNI_BIN=%s lacks the CNI plugins %s", dir, strings.Join(missing, ", "))
 		}
@@ -106,4 +106,52 @@ func Build(repo, dir, pkg string, race bool) (string, error) {
 	}
 	fmt.Fprintf(os.Stderr, "built %s (race detector: %v) in %v\n", pkg, race, time.Since(start).Round(time.Millisecond))
 	return bin, nil
+}
+
+// EnvCNIBin names the CNI plugin directory that PrepareMain finds (see PrepareCNI) for the
+// tests, or that a caller sets to use its own.
+const EnvCNIBin = "WEFT_CNI_BIN"
+
+// Program is a binary a test package's TestMain builds from the repository's package Pkg,
+// with the race detector if Race, unless the environment variable Env already names one.
+// The tests find it in Env.
+type Program struct {
+	Env, Pkg string
+	Race     bool
+}
+
+// PrepareMain readies a test package of clusters, as root, before its tests run: iputils
+// ping, the CNI plugins (their directory in EnvCNIBin; a failure there is only printed, and
+// each test that needs them skips with it), and progs built into a temporary directory,
+// which cleanup removes. A program that does not build is an error, not a reason to skip.
+func PrepareMain(progs []Program) (cleanup func(), err error) {
+	repo, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if err := PreparePing(repo); err != nil {
+		return nil, err
+	}
+	if dir, err := PrepareCNI(repo); err == nil {
+		os.Setenv(EnvCNIBin, dir)
+	} else {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	tmp, err := os.MkdirTemp("", "weft-e2e-bin-")
+	if err != nil {
+		return nil, err
+	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	for _, p := range progs {
+		if os.Getenv(p.Env) != "" {
+			continue
+		}
+		bin, err := Build(repo, tmp, p.Pkg, p.Race)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		os.Setenv(p.Env, bin)
+	}
+	return cleanup, nil
 }

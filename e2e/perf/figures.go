@@ -133,6 +133,9 @@ func figKubeRSS(n int) figure {
 func figKubePeak(n int) figure {
 	return figure{groupKube, n, 2, "Kubernetes mode, " + count(n) + " Nodes: peak RSS (VmHWM)", Memory, false}
 }
+func figKubeStorm(n, k int) figure {
+	return figure{groupKube, n, 3, "Kubernetes mode, " + count(n) + " Nodes: CPU per Node update (" + count(k) + " label changes)", Duration, false}
+}
 
 // The throughput figures, for streams of n bytes.
 func figTputOn(n int64) figure {

@@ -3,6 +3,7 @@ package perf
 import (
 	"os"
 	"testing"
+	"time"
 )
 
 // TestKernelFloor writes the entries of 300 peers (more than one batch of weftd's) and finds
@@ -19,4 +20,24 @@ func TestKernelFloor(t *testing.T) {
 		t.Errorf("%d sends for four kinds of entries", f.sends)
 	}
 	t.Logf("300 peers: %v in %d sends, nexthop objects %t", f.took, f.sends, f.nexthops)
+}
+
+// TestCPUTime: the CPU time of this process, summed over its threads, is there and grows
+// with work done.
+func TestCPUTime(t *testing.T) {
+	before, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for start := time.Now(); time.Since(start) < 50*time.Millisecond; {
+		x++
+	}
+	after, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before <= 0 || after <= before {
+		t.Errorf("CPU time %v, then %v after %d turns of a busy loop; want it positive and growing", before, after, x)
+	}
 }

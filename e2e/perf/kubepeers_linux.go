@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftnet/weft/subnet"
@@ -22,8 +23,9 @@ const kubeWorkers = 16
 // kubePeers creates fake peers as Node objects: a podCIDR and flannel's annotations, as a
 // node running flannel has them.
 type kubePeers struct {
-	cs  kubernetes.Interface
-	cfg *subnet.Config
+	cs      kubernetes.Interface
+	cfg     *subnet.Config
+	touches int // calls of touch so far
 }
 
 func newKubePeers(cs kubernetes.Interface) (*kubePeers, error) {
@@ -39,13 +41,34 @@ func peerNodeName(i int) string { return fmt.Sprintf("peer%05d", i) }
 
 // create makes the Node objects of peers from..to (inclusive).
 func (k *kubePeers) create(ctx context.Context, from, to int) error {
+	return each(ctx, from, to, k.createOne)
+}
+
+// touch changes a label on the Nodes of peers from..to, one patch each: what kubelets and
+// controllers do to Nodes all day (labels, taints, conditions), touching none of flannel's
+// annotations, so that no lease changes. Every call writes a label value of its own, so that
+// every patch is a change the watch delivers.
+func (k *kubePeers) touch(ctx context.Context, from, to int) error {
+	k.touches++
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{"weft-bench/touched":"%d"}}}`, k.touches)
+	return each(ctx, from, to, func(ctx context.Context, i int) error {
+		name := peerNodeName(i)
+		if _, err := k.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("patching Node %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// each runs f for every i from..to (inclusive), kubeWorkers at a time, until the first error.
+func each(ctx context.Context, from, to int, f func(ctx context.Context, i int) error) error {
 	idx := make(chan int)
 	errc := make(chan error, kubeWorkers)
 	var wg sync.WaitGroup
 	for range kubeWorkers {
 		wg.Go(func() {
 			for i := range idx {
-				if err := k.createOne(ctx, i); err != nil {
+				if err := f(ctx, i); err != nil {
 					errc <- err
 					return
 				}

@@ -379,6 +379,9 @@ func (b *bench) runKube(ctx context.Context) error {
 				b.figs.add(figKubeAll(n), d, res.all)
 				b.figs.add(figKubeRSS(n), d, res.rss)
 				b.figs.add(figKubePeak(n), d, res.peak)
+				if storm := min(n, kubeStormMax); res.ok {
+					b.figs.add(figKubeStorm(n, storm), d, r.nodeStorm(ctx, peers, storm))
+				}
 				r.stop()
 			}
 		}

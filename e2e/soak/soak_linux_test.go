@@ -87,7 +87,7 @@ func soak(t *testing.T, cfg Config) {
 
 const (
 	envWeftd  = "WEFT_WEFTD"
-	envCNIBin = "WEFT_CNI_BIN"
+	envCNIBin = cluster.EnvCNIBin
 	envDemo   = "WEFT_DEMO" // weft-demo, whose --serve-etcd runs an etcd member
 )
 
@@ -101,37 +101,15 @@ func runMain(m *testing.M) int {
 	if os.Geteuid() != 0 {
 		return m.Run()
 	}
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 1
-	}
-	if err := cluster.PreparePing(repo); err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 1
-	}
-	if dir, err := cluster.PrepareCNI(repo); err == nil {
-		os.Setenv(envCNIBin, dir)
-	} else {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-	}
-	tmp, err := os.MkdirTemp("", "weft-soak-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		return 1
-	}
-	defer os.RemoveAll(tmp)
-	for env, pkg := range map[string]string{envWeftd: "./cmd/weftd", envDemo: "./e2e/demo"} {
-		if os.Getenv(env) != "" {
-			continue
-		}
+	cleanup, err := cluster.PrepareMain([]cluster.Program{
+		{Env: envWeftd, Pkg: "./cmd/weftd", Race: raceEnabled},
 		// The demo (only the soak's etcd members) needs no race detector.
-		bin, err := cluster.Build(repo, tmp, pkg, raceEnabled && env == envWeftd)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "soak:", err)
-			return 1
-		}
-		os.Setenv(env, bin)
+		{Env: envDemo, Pkg: "./e2e/demo"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 1
 	}
+	defer cleanup()
 	return m.Run()
 }

@@ -272,6 +272,35 @@ func (s *Server) Stop(t testing.TB) {
 	s.stop()
 }
 
+// Freeze stops the API server's process (SIGSTOP) and leaves every connection open: a hung
+// server, or a path that drops every packet, looks so to clients. Thaw undoes it; Stop and
+// the test's end kill a frozen server as any other.
+func (s *Server) Freeze(t testing.TB) {
+	t.Helper()
+	stop, _ := freezeSignals(t)
+	s.signal(t, stop)
+}
+
+// Thaw lets a frozen API server run again (SIGCONT).
+func (s *Server) Thaw(t testing.TB) {
+	t.Helper()
+	_, cont := freezeSignals(t)
+	s.signal(t, cont)
+}
+
+func (s *Server) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatalf("kubetest: %v to a stopped API server", sig)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("kubetest: %v: %v", sig, err)
+	}
+}
+
 // Restart starts the API server again on the same port and etcd, stopping it
 // first if it runs; clients reconnect by themselves.
 func (s *Server) Restart(t testing.TB) {

@@ -1,6 +1,10 @@
 package kubetest
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+	"testing"
+)
 
 // sysProcAttr makes the kernel kill the API server when the test process dies
 // without cleaning up (a panic, a timeout), so that no server outlives its test.
@@ -10,3 +14,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// freezeSignals are the signals that freeze and thaw a process.
+func freezeSignals(testing.TB) (freeze, thaw os.Signal) { return syscall.SIGSTOP, syscall.SIGCONT }

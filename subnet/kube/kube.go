@@ -86,6 +86,7 @@ type Manager struct {
 var (
 	_ subnet.Manager = (*Manager)(nil)
 	_ subnet.Checker = (*Manager)(nil)
+	_ subnet.Prober  = (*Manager)(nil)
 	_ subnet.Readier = (*Manager)(nil)
 )
 
@@ -146,6 +147,18 @@ func (m *Manager) Check() error {
 	defer m.mu.Unlock()
 	if m.watchErr != nil {
 		return fmt.Errorf("kube: watching nodes: %w", m.watchErr)
+	}
+	return nil
+}
+
+// Probe implements subnet.Prober with the smallest request an API server answers: GET
+// /version, served from its memory without a read of etcd, and open to every client (the
+// system:public-info-viewer role), so that the weft role needs nothing more. A frozen server,
+// or a path that drops every packet, keeps the watch's connection open and silent, which
+// Check cannot tell from a quiet cluster; the probe gets no answer by ctx's deadline.
+func (m *Manager) Probe(ctx context.Context) error {
+	if err := m.nodes.rc.Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("kube: no answer from the API server: %w", err)
 	}
 	return nil
 }

@@ -709,6 +709,50 @@ func TestWatchAcrossAPIServerRestart(t *testing.T) {
 	}
 }
 
+// TestProbeFrozenAPIServer: a frozen API server (SIGSTOP) keeps its connections open and
+// answers nothing, which the watch does not notice (Check stays quiet): Probe, with the weft
+// role alone, is answered while the server runs, gets no answer by its deadline while it is
+// frozen, and is answered again once it runs.
+func TestProbeFrozenAPIServer(t *testing.T) {
+	c := newCluster(t)
+	const prefix = "probe.weft.test"
+	createNode(t, c.admin, "a", nil, "10.42.1.0/24")
+	log, _ := testLogger(t)
+	a, err := kube.New(kube.Config{REST: c.weft, AnnotationPrefix: prefix, NetConfPath: writeNetConf(t, netConf), NodeName: "a", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctxFor(t), subnet.AcquireRequest{Attrs: vxlanAttrs("192.0.2.1")}); err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, a)
+	w.next(t, 30*time.Second, "the first batch")
+	probe := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		return a.Probe(ctx)
+	}
+	if err := probe(); err != nil {
+		t.Fatalf("Probe with the API server running: %v", err)
+	}
+	c.srv.Freeze(t)
+	err = probe()
+	t.Logf("Check with the API server frozen: %v", a.Check())
+	c.srv.Thaw(t)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Probe with the API server frozen = %v, want no answer by the deadline", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := probe()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Probe after the API server was thawed: %v", err)
+		}
+	}
+}
+
 // TestTokenFileRotated: a manager whose kubeconfig names a token file, as a pod's projected
 // service-account token is one, keeps working when a new token is written there and the old
 // one revoked at once (its Secret deleted; the API server restarted, which drops both its
