@@ -259,6 +259,9 @@ type Skipped struct {
 	// than the node's lease: this node is the newcomer (a clone, a misconfiguration), and its
 	// operator must hear of it; the node keeps its own claim meanwhile.
 	Contests bool
+	// typ is, for SkipBackendType, the backend type the lease publishes: a Set keeps the
+	// type of no lease but those (the others' is the node's).
+	typ string
 }
 
 // Why a peer lease is skipped.

@@ -591,3 +591,27 @@ func TestResultFull(t *testing.T) {
 		t.Errorf("state with Full\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestPeersBackendType: /status shows every lease's backend type as published, though a Set
+// keeps it only of the leases skipped for it.
+func TestPeersBackendType(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	s := NewSet(b, lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01")), false)
+	hostgw := lease("10.244.9.0/24", "192.0.2.19", `null`)
+	hostgw.Attrs.BackendType = "host-gw"
+	none := lease("10.244.8.0/24", "192.0.2.18", `null`)
+	none.Attrs.BackendType = ""
+	var r Result
+	for _, l := range []subnet.Lease{lease("10.244.2.0/24", "192.0.2.12", vxData("0e:00:00:00:00:02")), hostgw, none,
+		lease("10.244.3.0/24", "192.0.2.12", vxData("0e:00:00:00:00:03"))} {
+		s.Put(l, &r)
+	}
+	got := map[string]string{}
+	for _, p := range s.Peers() {
+		got[p.Key] = p.BackendType
+	}
+	want := map[string]string{"10.244.2.0-24": "vxlan", "10.244.9.0-24": "host-gw", "10.244.8.0-24": "", "10.244.3.0-24": "vxlan"}
+	if !maps.Equal(got, want) {
+		t.Errorf("backend types %v, want %v", got, want)
+	}
+}

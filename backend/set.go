@@ -111,8 +111,7 @@ func (c claims[K]) first(k K) *entry {
 // and /status need.
 type entry struct {
 	key     string
-	created int64  // subnet.Lease.Created: the claim's age
-	typ     string // backend type as published
+	created int64 // subnet.Lease.Created: the claim's age
 	c       candidate
 	self    *Skipped // why translate or the own lease rule it out; nil if usable
 	lost    *Skipped // why it lost a claim to another peer; nil if it did not
@@ -189,7 +188,7 @@ func (s *Set) PutKeyed(key string, l subnet.Lease, r *Result) {
 		return
 	}
 	var touched touchList
-	e := &entry{key: key, created: l.Created, c: s.b.translate(key, l), typ: l.Attrs.BackendType}
+	e := &entry{key: key, created: l.Created, c: s.b.translate(key, l)}
 	old := s.entries[key]
 	if old != nil && old.on && e.c.skip != nil && unreadable(e.c.skip.Code) {
 		// A programmed peer's new value that cannot be read keeps what it programmed, as
@@ -211,9 +210,6 @@ func (s *Set) PutKeyed(key string, l subnet.Lease, r *Result) {
 			s.on--
 		}
 		s.setSelf(old, nil)
-	}
-	if e.typ == s.b.Type() {
-		e.typ = s.b.Type() // share the string rather than keep one per lease
 	}
 	s.entries[key] = e
 	s.settle(e, &touched)
@@ -453,7 +449,10 @@ func (s *Set) Peers() []PeerInfo { return s.Snapshot().Peers() }
 // shares what a Set never changes of a lease once put (its key, type and translation; a new
 // value is a new entry) and copies the rest, whether and why the lease is skipped (Skipped
 // values are never changed either).
-type Snapshot struct{ peers []snapPeer }
+type Snapshot struct {
+	peers []snapPeer
+	typ   string // the node's backend type: every lease's but those skipped for theirs
+}
 
 type snapPeer struct {
 	e       *entry
@@ -466,7 +465,7 @@ func (s *Set) Snapshot() Snapshot {
 	for _, e := range s.entries {
 		peers = append(peers, snapPeer{e: e, skipped: e.skipped()})
 	}
-	return Snapshot{peers: peers}
+	return Snapshot{peers: peers, typ: s.b.Type()}
 }
 
 // Len is the number of peer leases, usable or not.
@@ -477,8 +476,12 @@ func (sn Snapshot) All() iter.Seq[PeerInfo] {
 	return func(yield func(PeerInfo) bool) {
 		for _, p := range sn.peers {
 			e := p.e
+			typ := sn.typ
+			if e.c.skip != nil && e.c.skip.Code == SkipBackendType {
+				typ = e.c.skip.typ
+			}
 			if !yield(PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
-				BackendType: e.typ, VTEPMAC: e.c.mac, Skipped: p.skipped}) {
+				BackendType: typ, VTEPMAC: e.c.mac, Skipped: p.skipped}) {
 				return
 			}
 		}

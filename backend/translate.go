@@ -263,7 +263,9 @@ func (b *Backend) translate(key string, l subnet.Lease) candidate {
 	}
 	switch {
 	case l.Attrs.BackendType != b.Type():
-		return fail(SkipBackendType, fmt.Sprintf("backend type %q, this node runs %q", l.Attrs.BackendType, b.Type()))
+		c = fail(SkipBackendType, fmt.Sprintf("backend type %q, this node runs %q", l.Attrs.BackendType, b.Type()))
+		c.skip.typ = l.Attrs.BackendType
+		return c
 	case !sn.IsValid():
 		return fail(SkipNoSubnet, "no "+b.fam.String()+" subnet")
 	case sn.Bits() != b.bits || !b.network.Contains(sn.Addr()):
