@@ -403,7 +403,7 @@ func (w *WireGuard) reconcile(st *backend.State, ch backend.Changes) error {
 	}
 	held, own := false, publicKey(d)
 	for k, wp := range want {
-		hold := !onDevice[k] && w.holdFirst(ps, d, own, k)
+		hold := ps.isHeld(k) || !onDevice[k] && w.holdFirst(ps, d, own, k)
 		held = held || hold
 		cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 	}
@@ -506,7 +506,9 @@ func (w *WireGuard) applyPeers(fam backend.Family, d *backend.WireGuardDevice, c
 	held := false
 	for k := range touched {
 		if wp, ok := ps.want(k); ok {
-			hold := fresh[k] && w.holdFirst(ps, d, own, k)
+			// A peer written again while held (the other family's half of it, in a
+			// single-tunnel mode) stays held.
+			hold := ps.isHeld(k) || fresh[k] && w.holdFirst(ps, d, own, k)
 			held = held || hold
 			cfg.Peers = append(cfg.Peers, peerConfig(wp, d, hold))
 		} else {
