@@ -48,6 +48,9 @@ func (f *figures) add(fig figure, daemon string, v Value) {
 	m[daemon] = append(m[daemon], v)
 }
 
+// median is the median of a daemon's samples of a figure (missing when it has none).
+func (f *figures) median(fig figure, daemon string) Value { return median(f.samples[fig.name][daemon]) }
+
 // has reports whether a figure has a sample for a daemon.
 func (f *figures) has(fig figure, daemon string) bool {
 	_, ok := f.samples[fig.name][daemon]
@@ -148,8 +151,17 @@ func figTputFactor(n int64) figure {
 	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor, false}
 }
 
+func figTputHostGW(n int64) figure {
+	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over host-gw (no encapsulation), " + mebibytes(n) + " streams", Rate, false}
+}
+func figTputOverHostGW(n int64) figure {
+	return figure{groupThroughput, 0, 4, "pod-to-pod TCP, " + mebibytes(n) + " streams: VXLAN (offload on) / host-gw", Factor, false}
+}
+func figTputSameNode(n int64) figure {
+	return figure{groupThroughput, 0, 5, "pod-to-pod TCP on one node (the bridge alone), " + mebibytes(n) + " streams", Rate, true}
+}
 func figTputWireGuard(n int64) figure {
-	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate, false}
+	return figure{groupThroughput, 0, 6, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate, false}
 }
 
 // mebibytes writes a size as the table does: 64 MiB, 4 GiB, 1500 bytes.

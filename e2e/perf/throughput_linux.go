@@ -35,12 +35,64 @@ func (b *bench) runThroughput(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", d, err)
 		}
 	}
+	for i, d := range b.cfg.Daemons() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The pods on one node take the bridge alone, whatever the daemon: measured once.
+		if err := b.hostGWThroughput(ctx, d, i == 0); err != nil {
+			return fmt.Errorf("%s: host-gw: %w", d, err)
+		}
+	}
 	for _, d := range b.cfg.Daemons() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err := b.wireGuardThroughput(ctx, d); err != nil {
 			return fmt.Errorf("%s: WireGuard: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// hostGWNetConf is NetConf on the host-gw backend: the pods' packets cross the underlay as
+// they are, the ceiling an overlay is measured against.
+const hostGWNetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.255.252.0","SubnetMax":"10.255.255.0",` +
+	`"Backend":{"Type":"host-gw"}}`
+
+// hostGWThroughput measures TCP from a pod on one node to a pod on the other over host-gw,
+// Reps streams, and VXLAN's rate (offload on) as a fraction of it; with sameNode also from
+// that pod to a second pod on its own node, through the bridge alone.
+func (b *bench) hostGWThroughput(ctx context.Context, daemon string, sameNode bool) error {
+	n := b.cfg.ThroughputBytes
+	fig := figTputHostGW(n)
+	c, r, err := b.tputCluster(daemon, hostGWNetConf, "throughput-hostgw-"+daemon)
+	if err != nil {
+		return err
+	}
+	defer b.closeCluster(c)
+	if err := r.streams(ctx, c, fig, "host-gw"); err != nil {
+		b.fail("%s: host-gw throughput: %v", daemon, err)
+		if !b.figs.has(fig, daemon) {
+			b.figs.add(fig, daemon, missing("failed"))
+		}
+		return nil
+	}
+	b.figs.add(figTputOverHostGW(n), daemon, factor(b.figs.median(figTputOn(n), daemon), b.figs.median(fig, daemon)))
+	if !sameNode {
+		return nil
+	}
+	local := figTputSameNode(n)
+	peer, err := c.AddPod(r.nodes[0], "pod2")
+	if err == nil {
+		err = r.stream(ctx, r.pods[0], peer, local, "one node")
+	}
+	if err != nil {
+		b.fail("pods on one node: throughput: %v", err)
+		for _, d := range b.cfg.Daemons() {
+			if !b.figs.has(local, d) {
+				b.figs.add(local, d, missing("failed"))
+			}
 		}
 	}
 	return nil
@@ -88,7 +140,7 @@ func (b *bench) wireGuardThroughput(ctx context.Context, daemon string) error {
 		return err
 	}
 	defer b.closeCluster(c)
-	if err := r.streams(ctx, c, fig); err != nil {
+	if err := r.streams(ctx, c, fig, "WireGuard"); err != nil {
 		b.fail("%s: WireGuard throughput: %v", daemon, err)
 		if !b.figs.has(fig, daemon) {
 			b.figs.add(fig, daemon, missing("failed"))
@@ -97,8 +149,9 @@ func (b *bench) wireGuardThroughput(ctx context.Context, daemon string) error {
 	return nil
 }
 
-// streams starts the daemons, makes the pods and records Reps streams' rates under fig.
-func (r *tputRun) streams(ctx context.Context, c *cluster.Cluster, fig figure) error {
+// streams starts the daemons, makes the pods and records Reps streams' rates under fig; path
+// names the path in the log.
+func (r *tputRun) streams(ctx context.Context, c *cluster.Cluster, fig figure, path string) error {
 	if err := r.start(); err != nil {
 		return err
 	}
@@ -111,18 +164,30 @@ func (r *tputRun) streams(ctx context.Context, c *cluster.Cluster, fig figure) e
 	if err := r.waitPath(ctx); err != nil {
 		return err
 	}
+	return r.stream(ctx, r.pods[0], r.pods[1], fig, path)
+}
+
+// stream records Reps streams' rates from one pod to another under fig (a shared figure's
+// for every daemon); path names the path in the log.
+func (r *tputRun) stream(ctx context.Context, from, to *cluster.Pod, fig figure, path string) error {
+	daemons := []string{r.daemon}
+	if fig.shared {
+		daemons = r.b.cfg.Daemons()
+	}
 	for range r.b.cfg.Reps {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		res, err := cluster.Throughput(r.pods[0], r.pods[1], r.b.cfg.ThroughputBytes, streamTimeout)
+		res, err := cluster.Throughput(from, to, r.b.cfg.ThroughputBytes, streamTimeout)
 		if err != nil {
 			return err
 		}
 		v := Value{N: res.Mbps() * 1e6}
-		r.b.log.Info("pod-to-pod TCP over WireGuard", "daemon", r.daemon, "bytes", res.Bytes,
+		r.b.log.Info("pod-to-pod TCP", "path", path, "daemon", r.daemon, "bytes", res.Bytes,
 			"took", res.Elapsed.Round(time.Millisecond), "rate", v.Format(Rate))
-		r.b.figs.add(fig, r.daemon, v)
+		for _, d := range daemons {
+			r.b.figs.add(fig, d, v)
+		}
 	}
 	return nil
 }
