@@ -39,10 +39,12 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	// Cold start (subnet.env, first route, all routes, the kernel's floor and all routes'
 	// ratio to it), RSS, peak RSS and their ratio, p50 and p99 and those of etcd's delivery
-	// (the floor), bulk join; throughput with the offload on and off, their ratio, over
-	// host-gw and VXLAN's ratio to it, between two pods on one node, and over WireGuard.
-	if len(rep.Rows) != 20 {
-		t.Errorf("%d figures, want 20: %+v", len(rep.Rows), rep.Rows)
+	// (the floor), bulk join; throughput with the offload on and off and their ratio, eight
+	// streams at once and the request/response round trip over VXLAN and over host-gw,
+	// host-gw's one stream and VXLAN's ratio to it, between two pods on one node, and over
+	// WireGuard.
+	if len(rep.Rows) != 24 {
+		t.Errorf("%d figures, want 24: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]

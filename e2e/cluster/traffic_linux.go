@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -253,6 +254,90 @@ func Throughput(from, to *Pod, n int64, timeout time.Duration) (StreamResult, er
 			n, from.Name, from.Addrs(), to.Name, dst, err)
 	}
 	return res, nil
+}
+
+// ParallelThroughput is Throughput over streams connections at once, n bytes in all (n /
+// streams each): the path's rate where one flow's window or one core bounds a single stream.
+// Its time is from the first connect to the last receiver's EOF.
+func ParallelThroughput(from, to *Pod, streams int, n int64, timeout time.Duration) (StreamResult, error) {
+	each := n / int64(streams)
+	errs := make([]error, streams)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() { _, errs[i] = Throughput(from, to, each, timeout) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return StreamResult{}, fmt.Errorf("%d parallel streams: %w", streams, err)
+	}
+	return StreamResult{Bytes: each * int64(streams), Elapsed: time.Since(start)}, nil
+}
+
+// RequestResponse sends one byte from one pod to another and waits for one byte back, count
+// times over one TCP connection (netperf's TCP_RR), and returns the mean round trip: the
+// latency of small requests on the path, what a service's calls see.
+func RequestResponse(from, to *Pod, count int, timeout time.Duration) (time.Duration, error) {
+	dst := to.addr()
+	deadline := time.Now().Add(timeout)
+	l, err := listenIn(to.NS, net.JoinHostPort(dst.String(), "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	if err := l.(*net.TCPListener).SetDeadline(deadline); err != nil {
+		return 0, err
+	}
+	served := make(chan error, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			served <- fmt.Errorf("accepting: %w", err)
+			return
+		}
+		defer conn.Close()
+		if err := conn.SetDeadline(deadline); err != nil {
+			served <- err
+			return
+		}
+		var b [1]byte
+		for range count {
+			if _, err := io.ReadFull(conn, b[:]); err != nil {
+				served <- fmt.Errorf("reading a request: %w", err)
+				return
+			}
+			if _, err := conn.Write(b[:]); err != nil {
+				served <- fmt.Errorf("answering: %w", err)
+				return
+			}
+		}
+		served <- nil
+	}()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn, err := dialIn(ctx, from.NS, "tcp", net.JoinHostPort(dst.String(), strconv.Itoa(l.Addr().(*net.TCPAddr).Port)))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return 0, err
+	}
+	b := [1]byte{'r'}
+	start := time.Now()
+	for i := range count {
+		if _, err := conn.Write(b[:]); err != nil {
+			return 0, fmt.Errorf("request %d from pod %s to %s: %w", i, from.Name, dst, err)
+		}
+		if _, err := io.ReadFull(conn, b[:]); err != nil {
+			return 0, fmt.Errorf("response %d from pod %s (%s) to %s: %w", i, to.Name, dst, from.Name, err)
+		}
+	}
+	mean := time.Since(start) / time.Duration(count)
+	if err := <-served; err != nil {
+		return 0, fmt.Errorf("pod %s serving requests: %w", to.Name, err)
+	}
+	return mean, nil
 }
 
 // transfer connects over TCP from a pod to an address of another (to.IP or to.IP6), has send

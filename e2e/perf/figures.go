@@ -2,6 +2,7 @@ package perf
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 )
@@ -151,17 +152,29 @@ func figTputFactor(n int64) figure {
 	return figure{groupThroughput, 0, 2, "pod-to-pod TCP over VXLAN, " + mebibytes(n) + " streams: offload on / off", Factor, false}
 }
 
+func figTputVXLANParallel(n int64) figure {
+	return figure{groupThroughput, 0, 3, fmt.Sprintf("pod-to-pod TCP over VXLAN, %d streams at once, %s in all", parallelStreams, mebibytes(n)), Rate, false}
+}
+func figRRVXLAN() figure {
+	return figure{groupThroughput, 0, 4, "pod-to-pod TCP over VXLAN: request/response round trip (1 byte each way)", Duration, false}
+}
 func figTputHostGW(n int64) figure {
-	return figure{groupThroughput, 0, 3, "pod-to-pod TCP over host-gw (no encapsulation), " + mebibytes(n) + " streams", Rate, false}
+	return figure{groupThroughput, 0, 5, "pod-to-pod TCP over host-gw (no encapsulation), " + mebibytes(n) + " streams", Rate, false}
+}
+func figTputHostGWParallel(n int64) figure {
+	return figure{groupThroughput, 0, 6, fmt.Sprintf("pod-to-pod TCP over host-gw, %d streams at once, %s in all", parallelStreams, mebibytes(n)), Rate, false}
+}
+func figRRHostGW() figure {
+	return figure{groupThroughput, 0, 7, "pod-to-pod TCP over host-gw: request/response round trip (1 byte each way)", Duration, false}
 }
 func figTputOverHostGW(n int64) figure {
-	return figure{groupThroughput, 0, 4, "pod-to-pod TCP, " + mebibytes(n) + " streams: VXLAN (offload on) / host-gw", Factor, false}
+	return figure{groupThroughput, 0, 8, "pod-to-pod TCP, " + mebibytes(n) + " streams: VXLAN (offload on) / host-gw", Factor, false}
 }
 func figTputSameNode(n int64) figure {
-	return figure{groupThroughput, 0, 5, "pod-to-pod TCP on one node (the bridge alone), " + mebibytes(n) + " streams", Rate, true}
+	return figure{groupThroughput, 0, 9, "pod-to-pod TCP on one node (the bridge alone), " + mebibytes(n) + " streams", Rate, true}
 }
 func figTputWireGuard(n int64) figure {
-	return figure{groupThroughput, 0, 6, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate, false}
+	return figure{groupThroughput, 0, 10, "pod-to-pod TCP over WireGuard, " + mebibytes(n) + " streams", Rate, false}
 }
 
 // mebibytes writes a size as the table does: 64 MiB, 4 GiB, 1500 bytes.

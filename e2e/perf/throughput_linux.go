@@ -23,6 +23,10 @@ const (
 	txChecksumFeature = "tx-checksum-ip-generic"
 	// offloadOff is weftd's flag that turns the offload off at start.
 	offloadOff = "--vxlan-tx-checksum-offload=off"
+	// parallelStreams is how many streams the many-stream figures run at once.
+	parallelStreams = 8
+	// roundTrips is how many request/response exchanges a round-trip figure averages.
+	roundTrips = 2000
 )
 
 // runThroughput measures the throughput figures of each daemon, in a cluster of its own.
@@ -71,10 +75,16 @@ func (b *bench) hostGWThroughput(ctx context.Context, daemon string, sameNode bo
 		return err
 	}
 	defer b.closeCluster(c)
-	if err := r.streams(ctx, c, fig, "host-gw"); err != nil {
+	err = r.streams(ctx, c, fig, "host-gw")
+	if err == nil {
+		err = r.manyAndSmall(ctx, figTputHostGWParallel(n), figRRHostGW(), "host-gw")
+	}
+	if err != nil {
 		b.fail("%s: host-gw throughput: %v", daemon, err)
-		if !b.figs.has(fig, daemon) {
-			b.figs.add(fig, daemon, missing("failed"))
+		for _, f := range []figure{fig, figTputHostGWParallel(n), figRRHostGW()} {
+			if !b.figs.has(f, daemon) {
+				b.figs.add(f, daemon, missing("failed"))
+			}
 		}
 		return nil
 	}
@@ -167,6 +177,31 @@ func (r *tputRun) streams(ctx context.Context, c *cluster.Cluster, fig figure, p
 	return r.stream(ctx, r.pods[0], r.pods[1], fig, path)
 }
 
+// manyAndSmall records, Reps times, what one stream between the run's pods does not show:
+// parallelStreams streams at once (many), and the mean round trip of one-byte requests and
+// responses on one connection (small).
+func (r *tputRun) manyAndSmall(ctx context.Context, many, small figure, path string) error {
+	for range r.b.cfg.Reps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := cluster.ParallelThroughput(r.pods[0], r.pods[1], parallelStreams, r.b.cfg.ThroughputBytes, streamTimeout)
+		if err != nil {
+			return err
+		}
+		v := Value{N: res.Mbps() * 1e6}
+		r.b.figs.add(many, r.daemon, v)
+		rtt, err := cluster.RequestResponse(r.pods[0], r.pods[1], roundTrips, streamTimeout)
+		if err != nil {
+			return err
+		}
+		r.b.figs.add(small, r.daemon, seconds(rtt))
+		r.b.log.Info("pod-to-pod TCP, many streams and small requests", "path", path, "daemon", r.daemon,
+			"streams", parallelStreams, "rate", v.Format(Rate), "round_trip", rtt)
+	}
+	return nil
+}
+
 // stream records Reps streams' rates from one pod to another under fig (a shared figure's
 // for every daemon); path names the path in the log.
 func (r *tputRun) stream(ctx context.Context, from, to *cluster.Pod, fig figure, path string) error {
@@ -227,7 +262,7 @@ func (b *bench) throughput(ctx context.Context, daemon string) error {
 	b.figs.add(figTputFactor(n), daemon, factor(on, off))
 	if err != nil {
 		b.fail("%s: throughput: %v", daemon, err)
-		for _, fig := range []figure{figTputOn(n), figTputOff(n)} {
+		for _, fig := range []figure{figTputOn(n), figTputOff(n), figTputVXLANParallel(n), figRRVXLAN()} {
 			if !b.figs.has(fig, daemon) {
 				b.figs.add(fig, daemon, missing("failed"))
 			}
@@ -253,6 +288,9 @@ func (r *tputRun) run(ctx context.Context, c *cluster.Cluster) (on, off Value, e
 		return on, off, err
 	}
 	if on, err = r.measure(ctx, figTputOn(n), true); err != nil {
+		return on, off, err
+	}
+	if err := r.manyAndSmall(ctx, figTputVXLANParallel(n), figRRVXLAN(), "VXLAN"); err != nil {
 		return on, off, err
 	}
 	if err := r.switchOff(ctx); err != nil {
