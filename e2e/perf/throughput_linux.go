@@ -331,13 +331,15 @@ func (r *tputRun) measure(ctx context.Context, fig figure, on bool) (Value, erro
 }
 
 // start starts the daemon on both nodes, weftd with weftFlags, and waits until each is ready.
+//
+// The nodes start one after the other: two flanneld that start together may pick the same
+// subnet of the throughput network's four, and the one that loses exits ("subnet already
+// exists") where weftd picks another.
 func (r *tputRun) start(weftFlags ...string) error {
 	for _, node := range r.nodes {
 		if err := node.StartDaemon(r.b.argv(r.daemon, node, weftFlags...)...); err != nil {
 			return fmt.Errorf("starting %s: %w", r.daemon, err)
 		}
-	}
-	for _, node := range r.nodes {
 		if err := node.WaitReady(r.b.cfg.StartTimeout); err != nil {
 			return err
 		}
