@@ -17,6 +17,13 @@ const (
 	groupThroughput
 )
 
+const (
+	// parallelStreams is how many streams the many-stream figures run at once.
+	parallelStreams = 8
+	// roundTrips is how many request/response exchanges a round-trip figure averages.
+	roundTrips = 2000
+)
+
 // figure names a row of the table and places it.
 type figure struct {
 	group, peers, sub int

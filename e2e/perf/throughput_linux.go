@@ -23,10 +23,6 @@ const (
 	txChecksumFeature = "tx-checksum-ip-generic"
 	// offloadOff is weftd's flag that turns the offload off at start.
 	offloadOff = "--vxlan-tx-checksum-offload=off"
-	// parallelStreams is how many streams the many-stream figures run at once.
-	parallelStreams = 8
-	// roundTrips is how many request/response exchanges a round-trip figure averages.
-	roundTrips = 2000
 )
 
 // runThroughput measures the throughput figures of each daemon, in a cluster of its own.
