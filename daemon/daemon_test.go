@@ -792,8 +792,7 @@ func TestRunWithLeavesNoGoroutines(t *testing.T) {
 	if _, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/config"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	before := runtime.NumGoroutine()
+	before := weftGoroutines()
 	plane := &fakePlane{mac: backend.MAC{0x0e, 1}}
 	port := freePort(t)
 	n := startNodeWith(t, cli, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
@@ -801,21 +800,31 @@ func TestRunWithLeavesNoGoroutines(t *testing.T) {
 	if code, _ := get(fmt.Sprintf("http://127.0.0.1:%d/status", port)); code != 200 {
 		t.Errorf("/status answered %d", code)
 	}
+	if during := weftGoroutines(); len(during) <= len(before) {
+		t.Fatalf("%d goroutines in weft's code while RunWith runs, %d before: the count sees nothing", len(during), len(before))
+	}
 	n.stop()
 	if w := plane.watching.Load(); w != 0 {
 		t.Errorf("RunWith returned with the data plane's watch still running")
 	}
-	// The etcd client closes a watch stream it no longer needs a moment later.
-	var after int
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if after = runtime.NumGoroutine(); after <= before || time.Now().After(deadline) {
-			break
+	if after := weftGoroutines(); len(after) > len(before) {
+		t.Errorf("%d goroutines in weft's code before RunWith, %d after it returned:\n%s", len(before), len(after), strings.Join(after, "\n\n"))
+	}
+}
+
+// weftGoroutines are the stacks of the goroutines running weft's code, but the test's own:
+// what RunWith started and left. The etcd client's and server's own goroutines (a watch
+// stream the client closes a moment later, or when it is closed) are theirs to end.
+func weftGoroutines() []string {
+	buf := make([]byte, 4<<20)
+	var gs []string
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "github.com/weftnet/weft/") && !strings.Contains(g, "[running]") &&
+			!strings.Contains(g, "testing.tRunner") && !strings.Contains(g, "testing.(*T).Run") {
+			gs = append(gs, g)
 		}
 	}
-	if after > before {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines before RunWith, %d after it returned:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	return gs
 }
 
 // TestDaemonOlderClaimWins: on a real etcd, a new lease on a lower subnet that copies a live

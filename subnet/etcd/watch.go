@@ -221,6 +221,12 @@ func (w *watcher) publishPool() {
 // with no changes to send; its creation is notified, so that a failed watch is known to run
 // again.
 func (w *watcher) follow(ctx context.Context) error {
+	// etcd's client makes a watch stream for a context's values before it looks whether the
+	// context is done, and a stream that never got its watch stays until the client closes:
+	// a watch started as the daemon stops would outlive it.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	ch := w.m.cli.Watch(wctx, w.m.subnetsDir(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
