@@ -29,6 +29,9 @@ const (
 	// The names of the Node objects of no node: the churn's and the hostile writer's.
 	churnNodePrefix   = "churn-"
 	hostileNodePrefix = "hostile-"
+	// restoreTimeout bounds the wait for a tampered node's weftd to write its annotations
+	// back: it may be stopped or frozen by other faults meanwhile.
+	restoreTimeout = time.Minute
 )
 
 // The keys of flannel's node annotations that carry a lease.
@@ -282,6 +285,24 @@ func (r *runner) tamper(rec *record, until time.Time) {
 		_, err := r.kcli.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
+	// The fault lasts until the victim's weftd has written its annotations back: until then
+	// the impostor's claim may hold the other node's traffic (a weftd stopped or frozen by
+	// another fault writes them back only once it runs again).
+	ended := time.Now()
+	for time.Since(ended) < restoreTimeout {
+		if leases, err := r.leases(); err == nil {
+			l := leases[r.subnets[victim]]
+			r.mu.Lock()
+			restored := l.publicIP == r.nodes[victim].IP.String() && l.mac == r.macs[victim]
+			r.mu.Unlock()
+			if restored {
+				rec.note += fmt.Sprintf("; written back %v after", time.Since(ended).Round(time.Millisecond))
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rec.note += fmt.Sprintf("; not written back %v after", restoreTimeout)
 }
 
 // stillTampered reports whether node i's annotations were tampered with and are not yet

@@ -808,8 +808,9 @@ func (r *runner) expectUnready(f Fault, nodes []int, since, until time.Time, wha
 	}
 	time.Sleep(time.Until(since.Add(cutReadyzAfter)))
 	for _, i := range nodes {
-		// Only a weftd that runs can answer; one stopped by another fault says nothing.
-		if !r.weftdRunning(i) {
+		// Only a weftd that ran all along can be held to it: one stopped or frozen by
+		// another fault meanwhile has had less time to notice.
+		if !r.weftdRunning(i) || r.weftdStopped(i, since) {
 			continue
 		}
 		code, body, err := r.nodes[i].Get("/readyz")
@@ -824,6 +825,21 @@ func (r *runner) expectUnready(f Fault, nodes []int, since, until time.Time, wha
 			r.log.Logf("soak: n%d with %s: /readyz %d %s", i+1, what, code, strings.TrimSpace(body))
 		}
 	}
+}
+
+// weftdStopped reports whether a fault stopped or froze node i's weftd at some time since.
+func (r *runner) weftdStopped(i int, since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range append(slices.Collect(maps.Values(r.running)), r.done...) {
+		switch rec.f.Kind {
+		case WeftdTerm, WeftdKill, WeftdKillMany, WeftdFreeze:
+			if rec.f.Touches(i) && (rec.end.IsZero() || rec.end.After(since)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // madeDevice reports whether the node's current weftd has made or adopted its VXLAN device,
