@@ -90,6 +90,7 @@ func TestKube(t *testing.T) {
 	t.Run("Protobuf", func(t *testing.T) { testProtobuf(t, c) })
 	t.Run("MalformedPeersSkipped", func(t *testing.T) { testMalformed(t, c) })
 	t.Run("DuplicatePodCIDRs", func(t *testing.T) { testDuplicatePodCIDRs(t, c) })
+	t.Run("OwnMalformed", func(t *testing.T) { testOwnMalformed(t, c) })
 	t.Run("RBACEnforced", func(t *testing.T) { testRBACEnforced(t, c) })
 	t.Run("List", func(t *testing.T) { testList(t, c) })
 }
@@ -557,6 +558,31 @@ func testDuplicatePodCIDRs(t *testing.T, c *cluster) {
 	deleteNode(t, c.admin, "dup-c")
 	w.quiet(t, time.Second, "dup-c deleted")
 	deleteNode(t, c.admin, "dup-self")
+}
+
+// testOwnMalformed: the own node's annotations gone bad (overwritten by another writer) are
+// a removal to its daemon, which then writes them again; a peer's keep their last good lease
+// (testMalformed). Before, the daemon heard nothing and left them bad until its hourly
+// renewal: peers that started meanwhile could not reach it (the Kubernetes-mode soak's
+// tampering makes the case).
+func testOwnMalformed(t *testing.T, c *cluster) {
+	const prefix = "own.weft.test"
+	const cidr, key = "10.42.62.0/24", "10.42.62.0-24"
+	createNode(t, c.admin, "own-self", peerAnnotations(prefix, vxlanAttrs("192.0.2.64")), cidr)
+	m, _ := c.newManager(t, "own-self", prefix, netConf)
+	w := startWatch(t, m)
+	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != 1 || first[0].Lease.Key() != key {
+		t.Fatalf("first batch %v, want the own lease", first)
+	}
+	_, _, bd, _ := annotationKeys(prefix)
+	setAnnotations(t, c.admin, "own-self", map[string]any{bd: `{"VNI":4096,`})
+	if evs := w.next(t, 10*time.Second, "the own lease unreadable"); len(evs) != 1 || evs[0].Type != subnet.EventRemoved || evs[0].Lease.Key() != key {
+		t.Errorf("after the own node's backend-data went bad: %v; want %s removed", evs, key)
+	}
+	setAnnotations(t, c.admin, "own-self", map[string]any{bd: `{"VNI":4096}`})
+	if evs := w.next(t, 10*time.Second, "the own lease good again"); len(evs) != 1 || evs[0].Type != subnet.EventAdded || evs[0].Lease.Key() != key {
+		t.Errorf("after the own node's backend-data was good again: %v; want %s added", evs, key)
+	}
 }
 
 // testRBACEnforced: the API server really authorizes: an identity without the role can

@@ -228,6 +228,12 @@ func (w *watcher) flush(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known[name]
 		l, st := w.current(name)
+		if st == kept && name == w.m.node {
+			// Peers keep the last good lease of a node whose annotations went bad; its own
+			// daemon must hear that they did, as a removal, to write them again: peers that
+			// start meanwhile cannot read them.
+			st = absent
+		}
 		switch {
 		case st == kept:
 		case st == present:
