@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,7 +255,7 @@ func (r *runner) hostileNodes(f Fault, until time.Time) {
 // tamper overwrites a live node's own annotations with another live node's public IP or
 // VTEP MAC, or with backend-data that does not parse, until the time is up. The node's weftd
 // must write them back; until the soak sees it has, the node's lease is not held against it
-// (see stillTampered).
+// (see stillTampered). The fault lasts until the peers have programmed both nodes again.
 func (r *runner) tamper(rec *record, until time.Time) {
 	f := rec.f
 	pick := int(f.Seed % 2)
@@ -288,21 +289,67 @@ func (r *runner) tamper(rec *record, until time.Time) {
 	// The fault lasts until the victim's weftd has written its annotations back: until then
 	// the impostor's claim may hold the other node's traffic (a weftd stopped or frozen by
 	// another fault writes them back only once it runs again).
+	// And until every peer running has programmed both nodes' leases again: a peer whose
+	// watch did not hear of the write-back (the API server frozen meanwhile) keeps the
+	// impostor's claim.
 	ended := time.Now()
+	written := false
 	for time.Since(ended) < restoreTimeout {
-		if leases, err := r.leases(); err == nil {
-			l := leases[r.subnets[victim]]
-			r.mu.Lock()
-			restored := l.publicIP == r.nodes[victim].IP.String() && l.mac == r.macs[victim]
-			r.mu.Unlock()
-			if restored {
-				rec.note += fmt.Sprintf("; written back %v after", time.Since(ended).Round(time.Millisecond))
-				return
+		if !written {
+			if leases, err := r.leases(); err == nil {
+				l := leases[r.subnets[victim]]
+				r.mu.Lock()
+				written = l.publicIP == r.nodes[victim].IP.String() && l.mac == r.macs[victim]
+				r.mu.Unlock()
+				if written {
+					rec.note += fmt.Sprintf("; written back %v after", time.Since(ended).Round(time.Millisecond))
+				}
 			}
+		}
+		if written && r.programmedByPeers(victim) && r.programmedByPeers(other) {
+			rec.note += fmt.Sprintf(", programmed by the peers %v after", time.Since(ended).Round(time.Millisecond))
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	rec.note += fmt.Sprintf("; not written back %v after", restoreTimeout)
+	rec.note += fmt.Sprintf("; not written back and programmed by the peers %v after", restoreTimeout)
+}
+
+// programmedByPeers reports whether every other node whose weftd runs has programmed node
+// i's lease: the route to its subnet and, with vxlan, the neighbour and FDB entry of its VTEP
+// MAC.
+func (r *runner) programmedByPeers(i int) bool {
+	r.mu.Lock()
+	mac := r.macs[i]
+	r.mu.Unlock()
+	sn, ip := r.subnets[i], r.nodes[i].IP.String()
+	for j, n := range r.nodes {
+		if j == i || !r.weftdRunning(j) {
+			continue
+		}
+		routes, err := routesOf(n, false)
+		if err != nil || !slices.ContainsFunc(routes, func(rt route) bool {
+			return rt.dst == sn && (r.cfg.Backend == "vxlan" && rt.gateway == sn.Addr().String() || rt.gateway == ip)
+		}) {
+			return false
+		}
+		if r.cfg.Backend != "vxlan" {
+			continue
+		}
+		neigh, err := jsonOf(n, "ip", "-j", "neigh", "show", "dev", vxlanDevice)
+		if err != nil || !slices.ContainsFunc(neigh, func(e map[string]any) bool {
+			return str(e["dst"]) == sn.Addr().String() && strings.EqualFold(str(e["lladdr"]), mac)
+		}) {
+			return false
+		}
+		fdb, err := jsonOf(n, "bridge", "-j", "fdb", "show", "dev", vxlanDevice)
+		if err != nil || !slices.ContainsFunc(fdb, func(e map[string]any) bool {
+			return strings.EqualFold(str(e["mac"]), mac) && str(e["dst"]) == ip
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // stillTampered reports whether node i's annotations were tampered with and are not yet
