@@ -86,8 +86,9 @@ conformance:
 ## phase. SOAK_BACKEND=host-gw for host-gw, SOAK_DUALSTACK=1 for a dual-stack network.
 ## SOAK_DATASTORE=kube: Kubernetes mode, weftd --kube-subnet-mgr on a kube-apiserver (built
 ## into $(KUBE_BIN) on first use) in the underlay, and its faults (the API server killed or
-## frozen, Nodes churned, hostile and tampered annotations). `make test` runs a 45 s etcd-mode
-## one of seed 22 (TestSoakShort).
+## frozen, Nodes churned, hostile and tampered annotations); `make soak DURATION=10m SEED=22
+## SOAK_DATASTORE=kube` is its regression run. `make test` runs a 45 s etcd-mode one of seed 22
+## (TestSoakShort).
 DURATION ?= 30m
 SEED     ?=
 SOAK_BACKEND ?= vxlan

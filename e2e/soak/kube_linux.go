@@ -289,8 +289,8 @@ func (r *runner) tamper(rec *record, until time.Time) {
 	// The fault lasts until the victim's weftd has written its annotations back: until then
 	// the impostor's claim may hold the other node's traffic (a weftd stopped or frozen by
 	// another fault writes them back only once it runs again).
-	// And until every peer running has programmed both nodes' leases again: a peer whose
-	// watch did not hear of the write-back (the API server frozen meanwhile) keeps the
+	// And until every peer has programmed both nodes' leases again: a peer whose watch did
+	// not hear of the write-back (stopped, or the API server frozen meanwhile) keeps the
 	// impostor's claim.
 	ended := time.Now()
 	written := false
@@ -315,16 +315,17 @@ func (r *runner) tamper(rec *record, until time.Time) {
 	rec.note += fmt.Sprintf("; not written back and programmed by the peers %v after", restoreTimeout)
 }
 
-// programmedByPeers reports whether every other node whose weftd runs has programmed node
-// i's lease: the route to its subnet and, with vxlan, the neighbour and FDB entry of its VTEP
-// MAC.
+// programmedByPeers reports whether every other node has programmed node i's lease: the
+// route to its subnet and, with vxlan, the neighbour and FDB entry of its VTEP MAC. A peer
+// whose weftd is stopped counts too: its kernel keeps what its last weftd left, the
+// impostor's effect among it, until the next one hears of the write-back.
 func (r *runner) programmedByPeers(i int) bool {
 	r.mu.Lock()
 	mac := r.macs[i]
 	r.mu.Unlock()
 	sn, ip := r.subnets[i], r.nodes[i].IP.String()
 	for j, n := range r.nodes {
-		if j == i || !r.weftdRunning(j) {
+		if j == i {
 			continue
 		}
 		routes, err := routesOf(n, false)
