@@ -83,17 +83,24 @@ conformance:
 ## etcd, pods pinging across every pair, faults of sixteen kinds drawn from SEED (default: from
 ## the clock; printed, and the same seed replays the same schedule) and injected, overlapping,
 ## for DURATION in phases of three minutes, the invariants checked all along and after each
-## phase. SOAK_BACKEND=host-gw for host-gw, SOAK_DUALSTACK=1 for a dual-stack network. `make
-## test` runs a 45 s one of seed 22 (TestSoakShort).
+## phase. SOAK_BACKEND=host-gw for host-gw, SOAK_DUALSTACK=1 for a dual-stack network.
+## SOAK_DATASTORE=kube: Kubernetes mode, weftd --kube-subnet-mgr on a kube-apiserver (built
+## into $(KUBE_BIN) on first use) in the underlay, and its faults (the API server killed or
+## frozen, Nodes churned, hostile and tampered annotations); `make soak DURATION=10m SEED=22
+## SOAK_DATASTORE=kube` is its regression run. `make test` runs a 45 s etcd-mode one of seed 22
+## (TestSoakShort).
 DURATION ?= 30m
 SEED     ?=
 SOAK_BACKEND ?= vxlan
 SOAK_DUALSTACK ?=
+SOAK_DATASTORE ?= etcd
 soak:
 	tools/install-cni.sh $(CNI_BIN)
 	tools/install-e2e-deps.sh
+	if [ "$(SOAK_DATASTORE)" = kube ]; then tools/kube/install-kube.sh $(KUBE_BIN); fi
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_SOAK_DURATION=$(DURATION) WEFT_SOAK_SEED=$(SEED) WEFT_SOAK_BACKEND=$(SOAK_BACKEND) \
-	  WEFT_SOAK_DUALSTACK=$(SOAK_DUALSTACK) \
+	  WEFT_SOAK_DUALSTACK=$(SOAK_DUALSTACK) WEFT_SOAK_DATASTORE=$(SOAK_DATASTORE) \
+	  WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver \
 	  $(GO) test -count=1 -timeout 24h -v -run '^TestSoak$$' ./e2e/soak/
 
 ## cross: build, vet and compile the tests for Windows (tests cannot run here: no Windows)

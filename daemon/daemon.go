@@ -615,12 +615,16 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		}
 		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
-		if d.synced && !inStore && time.Since(d.lastRenew) > 5*time.Second {
+		if wait := ownRenewGap - time.Since(d.lastRenew); d.synced && !inStore && wait < 0 {
 			// Our lease is gone or was overwritten: get it back now, not at renewal time.
 			if !d.renewing {
 				d.log.Warn("own lease missing or changed in the datastore, renewing", "lease", d.own.Key())
 			}
 			d.startRenew()
+		} else if d.synced && !inStore && !d.renewing {
+			// Overwritten again just after a renewal: the loop may hear nothing more, so
+			// the renewal timer wakes it when the gap is over.
+			renew.Reset(wait)
 		}
 		if d.synced && slices.ContainsFunc(d.paths, (*familyPath).Busy) {
 			err := d.converge(ctx)
@@ -697,6 +701,11 @@ func (d *daemon) renewIn() time.Duration {
 	}
 	return max(time.Until(d.own.Expiration)-d.cfg.RenewMargin, time.Second)
 }
+
+// ownRenewGap is the least time between two renewals the loop starts because the own lease
+// is missing or changed in the datastore: a writer that fights the node's over its lease
+// costs a request every few seconds, not a storm.
+const ownRenewGap = 5 * time.Second
 
 // renewal is what one renewal of the own lease asked and got.
 type renewal struct {

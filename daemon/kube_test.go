@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -251,6 +252,34 @@ func TestDaemonKubeMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the route to the deleted peer gone", hasRoutes())
+}
+
+// TestDaemonKubeWritesBackOwnAnnotations: the node's annotations overwritten by another
+// writer are written back, and so are they when overwritten again right after, within the
+// least gap between two such renewals, with no other event to wake the daemon (the periodic
+// resync is an hour here). Before, the second write stayed until the resync, 30 s by default
+// (the Kubernetes-mode soak's tampering makes the case).
+func TestDaemonKubeWritesBackOwnAnnotations(t *testing.T) {
+	k := startKube(t)
+	p := kube.DefaultAnnotationPrefix + "/"
+	k.node(t, "self", []string{"10.244.1.0/24"}, nil)
+	k.runWith(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, Deps{Plane: &fakePlane{}},
+		func(c *Config) { c.ResyncInterval = time.Hour })
+	publicIP := func() string {
+		n, err := k.admin.CoreV1().Nodes().Get(context.Background(), "self", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return n.Annotations[p+"public-ip"]
+	}
+	eventually(t, "the own annotations", func() bool { return publicIP() == "192.0.2.10" })
+	for i := range 2 {
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"192.0.2.99"}}}`, p+"public-ip")
+		if _, err := k.admin.CoreV1().Nodes().Patch(context.Background(), "self", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, fmt.Sprintf("the own public-ip written back after overwrite %d", i+1), func() bool { return publicIP() == "192.0.2.10" })
+	}
 }
 
 // TestDaemonKubeModeLeavesNetworkUnavailable: with --set-node-network-unavailable=false the

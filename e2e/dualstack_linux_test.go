@@ -310,9 +310,7 @@ func TestKubeModeDualStack(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			kc := newKubeCluster(t, bins, b, bins.weftd)
 			names := []string{"n1", "n2", "n3"}
-			cidr6 := func(i int) netip.Prefix {
-				return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 0, byte(i)}), 64)
-			}
+			cidr6 := cluster.PodCIDR6
 			for i, name := range names {
 				kc.createNode(t, name, podCIDR(i+1), cidr6(i+1))
 			}

@@ -96,14 +96,7 @@ func newKubeClusterWith(t *testing.T, bins binaries, b backend, weftd string, op
 	kc.Cluster = c
 	// Registered after New's cleanup, so that kubetest's, registered by Start, kills the
 	// API server before the cluster's Close removes the underlay it runs in.
-	kc.srv = kubetest.Start(t, kubetest.Options{
-		Addr:        netip.MustParseAddr(cluster.APIServerHost),
-		Port:        cluster.APIServerPort,
-		EtcdServers: []string{cluster.EtcdURL},
-		EtcdPrefix:  kubeEtcdPrefix,
-		Command:     c.UnderlayCommand(),
-		Dial:        c.DialUnderlay,
-	})
+	kc.srv = kubetest.Start(t, c.APIServerOptions(kubeEtcdPrefix))
 	if kc.srv.URL() != cluster.APIServerURL {
 		t.Fatalf("API server at %s, want %s", kc.srv.URL(), cluster.APIServerURL)
 	}
@@ -121,11 +114,8 @@ func newKubeClusterWith(t *testing.T, bins binaries, b backend, weftd string, op
 	return kc
 }
 
-// podCIDR is the podCIDR the test gives node n<i>: 10.244.<i>.0/24, as kube-controller-manager
-// would with --cluster-cidr=10.244.0.0/16.
-func podCIDR(i int) netip.Prefix {
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
-}
+// podCIDR is the podCIDR the test gives node n<i>.
+func podCIDR(i int) netip.Prefix { return cluster.PodCIDR(i) }
 
 // createNode creates the Node object of a node, with its podCIDRs (the first is also its
 // podCIDR), as the kubelet and kube-controller-manager would before weftd starts on it.
@@ -133,16 +123,8 @@ func (kc *kubeCluster) createNode(t *testing.T, name string, cidrs ...netip.Pref
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
 	defer cancel()
-	var all []string
-	for _, c := range cidrs {
-		all = append(all, c.String())
-	}
-	_, err := kc.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.NodeSpec{PodCIDR: all[0], PodCIDRs: all},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating Node %s with podCIDRs %v: %v", name, all, err)
+	if err := cluster.CreateNode(ctx, kc.admin, name, nil, cidrs...); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -6,10 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/weftnet/weft/internal/atomicfile"
+	"github.com/weftnet/weft/internal/kubetest"
 )
 
 const (
@@ -126,6 +132,53 @@ func (c *Cluster) UnderlayCommand() []string { return append([]string{"ip"}, net
 // underlay (etcd, the API server): the harness runs in the host namespace.
 func (c *Cluster) DialUnderlay(ctx context.Context, network, address string) (net.Conn, error) {
 	return dialIn(ctx, c.ul, network, address)
+}
+
+// APIServerOptions are the kubetest options of the cluster's API server: kube-apiserver run
+// inside the underlay, serving APIServerURL, storing in the cluster's etcd under etcdPrefix
+// (apart from the etcd-mode keys), reached from this process through the underlay.
+func (c *Cluster) APIServerOptions(etcdPrefix string) kubetest.Options {
+	return kubetest.Options{
+		Addr:        netip.MustParseAddr(APIServerHost),
+		Port:        APIServerPort,
+		EtcdServers: []string{EtcdURL},
+		EtcdPrefix:  etcdPrefix,
+		Command:     c.UnderlayCommand(),
+		Dial:        c.DialUnderlay,
+	}
+}
+
+// PodCIDR is the podCIDR of node n<i> in a Kubernetes-mode cluster: 10.244.<i>.0/24, as
+// kube-controller-manager would give with --cluster-cidr=10.244.0.0/16.
+func PodCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24)
+}
+
+// PodCIDR6 is node n<i>'s IPv6 podCIDR in a dual-stack cluster: fd00:10:244:<i>::/64, in
+// the IPv6 network fd00:10:244::/56.
+func PodCIDR6(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x02, 0x44, 0, byte(i)}), 64)
+}
+
+// CreateNode creates the Node object called name with its podCIDRs (the first is also its
+// podCIDR) and the annotations given, as the kubelet and kube-controller-manager would before
+// weftd starts on it.
+func CreateNode(ctx context.Context, cs kubernetes.Interface, name string, annotations map[string]string, cidrs ...netip.Prefix) error {
+	if len(cidrs) == 0 {
+		return fmt.Errorf("creating Node %s: no podCIDR", name)
+	}
+	var all []string
+	for _, c := range cidrs {
+		all = append(all, c.String())
+	}
+	_, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec:       corev1.NodeSpec{PodCIDR: all[0], PodCIDRs: all},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Node %s with podCIDRs %v: %w", name, all, err)
+	}
+	return nil
 }
 
 // setKubeFiles sets the paths of the node's Kubernetes-mode files.

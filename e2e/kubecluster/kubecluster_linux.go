@@ -137,24 +137,18 @@ func (c *Cluster) startControlPlane() error {
 	if err := os.MkdirAll(apiDir, 0o755); err != nil {
 		return fmt.Errorf("kubecluster: %w", err)
 	}
-	api, err := kubetest.Launch(apiDir, kubetest.Options{
-		Addr:        netip.MustParseAddr(cluster.APIServerHost),
-		Port:        cluster.APIServerPort,
-		EtcdServers: []string{cluster.EtcdURL},
-		EtcdPrefix:  etcdPrefix,
-		Command:     c.net.UnderlayCommand(),
-		Dial:        c.net.DialUnderlay,
-		Args: []string{
-			// Pods reach the API server through the kubernetes Service: its endpoints
-			// must be kept (kubetest turns that off for servers no pod uses).
-			"--endpoint-reconciler-type=lease",
-			"--service-cluster-ip-range=" + serviceCIDR,
-			"--allow-privileged=true",
-			// As kubeadm sets it: the nodes' names are in no DNS, and `kubectl exec`,
-			// logs and port-forward go to the kubelet's address.
-			"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
-		},
-	})
+	opts := c.net.APIServerOptions(etcdPrefix)
+	opts.Args = []string{
+		// Pods reach the API server through the kubernetes Service: its endpoints
+		// must be kept (kubetest turns that off for servers no pod uses).
+		"--endpoint-reconciler-type=lease",
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--allow-privileged=true",
+		// As kubeadm sets it: the nodes' names are in no DNS, and `kubectl exec`,
+		// logs and port-forward go to the kubelet's address.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+	}
+	api, err := kubetest.Launch(apiDir, opts)
 	if err != nil {
 		return fmt.Errorf("kubecluster: starting kube-apiserver: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,14 +326,7 @@ func (b *bench) runKube(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	srv, err = kubetest.Launch(dir, kubetest.Options{
-		Addr:        netip.MustParseAddr(cluster.APIServerHost),
-		Port:        cluster.APIServerPort,
-		EtcdServers: []string{cluster.EtcdURL},
-		EtcdPrefix:  kubeEtcdPrefix,
-		Command:     c.UnderlayCommand(),
-		Dial:        c.DialUnderlay,
-	})
+	srv, err = kubetest.Launch(dir, c.APIServerOptions(kubeEtcdPrefix))
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,31 @@ const (
 	RouteDelete Kind = "route-deleted"
 	// MTUChange lowers a node's underlay MTU, and puts it back when the fault ends.
 	MTUChange Kind = "underlay-mtu-changed"
+
+	// The kinds of Kubernetes mode, where the leases are the Node objects' annotations.
+
+	// APIServerKill kills the kube-apiserver, and starts it again when the fault ends.
+	APIServerKill Kind = "apiserver-sigkill"
+	// APIServerFreeze stops the kube-apiserver with SIGSTOP: it holds its connections and
+	// answers nothing.
+	APIServerFreeze Kind = "apiserver-sigstop"
+	// NodeChurn creates and deletes Node objects of nodes that do not exist, with valid
+	// leases on free subnets, as nodes joining and leaving would; what it leaves stays.
+	NodeChurn Kind = "node-churn"
+	// HostileNodes writes Node objects with unusable annotations (malformed backend-data,
+	// bad addresses, a live node's public IP and VTEP MAC, a live node's podCIDR); they go
+	// when it ends.
+	HostileNodes Kind = "hostile-nodes"
+	// AnnotationTamper overwrites a live node's own annotations (malformed backend-data,
+	// another live node's public IP or VTEP MAC): its weftd must write them back. It touches
+	// both nodes: the impostor's claim may win over the other's (the older claim wins).
+	AnnotationTamper Kind = "own-annotations-tampered"
+)
+
+// Datastores a soak runs on.
+const (
+	Etcd = "etcd"
+	Kube = "kube"
 )
 
 // kindSpec is how Plan schedules a kind.
@@ -66,26 +91,34 @@ type kindSpec struct {
 	allMembers bool
 	// global is a resource of its own it claims, exclusive.
 	global string
+	// etcd, kube: the datastores it applies to.
+	etcd, kube bool
 }
 
 var kindSpecs = map[Kind]kindSpec{
-	WeftdTerm:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd"},
-	WeftdKill:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd"},
-	WeftdKillMany:  {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd"},
-	WeftdFreeze:    {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd"},
-	EtcdKill:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1},
-	EtcdTerm:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1},
-	EtcdFreeze:     {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1},
-	EtcdLeaderKill: {minFor: 2 * time.Second, maxFor: 10 * time.Second, members: 1, allMembers: true},
-	EtcdQuorumLoss: {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2},
-	EtcdCompact:    {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact"},
-	DatastoreCut:   {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net"},
-	LeaseChurn:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn"},
-	HostileLeases:  {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile"},
+	WeftdTerm:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	WeftdKill:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	WeftdKillMany:  {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd", etcd: true, kube: true},
+	WeftdFreeze:    {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	EtcdKill:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
+	EtcdTerm:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true},
+	EtcdFreeze:     {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
+	EtcdLeaderKill: {minFor: 2 * time.Second, maxFor: 10 * time.Second, members: 1, allMembers: true, etcd: true},
+	EtcdQuorumLoss: {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2, etcd: true},
+	EtcdCompact:    {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact", etcd: true, kube: true},
+	DatastoreCut:   {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	LeaseChurn:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn", etcd: true},
+	HostileLeases:  {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", etcd: true},
 	// The time given to weftd to repair what was deleted: the node counts as touched.
-	VXLANDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net"},
-	RouteDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net"},
-	MTUChange:   {minFor: 5 * time.Second, maxFor: 15 * time.Second, nodes: 1, resource: "net"},
+	VXLANDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	RouteDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	MTUChange:   {minFor: 5 * time.Second, maxFor: 15 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	// The API server's faults claim the etcd too, which it needs to start again.
+	APIServerKill:    {minFor: 2 * time.Second, maxFor: 20 * time.Second, global: "apiserver", allMembers: true, kube: true},
+	APIServerFreeze:  {minFor: 3 * time.Second, maxFor: 20 * time.Second, global: "apiserver", allMembers: true, kube: true},
+	NodeChurn:        {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn", kube: true},
+	HostileNodes:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", kube: true},
+	AnnotationTamper: {minFor: 3 * time.Second, maxFor: 12 * time.Second, nodes: 2, resource: "annotations", kube: true},
 }
 
 // AllKinds lists every kind of fault, in a fixed order.
@@ -95,6 +128,19 @@ func AllKinds() []Kind {
 		kinds = append(kinds, k)
 	}
 	slices.Sort(kinds)
+	return kinds
+}
+
+// Kinds lists the kinds of fault that apply to a datastore (Etcd or Kube), in a fixed order;
+// nil for another.
+func Kinds(datastore string) []Kind {
+	var kinds []Kind
+	for _, k := range AllKinds() {
+		spec := kindSpecs[k]
+		if datastore == Etcd && spec.etcd || datastore == Kube && spec.kube {
+			kinds = append(kinds, k)
+		}
+	}
 	return kinds
 }
 
@@ -192,7 +238,7 @@ type PlanConfig struct {
 	Phase    time.Duration // the length of a phase (the last may be shorter); 0: Duration
 	Nodes    int           // how many nodes the cluster has
 	Members  int           // how many etcd members
-	Kinds    []Kind        // the kinds to draw; nil: AllKinds
+	Kinds    []Kind        // the kinds to draw; nil: Kinds(Etcd)
 }
 
 // minGap and maxGap bound the time between the starts of two faults: shorter than most
@@ -200,10 +246,11 @@ type PlanConfig struct {
 const minGap, maxGap = 500 * time.Millisecond, 4 * time.Second
 
 // Plan draws a schedule from the seed: a pure function of the seed and the config. Faults
-// overlap, but never on the same resource (a node's weftd, a node's network, an etcd member,
-// the churn and the hostile writer), and never with every member of an etcd of three or
-// more down at once: two of three are (a quorum lost), by EtcdQuorumLoss or by two faults
-// overlapping.
+// overlap, but never on the same resource (a node's weftd, a node's network, a node's
+// annotations, an etcd member, the API server, the churn and the hostile writer), never
+// with every member of an etcd of three or more down at once: two of three are (a quorum
+// lost), by EtcdQuorumLoss or by two faults overlapping; and the API server's faults never
+// with an etcd member's, since the API server needs its etcd to start again.
 func Plan(seed uint64, cfg PlanConfig) (Schedule, error) {
 	if cfg.Duration <= 0 || cfg.Nodes < 1 {
 		return Schedule{}, fmt.Errorf("soak plan: duration %v and %d nodes: want both positive", cfg.Duration, cfg.Nodes)
@@ -213,7 +260,7 @@ func Plan(seed uint64, cfg PlanConfig) (Schedule, error) {
 	}
 	kinds := cfg.Kinds
 	if kinds == nil {
-		kinds = AllKinds()
+		kinds = Kinds(Etcd)
 	}
 	for _, k := range kinds {
 		if _, ok := kindSpecs[k]; !ok {
@@ -369,6 +416,14 @@ func draw(r *rand.Rand, kinds []Kind, at, length time.Duration, cfg PlanConfig, 
 		}
 		for range spec.members {
 			claims = append(claims, claim{"etcd-down", at, end})
+		}
+	} else if spec.allMembers {
+		// It takes no member down but needs them all up.
+		for i := range cfg.Members {
+			if !b.free(fmt.Sprintf("etcd/%d", i), at, end) {
+				return Fault{}, false
+			}
+			claims = append(claims, claim{fmt.Sprintf("etcd/%d", i), at, end})
 		}
 	}
 	b.claims = append(b.claims, claims...)

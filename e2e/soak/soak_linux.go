@@ -33,6 +33,10 @@ type Config struct {
 	Phase    time.Duration // a phase's length; 0: Duration (one phase)
 	Nodes    int           // weftd nodes; default 4
 	Backend  string        // "vxlan" (default) or "host-gw"
+	// Datastore is Etcd (default: three members) or Kube: weftd --kube-subnet-mgr against a
+	// kube-apiserver in the underlay on a sole etcd member, the leases the Node objects'
+	// annotations.
+	Datastore string
 	// DualStack runs an IPv6 network beside the IPv4 one: every lease has both subnets,
 	// pods both addresses, and pings, leases and kernel state are checked in both.
 	DualStack bool
@@ -77,12 +81,14 @@ type Report struct {
 	// of the harness took over stallAfter): the machine's, not weft's (on a shared
 	// machine, another's network namespaces being destroyed hold the kernel's locks).
 	// Violations in or near one say so.
-	Stalls                    []string
-	Elapsed                   time.Duration
-	EtcdUnreachableSamples    int
-	MACChanges                int
-	ChurnWrites, HostileWrite int
-	Compactions               int
+	Stalls                      []string
+	Elapsed                     time.Duration
+	DatastoreUnreachableSamples int
+	MACChanges                  int
+	// Writes to the datastore: leases (etcd) or Node objects (Kubernetes) of the churn and
+	// of the hostile writer, and a node's own annotations overwritten.
+	ChurnWrites, HostileWrite, TamperWrites int
+	Compactions                             int
 }
 
 // Summary is the report in a few lines.
@@ -96,8 +102,8 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "lost in touched runs, by the faults touching them: %s\n", counts(r.TouchedLostBy))
 	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes (device deleted with weftd down or starting): %d\n",
 		r.PeakRSS>>20, r.BaseRSS>>20, r.PeakGoroutines, r.BaseGoroutines, r.PeakFDs, r.BaseFDs, r.MACChanges)
-	fmt.Fprintf(&b, "lease writes: churn %d, hostile %d; etcd compactions %d; samples with etcd unreachable: %d\n",
-		r.ChurnWrites, r.HostileWrite, r.Compactions, r.EtcdUnreachableSamples)
+	fmt.Fprintf(&b, "datastore writes: churn %d, hostile %d, a node's own annotations tampered with %d; etcd compactions %d; samples with the datastore unreachable: %d\n",
+		r.ChurnWrites, r.HostileWrite, r.TamperWrites, r.Compactions, r.DatastoreUnreachableSamples)
 	fmt.Fprintf(&b, "netlink stalls of the machine: %d %v\n", len(r.Stalls), r.Stalls)
 	fmt.Fprintf(&b, "violations: %d, harness problems: %d", len(r.Violations), len(r.Problems))
 	return b.String()
@@ -153,11 +159,22 @@ func Run(log Logger, cfg Config) (Report, error) {
 	if cfg.Converge == 0 {
 		cfg.Converge = 60 * time.Second
 	}
-	kinds := AllKinds()
+	if cfg.Datastore == "" {
+		cfg.Datastore = Etcd
+	}
+	kinds := Kinds(cfg.Datastore)
+	if kinds == nil {
+		return Report{}, fmt.Errorf("soak: datastore %q: want %s or %s", cfg.Datastore, Etcd, Kube)
+	}
 	if cfg.Backend != "vxlan" {
 		kinds = slices.DeleteFunc(kinds, func(k Kind) bool { return k == VXLANDelete })
 	}
-	sched, err := Plan(cfg.Seed, PlanConfig{Duration: cfg.Duration, Phase: cfg.Phase, Nodes: cfg.Nodes, Members: 3, Kinds: kinds})
+	// Kubernetes mode's etcd serves the API server alone: one member.
+	members := 3
+	if cfg.Datastore == Kube {
+		members = 1
+	}
+	sched, err := Plan(cfg.Seed, PlanConfig{Duration: cfg.Duration, Phase: cfg.Phase, Nodes: cfg.Nodes, Members: members, Kinds: kinds})
 	if err != nil {
 		return Report{}, err
 	}
@@ -165,24 +182,34 @@ func Run(log Logger, cfg Config) (Report, error) {
 	if cfg.DualStack {
 		stack = "dual-stack"
 	}
-	log.Logf("soak: seed %d (replay with SEED=%d), %v on %d %s %s nodes and 3 etcd members; the schedule:\n%s",
-		cfg.Seed, cfg.Seed, cfg.Duration, cfg.Nodes, stack, cfg.Backend, sched)
+	log.Logf("soak: seed %d (replay with SEED=%d), %v on %d %s %s nodes, datastore %s on %d etcd member(s); the schedule:\n%s",
+		cfg.Seed, cfg.Seed, cfg.Duration, cfg.Nodes, stack, cfg.Backend, cfg.Datastore, members, sched)
 
 	netConf := fmt.Sprintf(`{"Network":%q,"Backend":{"Type":%q}}`, network, cfg.Backend)
 	if cfg.DualStack {
 		netConf = fmt.Sprintf(`{"Network":%q,"EnableIPv6":true,"IPv6Network":%q,"Backend":{"Type":%q}}`, network, network6, cfg.Backend)
 	}
-	c, err := cluster.New(log, cluster.Options{
-		NetConf: netConf, Weftd: cfg.Weftd, CNIBin: cfg.CNIBin,
-		EtcdCommand: cfg.EtcdCommand, EtcdMembers: 3,
-		WeftdArgs: []string{"--datastore-timeout=" + datastoreTimeout.String()},
-	})
-	if err != nil {
-		return Report{}, err
-	}
-	r := &runner{log: log, cfg: cfg, c: c, sched: sched,
+	r := &runner{log: log, cfg: cfg, sched: sched,
 		rep: Report{Schedule: sched, Injected: map[Kind]int{}, Skipped: map[Kind]int{}, Checks: map[string]int{},
 			TouchedLostBy: map[string]int{}}}
+	opts := cluster.Options{
+		NetConf: netConf, Weftd: cfg.Weftd, CNIBin: cfg.CNIBin,
+		EtcdCommand: cfg.EtcdCommand, EtcdMembers: members,
+		WeftdArgs: []string{"--datastore-timeout=" + datastoreTimeout.String()},
+	}
+	if cfg.Datastore == Kube {
+		opts.Kube = &cluster.KubeOptions{Kubeconfig: r.kubeconfig}
+	}
+	if r.c, err = cluster.New(log, opts); err != nil {
+		return Report{}, err
+	}
+	if cfg.Datastore == Kube {
+		if err := r.startAPIServer(); err != nil {
+			return Report{}, err
+		}
+		// Before the cluster goes: the API server runs in its underlay.
+		defer r.srv.Close()
+	}
 	if err := r.setUp(); err != nil {
 		return r.rep, err
 	}
@@ -192,13 +219,14 @@ func Run(log Logger, cfg Config) (Report, error) {
 
 // runner is one soak under way.
 type runner struct {
-	log   Logger
-	cfg   Config
-	c     *cluster.Cluster
-	sched Schedule
-	nodes []*cluster.Node
-	pods  []*cluster.Pod
-	start time.Time
+	log      Logger
+	cfg      Config
+	c        *cluster.Cluster
+	kubeMode // Kubernetes mode's API server and client
+	sched    Schedule
+	nodes    []*cluster.Node
+	pods     []*cluster.Pod
+	start    time.Time
 
 	// What each node must keep while it lives.
 	subnets []netip.Prefix
@@ -223,6 +251,9 @@ type runner struct {
 	nodeMu []sync.Mutex
 	// exited is the exit status of each node's weftd last seen by checkAlive.
 	exited []*os.ProcessState
+	// tampered: the node's own annotations were overwritten (AnnotationTamper) and have not
+	// been seen written back yet: its lease is not held against it meanwhile.
+	tampered []bool
 	// locks are the resources the faults hold at run time: a fault that ends late (an etcd
 	// member slow to serve again) delays the next one on the same resource.
 	locks map[string]*sync.Mutex
@@ -287,7 +318,13 @@ func (r *runner) check(name string) {
 
 func (r *runner) setUp() error {
 	for i := range r.cfg.Nodes {
-		n, err := r.c.AddNode(fmt.Sprintf("n%d", i+1))
+		name := fmt.Sprintf("n%d", i+1)
+		if r.cfg.Datastore == Kube {
+			if err := r.createLiveNode(name, i+1); err != nil {
+				return err
+			}
+		}
+		n, err := r.c.AddNode(name)
 		if err != nil {
 			return err
 		}
@@ -374,21 +411,29 @@ func (r *runner) setUp() error {
 			}
 		}
 	}
-	leases, err := r.leases()
-	if err != nil {
-		return err
+	// A Node's annotations may trail its weftd's readiness by a write.
+	var leases map[netip.Prefix]lease
+	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		leases, err = r.leases()
+		if err == nil {
+			err = r.leasesMissing(leases)
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
 	}
 	r.macs, r.macs6 = make([]string, len(r.nodes)), make([]string, len(r.nodes))
 	for i, sn := range r.subnets {
-		l, ok := leases[sn]
-		if !ok {
-			return fmt.Errorf("soak: no lease of node n%d's subnet %s", i+1, sn)
-		}
-		r.macs[i], r.macs6[i] = l.mac, l.mac6
+		r.macs[i], r.macs6[i] = leases[sn].mac, leases[sn].mac6
 	}
 	r.newMAC, r.newMAC6 = make([]bool, len(r.nodes)), make([]bool, len(r.nodes))
 	r.nodeMu = make([]sync.Mutex, len(r.nodes))
 	r.exited = make([]*os.ProcessState, len(r.nodes))
+	r.tampered = make([]bool, len(r.nodes))
 	r.locks = map[string]*sync.Mutex{}
 	for i, n := range r.nodes {
 		res, err := r.resources(n)
@@ -405,6 +450,16 @@ func (r *runner) setUp() error {
 			res.rss>>20, res.goroutines, res.fds)
 	}
 	r.running = map[int]*record{}
+	return nil
+}
+
+// leasesMissing says which node has no valid lease of its subnet yet.
+func (r *runner) leasesMissing(leases map[netip.Prefix]lease) error {
+	for i, sn := range r.subnets {
+		if l, ok := leases[sn]; !ok || !l.valid {
+			return fmt.Errorf("soak: no valid lease of node n%d's subnet %s", i+1, sn)
+		}
+	}
 	return nil
 }
 
@@ -522,14 +577,7 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		}
 	case WeftdFreeze:
 		n := r.nodes[f.Nodes[0]]
-		if err := n.Signal(syscall.SIGSTOP); err != nil {
-			r.problem("%v: %v", f, err)
-			return false
-		}
-		hold()
-		if err := n.Signal(syscall.SIGCONT); err != nil {
-			r.problem("%v: %v", f, err)
-		}
+		return r.pause(f, func() error { return n.Signal(syscall.SIGSTOP) }, func() error { return n.Signal(syscall.SIGCONT) }, hold)
 	case EtcdKill, EtcdTerm, EtcdQuorumLoss, EtcdLeaderKill:
 		members := r.c.EtcdMembers()
 		var down []*cluster.EtcdMember
@@ -565,14 +613,7 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		}
 	case EtcdFreeze:
 		m := r.c.EtcdMembers()[f.Members[0]]
-		if err := m.Signal(syscall.SIGSTOP); err != nil {
-			r.problem("%v: %v", f, err)
-			return false
-		}
-		hold()
-		if err := m.Signal(syscall.SIGCONT); err != nil {
-			r.problem("%v: %v", f, err)
-		}
+		return r.pause(f, func() error { return m.Signal(syscall.SIGSTOP) }, func() error { return m.Signal(syscall.SIGCONT) }, hold)
 	case DatastoreCut:
 		return r.cut(f, until)
 	case EtcdCompact:
@@ -581,6 +622,24 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 		r.churnLeases(f, until)
 	case HostileLeases:
 		r.hostileLeases(f, until)
+	case APIServerKill:
+		r.srv.Close()
+		r.expectUnready(f, nil, time.Now(), until, "the API server killed")
+		hold()
+		if err := r.srv.Relaunch(); err != nil {
+			r.problem("%v: %v", f, err)
+		}
+	case APIServerFreeze:
+		return r.pause(f, r.srv.Pause, r.srv.Resume, func() {
+			r.expectUnready(f, nil, time.Now(), until, "the API server frozen")
+			hold()
+		})
+	case NodeChurn:
+		r.churnNodes(f, until)
+	case HostileNodes:
+		r.hostileNodes(f, until)
+	case AnnotationTamper:
+		r.tamper(rec, until)
 	case VXLANDelete:
 		i := f.Nodes[0]
 		dev, allow := vxlanDevice, r.newMAC
@@ -707,16 +766,20 @@ func (r *runner) leader() (*cluster.EtcdMember, error) {
 	}
 }
 
-// cut drops the node's packets to etcd's client port until the time is up; one that lasts
-// long enough must turn /readyz unready.
+// cut drops the node's packets to the datastore's port (etcd's client port, or the API
+// server's) until the time is up; one that lasts long enough must turn /readyz unready.
 func (r *runner) cut(f Fault, until time.Time) bool {
 	i := f.Nodes[0]
 	n := r.nodes[i]
 	const table = "weftsoak"
+	port := "2379"
+	if r.cfg.Datastore == Kube {
+		port = fmt.Sprint(cluster.APIServerPort)
+	}
 	for _, args := range [][]string{
 		{"nft", "add", "table", "inet", table},
 		{"nft", "add", "chain", "inet", table, "out", "{ type filter hook output priority 0 ; }"},
-		{"nft", "add", "rule", "inet", table, "out", "tcp", "dport", "2379", "drop"},
+		{"nft", "add", "rule", "inet", table, "out", "tcp", "dport", port, "drop"},
 	} {
 		if _, err := n.Exec(args...); err != nil {
 			r.problem("%v: %v", f, err)
@@ -724,28 +787,59 @@ func (r *runner) cut(f Fault, until time.Time) bool {
 			return false
 		}
 	}
-	cutAt := time.Now()
-	if time.Until(until) > cutReadyzAfter+time.Second {
-		time.Sleep(cutReadyzAfter)
-		// Only a weftd that runs can answer; one stopped by another fault says nothing.
-		if r.weftdRunning(i) {
-			code, body, err := n.Get("/readyz")
-			if err == nil {
-				r.check("readyz unready when cut from etcd")
-				if code == http.StatusOK {
-					r.violate("n%d: /readyz 200 %v after its path to etcd was cut (--datastore-timeout=%v)", i+1,
-						time.Since(cutAt).Round(time.Millisecond), datastoreTimeout)
-				} else if !strings.Contains(body, "datastore") {
-					r.log.Logf("soak: n%d cut from etcd: /readyz %d %s", i+1, code, strings.TrimSpace(body))
-				}
-			}
-		}
-	}
+	r.expectUnready(f, []int{i}, time.Now(), until, "its path to the "+r.cfg.Datastore+" datastore cut")
 	time.Sleep(time.Until(until))
 	if _, err := n.Exec("nft", "delete", "table", "inet", table); err != nil {
 		r.problem("%v: ending the cut: %v", f, err)
 	}
 	return true
+}
+
+// expectUnready checks, if the fault lasts long enough, that the nodes (nil: all) say on
+// /readyz cutReadyzAfter after since that their datastore is out of reach.
+func (r *runner) expectUnready(f Fault, nodes []int, since, until time.Time, what string) {
+	if time.Until(until) <= cutReadyzAfter+time.Second {
+		return
+	}
+	if nodes == nil {
+		for i := range r.nodes {
+			nodes = append(nodes, i)
+		}
+	}
+	time.Sleep(time.Until(since.Add(cutReadyzAfter)))
+	for _, i := range nodes {
+		// Only a weftd that ran all along can be held to it: one stopped or frozen by
+		// another fault meanwhile has had less time to notice.
+		if !r.weftdRunning(i) || r.weftdStopped(i, since) {
+			continue
+		}
+		code, body, err := r.nodes[i].Get("/readyz")
+		if err != nil {
+			continue
+		}
+		r.check("readyz unready without the datastore")
+		if code == http.StatusOK {
+			r.violate("n%d: /readyz 200 %v after %s (%v; --datastore-timeout=%v)", i+1,
+				time.Since(since).Round(time.Millisecond), what, f, datastoreTimeout)
+		} else if !strings.Contains(body, "datastore") {
+			r.log.Logf("soak: n%d with %s: /readyz %d %s", i+1, what, code, strings.TrimSpace(body))
+		}
+	}
+}
+
+// weftdStopped reports whether a fault stopped or froze node i's weftd at some time since.
+func (r *runner) weftdStopped(i int, since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range append(slices.Collect(maps.Values(r.running)), r.done...) {
+		switch rec.f.Kind {
+		case WeftdTerm, WeftdKill, WeftdKillMany, WeftdFreeze:
+			if rec.f.Touches(i) && (rec.end.IsZero() || rec.end.After(since)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // madeDevice reports whether the node's current weftd has made or adopted its VXLAN device,
@@ -833,31 +927,55 @@ func (r *runner) churnLease(i int) (string, string) {
 	return r.c.EtcdPrefix() + "/subnets/" + l.Key(), "{" + v + "}"
 }
 
+// writeUntil calls write, each call with a deadline of timeout, again and again until the
+// time is up, pausing between calls from lo to lo+spread milliseconds (drawn from rng after
+// write's own draws, so that a fault's writes replay), and counts in *count the calls that
+// succeed.
+func (r *runner) writeUntil(until time.Time, rng *rand.Rand, timeout time.Duration, lo, spread int, count *int,
+	write func(ctx context.Context) error) {
+	for time.Now().Before(until) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := write(ctx)
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			*count++
+			r.mu.Unlock()
+		}
+		time.Sleep(time.Duration(lo+rng.IntN(spread)) * time.Millisecond)
+	}
+}
+
+// pause stops a process with stop, runs during, and lets the process go on with cont.
+func (r *runner) pause(f Fault, stop, cont func() error, during func()) bool {
+	if err := stop(); err != nil {
+		r.problem("%v: %v", f, err)
+		return false
+	}
+	during()
+	if err := cont(); err != nil {
+		r.problem("%v: %v", f, err)
+	}
+	return true
+}
+
 func (r *runner) churnLeases(f Fault, until time.Time) {
 	rng := newRand(f.Seed)
-	for time.Now().Before(until) {
-		i := rng.IntN(len(r.churn))
-		ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
+	r.writeUntil(until, rng, etcdTimeout, 100, 300, &r.rep.ChurnWrites, func(ctx context.Context) error {
+		key, value := r.churnLease(rng.IntN(len(r.churn)))
 		var err error
-		key, value := r.churnLease(i)
 		if rng.IntN(2) == 0 {
 			_, err = r.c.Etcd().Put(ctx, key, value)
 		} else {
 			_, err = r.c.Etcd().Delete(ctx, key)
 		}
-		cancel()
-		if err == nil {
-			r.mu.Lock()
-			r.rep.ChurnWrites++
-			r.mu.Unlock()
-		}
-		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func (r *runner) hostileLeases(f Fault, until time.Time) {
 	rng := newRand(f.Seed)
-	for time.Now().Before(until) {
+	r.writeUntil(until, rng, etcdTimeout, 100, 200, &r.rep.HostileWrite, func(ctx context.Context) error {
 		i := rng.IntN(len(r.hostile))
 		live := rng.IntN(len(r.nodes))
 		var v string
@@ -879,16 +997,9 @@ func (r *runner) hostileLeases(f Fault, until time.Time) {
 		default:
 			v = `[]`
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 		_, err := r.c.Etcd().Put(ctx, r.leaseKey(r.hostile[i]), v)
-		cancel()
-		if err == nil {
-			r.mu.Lock()
-			r.rep.HostileWrite++
-			r.mu.Unlock()
-		}
-		time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
-	}
+		return err
+	})
 	// The hostile leases go, whatever state etcd is in: retried until it serves.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -923,6 +1034,9 @@ type lease struct {
 // leases reads every lease in etcd, by IPv4 subnet; values that do not parse are there,
 // not valid.
 func (r *runner) leases() (map[netip.Prefix]lease, error) {
+	if r.cfg.Datastore == Kube {
+		return r.kubeLeases()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
 	defer cancel()
 	dir := r.c.EtcdPrefix() + "/subnets/"
@@ -1016,33 +1130,27 @@ func (r *runner) sample() {
 	leases, err := r.leases()
 	if err != nil {
 		r.mu.Lock()
-		r.rep.EtcdUnreachableSamples++
+		r.rep.DatastoreUnreachableSamples++
 		r.mu.Unlock()
 	} else {
 		hostile := map[netip.Prefix]bool{}
 		for _, sn := range r.hostile {
 			hostile[sn] = true
 		}
+		// A tampered node's lease says what the tamperer wrote until its weftd writes it back.
+		tampered := map[netip.Prefix]bool{}
 		for i, n := range r.nodes {
-			r.check("lease keeps subnet, public IP, VTEP MAC")
-			l, ok := leases[r.subnets[i]]
-			switch {
-			case !ok:
-				r.violate("n%d: its lease of %s is gone from etcd", i+1, r.subnets[i])
-			case l.publicIP != n.IP.String():
-				r.violate("n%d: the lease of its subnet %s names public IP %s", i+1, r.subnets[i], l.publicIP)
-			case r.cfg.DualStack && (l.sn6 != r.subnets6[i] || l.publicIP6 != n.IP6.String()):
-				r.violate("n%d: the lease of its subnet %s names IPv6 subnet %s and public IPv6 %s; want %s and %s",
-					i+1, r.subnets[i], l.sn6, l.publicIP6, r.subnets6[i], n.IP6)
-			case r.cfg.Backend == "vxlan":
-				r.sameMAC(i, vxlanDevice, l.mac, r.macs, r.newMAC)
-				if r.cfg.DualStack {
-					r.sameMAC(i, vxlan6Device, l.mac6, r.macs6, r.newMAC6)
-				}
+			if r.stillTampered(i, n, leases[r.subnets[i]]) {
+				tampered[r.subnets[i]] = true
+			}
+		}
+		for i, n := range r.nodes {
+			if !tampered[r.subnets[i]] {
+				r.checkOwnLease(i, n, leases)
 			}
 			r.check("one lease per node")
 			for sn, other := range leases {
-				if sn != r.subnets[i] && !hostile[sn] && other.publicIP == n.IP.String() {
+				if sn != r.subnets[i] && !hostile[sn] && !tampered[sn] && other.publicIP == n.IP.String() {
 					r.violate("n%d: a second lease, of %s, names its public IP %s (its own is %s)", i+1, sn, n.IP, r.subnets[i])
 				}
 			}
@@ -1073,6 +1181,26 @@ func (r *runner) sample() {
 		}
 		if res.fds > 2*r.baseFDs[i]+64 {
 			r.violate("n%d: weftd has %d open files; %d at the start", i+1, res.fds, r.baseFDs[i])
+		}
+	}
+}
+
+// checkOwnLease checks that node i's lease keeps its subnet, public IP and VTEP MAC.
+func (r *runner) checkOwnLease(i int, n *cluster.Node, leases map[netip.Prefix]lease) {
+	l, ok := leases[r.subnets[i]]
+	r.check("lease keeps subnet, public IP, VTEP MAC")
+	switch {
+	case !ok:
+		r.violate("n%d: its lease of %s is gone from the datastore", i+1, r.subnets[i])
+	case l.publicIP != n.IP.String():
+		r.violate("n%d: the lease of its subnet %s names public IP %s", i+1, r.subnets[i], l.publicIP)
+	case r.cfg.DualStack && (l.sn6 != r.subnets6[i] || l.publicIP6 != n.IP6.String()):
+		r.violate("n%d: the lease of its subnet %s names IPv6 subnet %s and public IPv6 %s; want %s and %s",
+			i+1, r.subnets[i], l.sn6, l.publicIP6, r.subnets6[i], n.IP6)
+	case r.cfg.Backend == "vxlan":
+		r.sameMAC(i, vxlanDevice, l.mac, r.macs, r.newMAC)
+		if r.cfg.DualStack {
+			r.sameMAC(i, vxlan6Device, l.mac6, r.macs6, r.newMAC6)
 		}
 	}
 }
@@ -1288,6 +1416,7 @@ func (r *runner) converge(phase int) {
 		r.mu.Lock()
 		clear(r.newMAC)
 		clear(r.newMAC6)
+		clear(r.tampered)
 		r.mu.Unlock()
 	}
 }
@@ -1322,6 +1451,15 @@ func (r *runner) convergenceErrors() []string {
 			errs = append(errs, bad)
 		}
 		errs = append(errs, r.kernelErrors(i, false, want)...)
+		r.mu.Lock()
+		mac := r.macs[i]
+		r.mu.Unlock()
+		if own, ok := leases[r.subnets[i]]; !ok {
+			errs = append(errs, fmt.Sprintf("%s: no lease of its subnet %s", name, r.subnets[i]))
+		} else if own.publicIP != n.IP.String() || own.mac != mac {
+			errs = append(errs, fmt.Sprintf("%s: its lease names public IP %s and VTEP MAC %q; want %s and %q",
+				name, own.publicIP, own.mac, n.IP, mac))
+		}
 		if r.cfg.DualStack {
 			errs = append(errs, r.kernelErrors(i, true, want6)...)
 		}

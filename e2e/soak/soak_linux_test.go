@@ -17,6 +17,9 @@ const (
 	envSeed     = "WEFT_SOAK_SEED"      // the seed; default one drawn from the clock, printed
 	envBackend  = "WEFT_SOAK_BACKEND"   // vxlan (default) or host-gw
 	envDual     = "WEFT_SOAK_DUALSTACK" // set (non-empty): a dual-stack network
+	// envDatastore is etcd (default) or kube: weftd --kube-subnet-mgr on a kube-apiserver
+	// ($WEFT_KUBE_APISERVER, or .cache/kube/bin's).
+	envDatastore = "WEFT_SOAK_DATASTORE"
 )
 
 // shortSeed is the short soak's seed, fixed so that make test runs the same faults every
@@ -31,8 +34,8 @@ func TestSoakShort(t *testing.T) {
 	soak(t, Config{Seed: shortSeed, Duration: shortFor})
 }
 
-// TestSoak is the long soak (make soak DURATION=30m SEED=...): phases of three minutes, each
-// followed by a convergence check.
+// TestSoak is the long soak (make soak DURATION=30m SEED=... SOAK_DATASTORE=...): phases of
+// three minutes, each followed by a convergence check.
 func TestSoak(t *testing.T) {
 	d := os.Getenv(envDuration)
 	if d == "" {
@@ -49,7 +52,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	soak(t, Config{Seed: seed, Duration: dur, Phase: 3 * time.Minute, Backend: os.Getenv(envBackend),
-		DualStack: os.Getenv(envDual) != ""})
+		DualStack: os.Getenv(envDual) != "", Datastore: os.Getenv(envDatastore)})
 }
 
 // soak runs one soak with the binaries TestMain built and fails the test for every broken

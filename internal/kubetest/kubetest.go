@@ -277,38 +277,75 @@ func (s *Server) Stop(t testing.TB) {
 // the test's end kill a frozen server as any other.
 func (s *Server) Freeze(t testing.TB) {
 	t.Helper()
-	stop, _ := freezeSignals(t)
-	s.signal(t, stop)
+	stop, _, err := freezeSignals()
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := s.signal(stop); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Thaw lets a frozen API server run again (SIGCONT).
 func (s *Server) Thaw(t testing.TB) {
 	t.Helper()
-	_, cont := freezeSignals(t)
-	s.signal(t, cont)
+	_, cont, err := freezeSignals()
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := s.signal(cont); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func (s *Server) signal(t testing.TB, sig os.Signal) {
-	t.Helper()
+// Pause is Freeze for servers made by Launch, the error returned.
+func (s *Server) Pause() error {
+	stop, _, err := freezeSignals()
+	if err != nil {
+		return err
+	}
+	return s.signal(stop)
+}
+
+// Resume is Thaw for servers made by Launch, the error returned.
+func (s *Server) Resume() error {
+	_, cont, err := freezeSignals()
+	if err != nil {
+		return err
+	}
+	return s.signal(cont)
+}
+
+func (s *Server) signal(sig os.Signal) error {
 	s.mu.Lock()
 	cmd := s.cmd
 	s.mu.Unlock()
 	if cmd == nil {
-		t.Fatalf("kubetest: %v to a stopped API server", sig)
+		return fmt.Errorf("kubetest: %v to a stopped API server", sig)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("kubetest: %v: %v", sig, err)
+		return fmt.Errorf("kubetest: %v to the API server (pid %d): %w", sig, cmd.Process.Pid, err)
 	}
+	return nil
 }
 
 // Restart starts the API server again on the same port and etcd, stopping it
 // first if it runs; clients reconnect by themselves.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
+	if err := s.Relaunch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Relaunch is Restart for servers made by Launch, the error returned: the
+// server is down after one.
+func (s *Server) Relaunch() error {
 	s.stop()
 	if err := s.start(); err != nil {
-		t.Fatalf("kubetest: restart: %v\n%s", err, s.logTail(4000))
+		return fmt.Errorf("kubetest: restart: %w\n%s", err, s.logTail(4000))
 	}
+	return nil
 }
 
 func (s *Server) args() []string {

@@ -53,6 +53,29 @@ func (c *cluster) newManager(t *testing.T, node, prefix, conf string) (*kube.Man
 	return m, lb
 }
 
+// skipCounting is a manager for node under the weft service account, annotations under
+// prefix, and how many times it has reported each node skipped (Config.OnSkip).
+func (c *cluster) skipCounting(t *testing.T, node, prefix string) (*kube.Manager, func(node string) int) {
+	t.Helper()
+	var mu sync.Mutex
+	skips := map[string]int{}
+	log, _ := testLogger(t)
+	m, err := kube.New(kube.Config{REST: c.weft, AnnotationPrefix: prefix, NetConfPath: writeNetConf(t, netConf), NodeName: node, Logger: log,
+		OnSkip: func(node string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			skips[node]++
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, func(node string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return skips[node]
+	}
+}
+
 // TestKube covers Kubernetes mode beyond the suite, on one API server; each subtest has
 // its own nodes and annotation prefix.
 func TestKube(t *testing.T) {
@@ -66,6 +89,8 @@ func TestKube(t *testing.T) {
 	t.Run("CacheIsTrimmed", func(t *testing.T) { testCacheTrimmed(t, c) })
 	t.Run("Protobuf", func(t *testing.T) { testProtobuf(t, c) })
 	t.Run("MalformedPeersSkipped", func(t *testing.T) { testMalformed(t, c) })
+	t.Run("DuplicatePodCIDRs", func(t *testing.T) { testDuplicatePodCIDRs(t, c) })
+	t.Run("OwnMalformed", func(t *testing.T) { testOwnMalformed(t, c) })
 	t.Run("RBACEnforced", func(t *testing.T) { testRBACEnforced(t, c) })
 	t.Run("List", func(t *testing.T) { testList(t, c) })
 }
@@ -459,18 +484,7 @@ func testMalformed(t *testing.T, c *cluster) {
 	for name, b := range bad {
 		createNode(t, c.admin, name, b.ann, b.cidr)
 	}
-	var mu sync.Mutex
-	skips := map[string]int{}
-	log, _ := testLogger(t)
-	m, err := kube.New(kube.Config{REST: c.weft, AnnotationPrefix: prefix, NetConfPath: writeNetConf(t, netConf), NodeName: "bad-observer", Logger: log,
-		OnSkip: func(node string, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			skips[node]++
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, skipped := c.skipCounting(t, "bad-observer", prefix)
 	w := startWatch(t, m)
 	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != 1 || first[0].Lease.Subnet.String() != "10.42.40.0/24" {
 		t.Fatalf("first batch %v, want only the good peer", first)
@@ -484,19 +498,90 @@ func testMalformed(t *testing.T, c *cluster) {
 	if len(w.state) != 2 {
 		t.Errorf("state %v, want the good and the late peer", w.keys())
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for name := range bad {
 		want := 1
 		if name == "not-managed" {
 			want = 0
 		}
-		if skips[name] != want {
-			t.Errorf("%s reported %d times, want %d", name, skips[name], want)
+		if got := skipped(name); got != want {
+			t.Errorf("%s reported %d times, want %d", name, got, want)
 		}
 	}
-	if skips["good"] != 1 {
-		t.Errorf("corrupted peer reported %d times, want once", skips["good"])
+	if got := skipped("good"); got != 1 {
+		t.Errorf("corrupted peer reported %d times, want once", got)
+	}
+}
+
+// testDuplicatePodCIDRs: two Nodes with the same podCIDR (a stale Node object, a hostile or
+// mistaken write; the Kubernetes-mode soak's hostile writer makes one): the
+// receiver keys leases by subnet, so the watch tells it of the older Node's lease alone. The
+// newcomer is reported as skipped, and neither its arrival nor its deletion reaches the
+// receiver (before, the newcomer's lease replaced the older's, and its deletion removed the
+// subnet: every peer dropped the live node); when the older goes, the other takes its place.
+// The manager's own node holds its podCIDR against an older claimant.
+func testDuplicatePodCIDRs(t *testing.T, c *cluster) {
+	const prefix = "dup.weft.test"
+	const cidr, key = "10.42.60.0/24", "10.42.60.0-24"
+	createNode(t, c.admin, "dup-a", peerAnnotations(prefix, vxlanAttrs("192.0.2.60")), cidr)
+	m, skipped := c.skipCounting(t, "dup-self", prefix)
+	w := startWatch(t, m)
+	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != 1 || first[0].Lease.Attrs.PublicIP.String() != "192.0.2.60" {
+		t.Fatalf("first batch %v, want dup-a's lease", first)
+	}
+	time.Sleep(1100 * time.Millisecond) // creation times have seconds: dup-b is younger
+	createNode(t, c.admin, "dup-b", peerAnnotations(prefix, vxlanAttrs("192.0.2.61")), cidr)
+	w.quiet(t, 2*time.Second, "dup-b created on dup-a's podCIDR")
+	if got := skipped("dup-b"); got != 1 {
+		t.Errorf("dup-b reported as skipped %d times, want once", got)
+	}
+	deleteNode(t, c.admin, "dup-b")
+	w.quiet(t, 2*time.Second, "dup-b deleted")
+
+	createNode(t, c.admin, "dup-b", peerAnnotations(prefix, vxlanAttrs("192.0.2.61")), cidr)
+	w.quiet(t, time.Second, "dup-b created again")
+	deleteNode(t, c.admin, "dup-a")
+	if evs := w.next(t, 10*time.Second, "dup-b in dup-a's place"); len(evs) != 1 || evs[0].Type != subnet.EventAdded ||
+		evs[0].Lease.Attrs.PublicIP.String() != "192.0.2.61" {
+		t.Errorf("after dup-a was deleted: %v; want dup-b's lease added", evs)
+	}
+	deleteNode(t, c.admin, "dup-b")
+	if evs := w.next(t, 10*time.Second, "the podCIDR gone"); len(evs) != 1 || evs[0].Type != subnet.EventRemoved || evs[0].Lease.Key() != key {
+		t.Errorf("after dup-b was deleted: %v; want %s removed", evs, key)
+	}
+
+	const own, ownKey = "10.42.61.0/24", "10.42.61.0-24"
+	createNode(t, c.admin, "dup-c", peerAnnotations(prefix, vxlanAttrs("192.0.2.62")), own)
+	w.until(t, "dup-c", func(s map[string]subnet.Lease) bool { _, ok := s[ownKey]; return ok })
+	time.Sleep(1100 * time.Millisecond)
+	createNode(t, c.admin, "dup-self", peerAnnotations(prefix, vxlanAttrs("192.0.2.63")), own)
+	w.until(t, "the own node's lease", func(s map[string]subnet.Lease) bool { return s[ownKey].Attrs.PublicIP.String() == "192.0.2.63" })
+	deleteNode(t, c.admin, "dup-c")
+	w.quiet(t, time.Second, "dup-c deleted")
+	deleteNode(t, c.admin, "dup-self")
+}
+
+// testOwnMalformed: the own node's annotations gone bad (overwritten by another writer) are
+// a removal to its daemon, which then writes them again; a peer's keep their last good lease
+// (testMalformed). Before, the daemon heard nothing and left them bad until its hourly
+// renewal: peers that started meanwhile could not reach it (the Kubernetes-mode soak's
+// tampering makes the case).
+func testOwnMalformed(t *testing.T, c *cluster) {
+	const prefix = "own.weft.test"
+	const cidr, key = "10.42.62.0/24", "10.42.62.0-24"
+	createNode(t, c.admin, "own-self", peerAnnotations(prefix, vxlanAttrs("192.0.2.64")), cidr)
+	m, _ := c.newManager(t, "own-self", prefix, netConf)
+	w := startWatch(t, m)
+	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != 1 || first[0].Lease.Key() != key {
+		t.Fatalf("first batch %v, want the own lease", first)
+	}
+	_, _, bd, _ := annotationKeys(prefix)
+	setAnnotations(t, c.admin, "own-self", map[string]any{bd: `{"VNI":4096,`})
+	if evs := w.next(t, 10*time.Second, "the own lease unreadable"); len(evs) != 1 || evs[0].Type != subnet.EventRemoved || evs[0].Lease.Key() != key {
+		t.Errorf("after the own node's backend-data went bad: %v; want %s removed", evs, key)
+	}
+	setAnnotations(t, c.admin, "own-self", map[string]any{bd: `{"VNI":4096}`})
+	if evs := w.next(t, 10*time.Second, "the own lease good again"); len(evs) != 1 || evs[0].Type != subnet.EventAdded || evs[0].Lease.Key() != key {
+		t.Errorf("after the own node's backend-data was good again: %v; want %s added", evs, key)
 	}
 }
 

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,23 +60,34 @@ type watcher struct {
 
 	// Owned by run's goroutine.
 	seed    maphash.Seed      // of the attribute digests in known
-	known   map[string]told   // by node name: what the receiver has been told
+	known   map[string]told   // by node name: the last good lease of each node
 	skipped map[string]string // by node name: the problem already reported
+	// Two Nodes may carry the same podCIDRs (a stale Node object, a hostile or mistaken
+	// write), while the receiver keys leases by their subnets: of the nodes that claim one
+	// key, only the holder's lease is sent (see holder), so that a newcomer cannot displace
+	// the node there first, nor its deletion remove that node's lease.
+	claims map[string][]string // by lease key: the nodes whose last good lease has it
+	sent   map[string]told     // by lease key: the lease the receiver holds
 }
 
-// told is what the watcher keeps of a lease the receiver has been told of: its subnets, to
-// name it in a removal, and a digest of its attributes (subnet.LeaseAttrs.Digest), to tell
-// a change. The receiver holds the lease itself; the informer's cache, the node.
+// told is what the watcher keeps of a good lease: its subnets, to name it in a removal, a
+// digest of its attributes (subnet.LeaseAttrs.Digest), to tell a change, its age and its
+// node. The receiver holds the lease itself; the informer's cache, the node.
 type told struct {
 	sn, sn6 netip.Prefix
 	attrs   uint64
+	created int64
+	node    string
 }
+
+func (t told) key() string { return subnet.Key(t.sn, t.sn6) }
 
 func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
 	w := &watcher{
 		m: m, cfg: cfg, out: subnet.Sender{Out: out},
 		dirty: map[string]bool{}, kick: make(chan struct{}, 1),
 		seed: maphash.MakeSeed(), known: map[string]told{}, skipped: map[string]string{},
+		claims: map[string][]string{}, sent: map[string]told{},
 	}
 	// The informer's list and watch calls are seen on their way: whether they fail says
 	// whether the API server can be reached (Check) and is a watch restart; a list after
@@ -210,29 +222,120 @@ func (w *watcher) flush(ctx context.Context) error {
 	w.dirty = map[string]bool{}
 	w.mu.Unlock()
 
-	var removed, added []subnet.Event
+	// The leases read in this batch, and the keys whose claims changed.
+	leases := map[string]subnet.Lease{}
+	keys := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known[name]
-		gone := subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: old.sn, IPv6Subnet: old.sn6}}
 		l, st := w.current(name)
+		if st == kept && name == w.m.node {
+			// Peers keep the last good lease of a node whose annotations went bad; its own
+			// daemon must hear that they did, as a removal, to write them again: peers that
+			// start meanwhile cannot read them.
+			st = absent
+		}
 		switch {
 		case st == kept:
 		case st == present:
-			now := told{sn: l.Subnet, sn6: l.IPv6Subnet, attrs: l.Attrs.Digest(w.seed)}
+			now := told{sn: l.Subnet, sn6: l.IPv6Subnet, attrs: l.Attrs.Digest(w.seed), created: l.Created, node: name}
 			if had && now == old {
 				continue
 			}
-			if had && (now.sn != old.sn || now.sn6 != old.sn6) {
-				removed = append(removed, gone)
+			if had {
+				w.unclaim(old)
+				keys[old.key()] = true
 			}
 			w.known[name] = now
-			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l})
+			w.claims[now.key()] = append(w.claims[now.key()], name)
+			keys[now.key()] = true
+			leases[name] = l
 		case had:
 			delete(w.known, name)
-			removed = append(removed, gone)
+			w.unclaim(old)
+			keys[old.key()] = true
+		}
+	}
+	var removed, added []subnet.Event
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		was, sent := w.sent[key]
+		h, ok := w.holder(key, leases)
+		switch {
+		case !ok && sent:
+			delete(w.sent, key)
+			removed = append(removed, subnet.Event{Type: subnet.EventRemoved, Lease: subnet.Lease{Subnet: was.sn, IPv6Subnet: was.sn6}})
+		case !ok, sent && h == was:
+		default:
+			w.sent[key] = h
+			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: leases[h.node]})
 		}
 	}
 	return w.out.Send(ctx, append(removed, added...))
+}
+
+// unclaim takes the node of t off the claimants of t's key.
+func (w *watcher) unclaim(t told) {
+	key := t.key()
+	rest := slices.DeleteFunc(w.claims[key], func(n string) bool { return n == t.node })
+	if len(rest) == 0 {
+		delete(w.claims, key)
+		return
+	}
+	w.claims[key] = rest
+}
+
+// holder picks the node whose lease the receiver is to hold for key, of the nodes that claim
+// it, and puts its lease in leases if it is not there: this manager's own node first (its
+// daemon reads its own lease from the watch), then the oldest (the first there, as
+// backend.Set decides between claims), then by name. The holder the receiver has keeps its
+// place unless one ranked before it comes; a claimant whose lease cannot be read now (a
+// malformed write since) cannot take it. The others are reported as skipped, once.
+func (w *watcher) holder(key string, leases map[string]subnet.Lease) (told, bool) {
+	ranked := make([]told, 0, len(w.claims[key]))
+	for _, n := range w.claims[key] {
+		ranked = append(ranked, w.known[n])
+	}
+	slices.SortFunc(ranked, func(a, b told) int {
+		switch {
+		case a.node == w.m.node:
+			return -1
+		case b.node == w.m.node:
+			return 1
+		case a.created != b.created:
+			return cmp.Compare(a.created, b.created)
+		}
+		return cmp.Compare(a.node, b.node)
+	})
+	held, sent := w.sent[key]
+	for _, t := range ranked {
+		if _, read := leases[t.node]; !read && (!sent || t != held) {
+			l, st := w.current(t.node)
+			if st != present || l.Key() != key {
+				continue
+			}
+			leases[t.node] = l
+			t = told{sn: l.Subnet, sn6: l.IPv6Subnet, attrs: l.Attrs.Digest(w.seed), created: l.Created, node: t.node}
+		}
+		w.skipOthers(key, ranked, t.node)
+		return t, true
+	}
+	return told{}, false
+}
+
+// skipOthers reports, once each, the claimants of key that holder keeps out.
+func (w *watcher) skipOthers(key string, claimants []told, holder string) {
+	for _, t := range claimants {
+		if t.node == holder {
+			continue
+		}
+		msg := fmt.Sprintf("its podCIDRs %s are node %s's too, which holds them", key, holder)
+		if w.skipped[t.node] != msg {
+			w.skipped[t.node] = msg
+			w.m.log.Warn("skipping node whose podCIDRs another node holds", "node", t.node, "holder", holder, "podcidrs", key)
+			if w.m.onSkip != nil {
+				w.m.onSkip(t.node, errors.New(msg))
+			}
+		}
+	}
 }
 
 // leaseState is what current found of a node's lease.
