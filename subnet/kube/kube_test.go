@@ -327,9 +327,11 @@ func testBurst(t *testing.T, c *cluster) {
 	}
 	m, _ := c.newManager(t, "burst-observer", prefix, netConf)
 	w := startWatch(t, m)
-	if first := w.next(t, 30*time.Second, "the first batch"); len(first) != peers {
-		t.Fatalf("first batch has %d leases, want %d", len(first), peers)
-	}
+	// The first batch holds the Nodes the API server's watch cache had when the watch began,
+	// which under load may lag the last create by a moment (CI saw 49 of 50): the rest come
+	// right after.
+	w.next(t, 30*time.Second, "the first batch")
+	w.until(t, "every peer", func(s map[string]subnet.Lease) bool { return len(s) == peers })
 
 	// The receiver is busy (not reading) during the burst.
 	_, _, bd, _ := annotationKeys(prefix)
