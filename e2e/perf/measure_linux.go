@@ -230,12 +230,7 @@ func (r *daemonRun) nodeStorm(ctx context.Context, peers *kubePeers, k int) Valu
 	if err != nil {
 		return missing("%v", err)
 	}
-	select {
-	case <-time.After(stormSettle):
-	case <-ctx.Done():
-		return missing("cancelled")
-	}
-	idle1, err := cpuTime(pid)
+	idle1, err := cpuTimeAfter(ctx, pid, stormSettle)
 	if err != nil {
 		return missing("%v", err)
 	}
@@ -246,12 +241,7 @@ func (r *daemonRun) nodeStorm(ctx context.Context, peers *kubePeers, k int) Valu
 		return missing("failed")
 	}
 	patched := time.Since(start)
-	select {
-	case <-time.After(stormSettle):
-	case <-ctx.Done():
-		return missing("cancelled")
-	}
-	used, err := cpuTime(pid)
+	used, err := cpuTimeAfter(ctx, pid, stormSettle)
 	if err != nil {
 		return missing("%v", err)
 	}
@@ -261,6 +251,16 @@ func (r *daemonRun) nodeStorm(ctx context.Context, peers *kubePeers, k int) Valu
 	r.b.log.Info("Node update storm", "daemon", r.daemon, "patches", k, "took", patched.Round(time.Millisecond),
 		"cpu", busy.Round(time.Millisecond), "per_update", per, "idle_cpu_per_s", time.Duration(idle*float64(time.Second)))
 	return seconds(per)
+}
+
+// cpuTimeAfter is cpuTime once d has passed, unless ctx is done first.
+func cpuTimeAfter(ctx context.Context, pid int, d time.Duration) (time.Duration, error) {
+	select {
+	case <-time.After(d):
+		return cpuTime(pid)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 // cpuTime is the CPU time the process pid has used so far, summed over its threads from
