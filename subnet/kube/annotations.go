@@ -230,6 +230,9 @@ func (a annotations) trim(obj any) (any, error) {
 	}
 	out := &corev1.Node{}
 	out.Name, out.UID, out.ResourceVersion = n.Name, n.UID, n.ResourceVersion
+	// The creation time is the lease's age (nodeAge), which decides between two Nodes that
+	// claim one podCIDR, public IP or VTEP MAC: without it the name would.
+	out.CreationTimestamp = n.CreationTimestamp
 	out.Spec.PodCIDR, out.Spec.PodCIDRs = n.Spec.PodCIDR, n.Spec.PodCIDRs
 	for _, k := range a.watched() {
 		if v, ok := n.Annotations[k]; ok {
