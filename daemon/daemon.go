@@ -476,22 +476,36 @@ func result(err error) string {
 }
 
 // retry calls f until it succeeds, says its error is final, or ctx ends; it logs failures
-// and backs off up to half a minute.
+// and waits retryWait between tries.
 func retry[T any](ctx context.Context, log *slog.Logger, what string, f func() (T, bool, error)) (T, error) {
-	backoff := time.Second
-	for {
+	for n := 0; ; n++ {
 		v, final, err := f()
 		if err == nil || final {
 			return v, err
 		}
-		log.Warn(what+" failed, retrying", "in", backoff, "err", err)
+		wait := retryWait(n)
+		log.Warn(what+" failed, retrying", "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return v, ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// maxRetryWait bounds retry's wait: a node started while its datastore is down gets its
+// lease at most this long after the datastore is back (it was 30 s, and the soak saw a node
+// start 16 s after an API server outage ended). Only starting nodes retry so, with one
+// request a try: the kubelet's heartbeats ask more of an API server.
+const maxRetryWait = 5 * time.Second
+
+// retryWait is the wait after the n-th failed try (from 0): a second, doubling up to
+// maxRetryWait.
+func retryWait(n int) time.Duration {
+	if n >= 3 {
+		return maxRetryWait
+	}
+	return min(time.Second<<n, maxRetryWait)
 }
 
 func (d *daemon) writeEnv() error {
