@@ -80,7 +80,7 @@ conformance:
 	WEFT_KUBE_CLUSTER=1 WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -count=1 -timeout 150m -v ./e2e/kubecluster/
 
 ## soak: the randomized fault soak (root; issue 22, e2e/soak): four weftd nodes on a three-member
-## etcd, pods pinging across every pair, faults of sixteen kinds drawn from SEED (default: from
+## etcd, pods pinging across every pair, faults of seventeen kinds drawn from SEED (default: from
 ## the clock; printed, and the same seed replays the same schedule) and injected, overlapping,
 ## for DURATION in phases of three minutes, the invariants checked all along and after each
 ## phase. SOAK_BACKEND=host-gw for host-gw, SOAK_DUALSTACK=1 for a dual-stack network.

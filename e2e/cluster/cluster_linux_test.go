@@ -291,6 +291,78 @@ func TestEtcdMembers(t *testing.T) {
 	}
 }
 
+// TestEtcdMemberIsolated: the leader cut off from the other members by Isolate still takes
+// connections, but the others elect a new leader and take writes, and the cut-off member
+// steps down; once the cut ends it follows the new leader and has every write.
+func TestEtcdMemberIsolated(t *testing.T) {
+	needRoot(t)
+	demo := goBuild(t, "./e2e/demo")
+	c, err := New(t, Options{NetConf: testNetConf, EtcdCommand: []string{demo, "--serve-etcd"}, EtcdMembers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(m *EtcdMember) (leader, id uint64, err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := c.Etcd().Status(ctx, m.URL)
+		if err != nil {
+			return 0, 0, err
+		}
+		return st.Leader, st.Header.MemberId, nil
+	}
+	// waitFor polls cond until it holds, or fails the test after etcdReadyTimeout.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for start := time.Now(); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Since(start) > etcdReadyTimeout {
+				t.Fatalf("not %s after %v", what, etcdReadyTimeout)
+			}
+		}
+	}
+	old, err := c.EtcdLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, oldID, err := status(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Isolate(true); err != nil {
+		t.Fatal(err)
+	}
+	var next uint64
+	waitFor("a new leader elected without "+old.Name, func() bool {
+		for _, m := range c.EtcdMembers() {
+			if l, _, err := status(m); m != old && err == nil && l != 0 && l != oldID {
+				next = l
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(old.Name+" stepped down", func() bool { l, id, err := status(old); return err == nil && l != id })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Etcd().Put(ctx, "/while-isolated", "x"); err != nil {
+		t.Fatalf("write with %s cut off: %v", old.Name, err)
+	}
+	if err := old.Isolate(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(old.Name+" following the new leader", func() bool { l, _, err := status(old); return err == nil && l == next })
+	cli, err := c.newEtcdClient([]string{old.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	waitFor(old.Name+" serving the write made while it was cut off", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := cli.Get(ctx, "/while-isolated")
+		return err == nil && len(resp.Kvs) == 1
+	})
+}
+
 // TestSweep leaves a cluster behind as a killed run would (a record whose owner is gone, a
 // namespace with a process in it) and an unclaimed namespace, and checks that Sweep removes
 // both and nothing else.

@@ -108,6 +108,18 @@ func etcdConfig(dir string, m etcdMember) (*embed.Config, error) {
 	cfg.ListenPeerUrls = []url.URL{*peer}
 	cfg.AdvertisePeerUrls = []url.URL{*peer}
 	cfg.InitialCluster = m.InitialCluster
+	if host, err := netip.ParseAddr(peer.Hostname()); err == nil && !host.IsLoopback() {
+		// Members of several share the underlay namespace: dialling its peers from its own
+		// address, rather than from the one the kernel picks, is what lets Isolate cut one
+		// member off from the others by address.
+		gate, ok := cfg.ServerFeatureGate.(interface{ Set(string) error })
+		if !ok {
+			return nil, fmt.Errorf("etcd member %s: its feature gate cannot be set", m.Name)
+		}
+		if err := gate.Set("SetMemberLocalAddr=true"); err != nil {
+			return nil, fmt.Errorf("etcd member %s: %w", m.Name, err)
+		}
+	}
 	// Its log goes to a file so that a failing test can point at it without etcd's
 	// chatter about its own shutdown filling every test's output.
 	cfg.Logger = "zap"
@@ -213,6 +225,7 @@ type EtcdMember struct {
 
 	Name    string // etcd's name for it
 	URL     string // its IPv4 client URL, one of EtcdEndpoints
+	PeerURL string // where the other members reach it
 	Dir     string // its data, etcd's log (etcd.log) and etcdMemberFile
 	LogPath string // the process's output, every run appended
 
@@ -235,7 +248,7 @@ func (c *Cluster) startEtcdMembers() error {
 		if len(members) > 1 {
 			file = em.Name
 		}
-		m := &EtcdMember{c: c, Name: em.Name, URL: em.ClientURLs[0],
+		m := &EtcdMember{c: c, Name: em.Name, URL: em.ClientURLs[0], PeerURL: em.PeerURL,
 			Dir: filepath.Join(c.dir, file), LogPath: filepath.Join(c.dir, file+".out")}
 		if i > 0 { // the first is on the gateway's address
 			addr := fmt.Sprintf("%s/%d", underlayIP(i+1), underlayBits)
@@ -390,6 +403,40 @@ func (c *Cluster) EtcdLeader() (*EtcdMember, error) {
 		err = errors.New("no running member leads")
 	}
 	return nil, fmt.Errorf("cluster %s: finding the etcd leader: %w", c.prefix, err)
+}
+
+// Isolate cuts the member off from the other members (on) or ends the cut (off): an nft
+// table in the underlay drops every packet from or to its peer port on its own address,
+// while its clients still reach it. A leader so cut keeps its clients and loses its
+// followers: the others elect a new leader, and it steps down with no leader to follow.
+func (m *EtcdMember) Isolate(on bool) error {
+	u, err := url.Parse(m.PeerURL)
+	if err != nil {
+		return fmt.Errorf("etcd member %s: %w", m.Name, err)
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil || addr.IsLoopback() {
+		return fmt.Errorf("etcd member %s: peer URL %s: a sole member has no peers to be cut from", m.Name, m.PeerURL)
+	}
+	table := "weft-isolate-" + m.Name
+	cmds := [][]string{{"nft", "delete", "table", "ip", table}}
+	if on {
+		a, port := addr.String(), u.Port()
+		cmds = [][]string{
+			{"nft", "add", "table", "ip", table},
+			{"nft", "add", "chain", "ip", table, "out", "{ type filter hook output priority 0 ; }"},
+			{"nft", "add", "rule", "ip", table, "out", "ip", "saddr", a, "tcp", "sport", port, "drop"},
+			{"nft", "add", "rule", "ip", table, "out", "ip", "saddr", a, "tcp", "dport", port, "drop"},
+			{"nft", "add", "rule", "ip", table, "out", "ip", "daddr", a, "tcp", "dport", port, "drop"},
+			{"nft", "add", "rule", "ip", table, "out", "ip", "daddr", a, "tcp", "sport", port, "drop"},
+		}
+	}
+	for _, c := range cmds {
+		if _, err := run("ip", netnsExecArgs(m.c.ul, c...)...); err != nil {
+			return fmt.Errorf("etcd member %s: %w", m.Name, err)
+		}
+	}
+	return nil
 }
 
 // Signal sends sig to the member's process and returns at once: SIGSTOP freezes it (it

@@ -2,7 +2,8 @@
 // network namespaces on a three-member etcd (e2e/cluster), vxlan or host-gw, IPv4 or
 // dual-stack, pods pinging across every pair of nodes, and faults injected at random and
 // overlapping: weftd stopped, killed or frozen (one node or several at once), etcd members
-// killed, stopped, frozen, the leader killed and the quorum lost, etcd's history compacted
+// killed, stopped, frozen, the leader killed or cut off from the others (it keeps its clients)
+// and the quorum lost, etcd's history compacted
 // away, a node's path to etcd cut, leases churned and hostile leases written, a node's VXLAN
 // device or a route deleted, its underlay MTU changed. In Kubernetes mode (Config.Datastore)
 // every weftd runs with --kube-subnet-mgr against a kube-apiserver in the underlay on a sole

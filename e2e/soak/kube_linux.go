@@ -297,10 +297,7 @@ func (r *runner) tamper(rec *record, until time.Time) {
 	for time.Since(ended) < restoreTimeout {
 		if !written {
 			if leases, err := r.leases(); err == nil {
-				l := leases[r.subnets[victim]]
-				r.mu.Lock()
-				written = l.publicIP == r.nodes[victim].IP.String() && l.mac == r.macs[victim]
-				r.mu.Unlock()
+				written = r.writtenBack(victim, leases[r.subnets[victim]])
 				if written {
 					rec.note += fmt.Sprintf("; written back %v after", time.Since(ended).Round(time.Millisecond))
 				}
@@ -356,21 +353,44 @@ func (r *runner) programmedByPeers(i int) bool {
 // stillTampered reports whether node i's annotations were tampered with and are not yet
 // seen written back: while an AnnotationTamper is in force on it, and until its lease names
 // its public IP and VTEP MAC again.
-func (r *runner) stillTampered(i int, n *cluster.Node, l lease) bool {
+func (r *runner) stillTampered(i int, l lease) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.tampered[i] {
-		return false
-	}
+	tampered, inForce := r.tampered[i], false
 	for _, rec := range r.running {
-		if rec.f.Kind == AnnotationTamper && rec.f.Touches(i) {
-			return true
-		}
+		inForce = inForce || rec.f.Kind == AnnotationTamper && rec.f.Touches(i)
 	}
-	if l.publicIP == n.IP.String() && l.mac == r.macs[i] {
-		r.tampered[i] = false
-		r.log.Logf("soak: n%d: its annotations are written back", i+1)
+	r.mu.Unlock()
+	if !tampered {
 		return false
 	}
-	return true
+	if inForce || !r.writtenBack(i, l) {
+		return true
+	}
+	r.mu.Lock()
+	r.tampered[i] = false
+	r.mu.Unlock()
+	r.log.Logf("soak: n%d: its annotations are written back", i+1)
+	return false
+}
+
+// writtenBack reports whether node i's lease names its public IP and its VTEP MAC again: the
+// MAC the soak knows, or, when the device may have a new one (it was deleted while weftd was
+// down), the device's own. Before, a node whose MAC changed so while it was tampered with
+// counted as tampered for ever, and its lease's new MAC was never taken.
+func (r *runner) writtenBack(i int, l lease) bool {
+	n := r.nodes[i]
+	r.mu.Lock()
+	known, fresh := r.macs[i], r.newMAC[i]
+	r.mu.Unlock()
+	if l.publicIP != n.IP.String() {
+		return false
+	}
+	if r.cfg.Backend != "vxlan" || l.mac == known {
+		return true
+	}
+	if !fresh {
+		return false
+	}
+	link, err := jsonOf(n, "ip", "-j", "link", "show", vxlanDevice)
+	return err == nil && len(link) == 1 && strings.EqualFold(str(link[0]["address"]), l.mac)
 }

@@ -31,6 +31,10 @@ const (
 	EtcdFreeze Kind = "etcd-member-sigstop"
 	// EtcdLeaderKill kills whichever member leads when the fault starts.
 	EtcdLeaderKill Kind = "etcd-leader-sigkill"
+	// EtcdLeaderPartition cuts whichever member leads when the fault starts off from the
+	// other members (cluster.EtcdMember.Isolate): it keeps its clients, the others elect a
+	// new leader, and it steps down with none to follow until the cut ends.
+	EtcdLeaderPartition Kind = "etcd-leader-partitioned"
 	// EtcdQuorumLoss kills two members of three: etcd serves nothing until one is back.
 	EtcdQuorumLoss Kind = "etcd-quorum-loss"
 	// EtcdCompact compacts etcd's history to its current revision, again and again: a
@@ -96,19 +100,20 @@ type kindSpec struct {
 }
 
 var kindSpecs = map[Kind]kindSpec{
-	WeftdTerm:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
-	WeftdKill:      {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
-	WeftdKillMany:  {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd", etcd: true, kube: true},
-	WeftdFreeze:    {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
-	EtcdKill:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
-	EtcdTerm:       {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true},
-	EtcdFreeze:     {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
-	EtcdLeaderKill: {minFor: 2 * time.Second, maxFor: 10 * time.Second, members: 1, allMembers: true, etcd: true},
-	EtcdQuorumLoss: {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2, etcd: true},
-	EtcdCompact:    {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact", etcd: true, kube: true},
-	DatastoreCut:   {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
-	LeaseChurn:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn", etcd: true},
-	HostileLeases:  {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", etcd: true},
+	WeftdTerm:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	WeftdKill:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	WeftdKillMany:       {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd", etcd: true, kube: true},
+	WeftdFreeze:         {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	EtcdKill:            {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
+	EtcdTerm:            {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true},
+	EtcdFreeze:          {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
+	EtcdLeaderKill:      {minFor: 2 * time.Second, maxFor: 10 * time.Second, members: 1, allMembers: true, etcd: true},
+	EtcdLeaderPartition: {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, allMembers: true, etcd: true},
+	EtcdQuorumLoss:      {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2, etcd: true},
+	EtcdCompact:         {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact", etcd: true, kube: true},
+	DatastoreCut:        {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	LeaseChurn:          {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn", etcd: true},
+	HostileLeases:       {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", etcd: true},
 	// The time given to weftd to repair what was deleted: the node counts as touched.
 	VXLANDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
 	RouteDelete: {minFor: 8 * time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},

@@ -611,6 +611,21 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 				}
 			}
 		}
+	case EtcdLeaderPartition:
+		m, err := r.leader()
+		if err != nil {
+			rec.note = err.Error()
+			return false
+		}
+		rec.note = "leader " + m.Name
+		if err := m.Isolate(true); err != nil {
+			r.problem("%v: %v", f, err)
+			return false
+		}
+		hold()
+		if err := m.Isolate(false); err != nil {
+			r.problem("%v: ending the cut: %v", f, err)
+		}
 	case EtcdFreeze:
 		m := r.c.EtcdMembers()[f.Members[0]]
 		return r.pause(f, func() error { return m.Signal(syscall.SIGSTOP) }, func() error { return m.Signal(syscall.SIGCONT) }, hold)
@@ -1139,8 +1154,8 @@ func (r *runner) sample() {
 		}
 		// A tampered node's lease says what the tamperer wrote until its weftd writes it back.
 		tampered := map[netip.Prefix]bool{}
-		for i, n := range r.nodes {
-			if r.stillTampered(i, n, leases[r.subnets[i]]) {
+		for i := range r.nodes {
+			if r.stillTampered(i, leases[r.subnets[i]]) {
 				tampered[r.subnets[i]] = true
 			}
 		}
