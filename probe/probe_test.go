@@ -62,7 +62,7 @@ func targets(n int) []Target {
 	out := make([]Target, n)
 	for i := range out {
 		out[i] = Target{Key: fmt.Sprintf("10.244.%d.0-24", i), Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), 0}),
-			Behind: netip.AddrFrom4([4]byte{10, 244, byte(i), 254})}
+			Behind: netip.AddrFrom4([4]byte{10, 244, byte(i), 254}), Transport: true}
 	}
 	return out
 }

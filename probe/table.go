@@ -3,7 +3,6 @@ package probe
 import (
 	"iter"
 	"slices"
-	"sync"
 )
 
 // table keeps a record of type R for each peer, by key, for many thousands of peers at a small
@@ -12,16 +11,24 @@ import (
 // removing a peer cost the same however many there are, so that what an event costs grows with
 // what it changed, not with the cluster.
 //
-// Its rotation walks the slots in order, from where it stopped, round and round: every peer
-// there when a pass begins comes up within that pass, however many come and go meanwhile (a
-// newcomer may take a slot behind the cursor and wait for the next pass). Keys must not be
-// empty: an empty key marks a free slot.
+// Its rotations (one for each of its users) walk the slots in order, from where they stopped,
+// round and round: every peer there when a pass begins comes up within that pass, however many
+// come and go meanwhile (a newcomer may take a slot behind the cursor and wait for the next
+// pass). Keys must not be empty: an empty key marks a free slot.
 type table[R any] struct {
 	index map[string]int32
 	slots []slot[R]
-	free  []int32 // free slots, reused last first
-	next  int     // the rotation's next slot
+	free  []int32        // free slots, reused last first
+	next  [rotations]int // each rotation's next slot
 }
+
+// The table's rotations: the Prober's, through every peer, and its Transport's, through those
+// it checks.
+const (
+	rotProber = iota
+	rotTransport
+	rotations
+)
 
 // slot is a peer's key (the caller's string, not copied) and record; a free one has no key.
 type slot[R any] struct {
@@ -103,71 +110,46 @@ func (t *table[R]) compact() {
 		return
 	}
 	slots := make([]slot[R], 0, len(t.index))
-	next := -1
+	var next [rotations]int
+	for r := range next {
+		next[r] = -1
+	}
 	for i, s := range t.slots {
 		if s.key == "" {
 			continue
 		}
-		if next < 0 && i >= t.next {
-			next = len(slots)
+		for r := range next {
+			if next[r] < 0 && i >= t.next[r] {
+				next[r] = len(slots)
+			}
 		}
 		t.index[s.key] = int32(len(slots))
 		slots = append(slots, s)
 	}
-	t.slots, t.free, t.next = slots, nil, max(next, 0)
+	for r := range next {
+		next[r] = max(next[r], 0)
+	}
+	t.slots, t.free, t.next = slots, nil, next
 }
 
-// rotate returns the next peer of the rotation, its key and record (good until the next add
-// or remove); false when there are none.
-func (t *table[R]) rotate() (string, *R, bool) {
+// rotate returns the next peer of the rotation rot whose record in accepts (any, if in is
+// nil), its key and record (good until the next add or remove); false when there is none.
+// Peers that in refuses are passed over: their turn is spent.
+func (t *table[R]) rotate(rot int, in func(*R) bool) (string, *R, bool) {
 	if len(t.index) == 0 {
 		return "", nil, false
 	}
-	for {
-		if t.next >= len(t.slots) {
-			t.next = 0
+	for range len(t.slots) {
+		if t.next[rot] >= len(t.slots) {
+			t.next[rot] = 0
 		}
-		i := t.next
-		t.next++
-		if t.slots[i].key != "" {
+		i := t.next[rot]
+		t.next[rot]++
+		if t.slots[i].key != "" && (in == nil || in(&t.slots[i].rec)) {
 			return t.slots[i].key, &t.slots[i].rec, true
 		}
 	}
-}
-
-// setTargets is the Set of a Prober or a Transport, whose table tab mu guards: it makes the
-// targets exactly ts through their update, which puts ts and removes the peers tab holds
-// beyond them.
-func setTargets[R any](mu *sync.Mutex, tab *table[R], ts []Target, update func(put, removed []Target)) {
-	// Most often (the first Set, at start-up, and every resync after) ts holds every peer
-	// the table holds: then nothing is removed, and no set of tens of thousands of keys is
-	// built to find that out.
-	mu.Lock()
-	held := 0
-	for _, t := range ts {
-		if _, ok := tab.index[t.Key]; ok {
-			held++
-		}
-	}
-	all := held == tab.len()
-	mu.Unlock()
-	if all {
-		update(ts, nil)
-		return
-	}
-	keep := make(map[string]bool, len(ts))
-	for _, t := range ts {
-		keep[t.Key] = true
-	}
-	var gone []Target
-	mu.Lock()
-	for k := range tab.all() {
-		if !keep[k] {
-			gone = append(gone, Target{Key: k})
-		}
-	}
-	mu.Unlock()
-	update(ts, gone)
+	return "", nil, false
 }
 
 // all yields every peer's key and record, in slot order.

@@ -75,7 +75,7 @@ func TestTable(t *testing.T) {
 	if tb.len() != 0 || len(tb.slots) > 128 {
 		t.Errorf("emptied: %d peers in %d slots", tb.len(), len(tb.slots))
 	}
-	if _, _, ok := tb.rotate(); ok {
+	if _, _, ok := tb.rotate(rotProber, nil); ok {
 		t.Error("an empty table's rotation gave a peer")
 	}
 }
@@ -106,7 +106,7 @@ func TestTableRotation(t *testing.T) {
 		// A pass: as many turns as there are peers and newcomers ahead of the cursor, at
 		// most; one peer comes and one goes each turn, outside the present set.
 		for turn := 0; turn < 2*len(present) && len(seen) < len(present); turn++ {
-			k, _, ok := tb.rotate()
+			k, _, ok := tb.rotate(rotProber, nil)
 			if !ok {
 				t.Fatal("rotation ran dry")
 			}
