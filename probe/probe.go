@@ -167,7 +167,9 @@ type Prober struct {
 
 // New returns a Prober that sends its probes with pinger.
 func New(cfg Config, pinger Pinger, hooks Hooks) *Prober {
-	return &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
+	p := &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
+	p.peers.init()
+	return p
 }
 
 // Set makes the targets exactly ts (a full resync of the data plane).
@@ -178,7 +180,7 @@ func (p *Prober) Set(ts []Target) {
 	p.mu.Lock()
 	held := 0
 	for _, t := range ts {
-		if _, ok := p.peers.index[t.Key]; ok {
+		if p.peers.get(t.Key) != nil {
 			held++
 		}
 	}
