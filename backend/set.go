@@ -43,27 +43,16 @@ type Set struct {
 	byKey    claims[Key]
 }
 
-// Kinds of claims, each an index into entry.next.
-const (
-	claimSubnet = iota
-	claimIP
-	claimMAC
-	claimKey
-	claimKinds
-)
-
-// claims indexes one kind of claim: the entries claiming each value, chained through the
-// entries themselves (almost always just one), so that the index costs one slot per lease and
-// no allocation of its own. The first of a chain is in the index, found by the value its
-// entry claims.
+// claims indexes one kind of claim: the entries claiming each value, in an index holding them
+// all (almost always one a value), so that the index costs one slot per lease and no
+// allocation of its own, and an entry no link to the next claimant of each kind.
 type claims[K comparable] struct {
-	kind int
-	of   func(*entry) K // the value an entry claims
-	m    hashindex.Index[K, *entry]
+	of func(*entry) K // the value an entry claims
+	m  hashindex.Index[K, *entry]
 }
 
-func newClaims[K comparable](kind int, hash func(maphash.Seed, K) uint64, of func(*entry) K) claims[K] {
-	return claims[K]{kind: kind, of: of, m: hashindex.New(hash, of)}
+func newClaims[K comparable](hash func(maphash.Seed, K) uint64, of func(*entry) K) claims[K] {
+	return claims[K]{of: of, m: hashindex.New(hash, of)}
 }
 
 // The hashes of the claims' values, their bytes (maphash.Comparable would move each value to
@@ -74,47 +63,28 @@ func hashKey(seed maphash.Seed, k Key) uint64       { return maphash.Bytes(seed,
 
 // add makes e a claimant of what it claims; every claimant of that is touched.
 func (c *claims[K]) add(e *entry, touched *touchList) {
-	e.next[c.kind], _ = c.m.Get(c.of(e))
-	c.m.Put(e)
-	for o := e; o != nil; o = o.next[c.kind] {
+	c.m.Add(e)
+	for o := range c.m.Values(c.of(e)) {
 		touched.add(o)
 	}
 }
 
 // drop takes e out of the claimants of what it claims; the others are touched.
 func (c *claims[K]) drop(e *entry, touched *touchList) {
-	k := c.of(e)
-	head, _ := c.m.Get(k)
-	if head == e {
-		head = e.next[c.kind]
-	} else {
-		for o := head; o != nil; o = o.next[c.kind] {
-			if o.next[c.kind] == e {
-				o.next[c.kind] = e.next[c.kind]
-				break
-			}
-		}
-	}
-	e.next[c.kind] = nil
-	if head == nil {
-		c.m.Delete(k)
-		return
-	}
-	c.m.Put(head)
-	for o := head; o != nil; o = o.next[c.kind] {
+	c.m.Remove(e)
+	for o := range c.m.Values(c.of(e)) {
 		touched.add(o)
 	}
 }
 
-// addrKey is an address as a claim's key: its 16 bytes, a map slot of 24 bytes rather than a
-// netip.Addr's 32 (of every lease, twice). Within a Set it names one address: the Set's
-// addresses are all of its family and have no zone (translate).
+// addrKey is an address as a claim's key: its 16 bytes, which hash as they are. Within a Set it
+// names one address: the Set's addresses are all of its family and have no zone (translate).
 func addrKey(a netip.Addr) [16]byte { return a.As16() }
 
-// first is the claimant that wins what e claims.
+// first is the claimant that wins what e, one of them, claims.
 func (c *claims[K]) first(e *entry) *entry {
-	w, _ := c.m.Get(c.of(e))
-	for o := w; o != nil; o = o.next[c.kind] {
+	w := e
+	for o := range c.m.Values(c.of(e)) {
 		if before(o, w) < 0 {
 			w = o
 		}
@@ -133,7 +103,6 @@ type entry struct {
 	said    *Skipped // the skip last reported in a Result, so that each is reported once
 	claimed bool     // registered in the claim indexes
 	on      bool     // programmed: c.peer is in the State
-	next    [claimKinds]*entry
 }
 
 // skipped is why the entry is not programmed, or nil.
@@ -147,10 +116,10 @@ func (e *entry) skipped() *Skipped {
 // NewSet returns an empty Set for a node holding own.
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: hashindex.New(hashindex.String, func(e *entry) string { return e.key }),
-		bySubnet: newClaims(claimSubnet, hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.Subnet.Addr()) }),
-		byIP:     newClaims(claimIP, hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.PublicIP) }),
-		byMAC:    newClaims(claimMAC, hashMAC, func(e *entry) MAC { return e.c.mac }),
-		byKey:    newClaims(claimKey, hashKey, func(e *entry) Key { return e.c.key() })}
+		bySubnet: newClaims(hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.Subnet.Addr()) }),
+		byIP:     newClaims(hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.PublicIP) }),
+		byMAC:    newClaims(hashMAC, func(e *entry) MAC { return e.c.mac }),
+		byKey:    newClaims(hashKey, func(e *entry) Key { return e.c.key() })}
 	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.ownKey, s.claim = own, own.Key(), b.ownClaims(own)

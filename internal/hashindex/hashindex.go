@@ -12,9 +12,10 @@ import (
 	"iter"
 )
 
-// Index holds values of type V by their keys of type K: no two values with one key. V's zero
-// value is never held. The key of a value must not change while the Index holds it. The zero
-// Index is not usable: make one with New.
+// Index holds values of type V by their keys of type K: one value a key (Put, Get, Delete),
+// or several (Add, Values, Remove), which an Index does not mix. V's zero value is never
+// held. The key of a value must not change while the Index holds it. The zero Index holds
+// nothing and can be read, not filled: make one with New.
 //
 // Beside each slot a tag keeps 7 bits of its value's hash (0: empty), so that a probe
 // reads a value, and its key (most often behind a pointer, a cache miss away), only where
@@ -106,6 +107,62 @@ func (x *Index[K, V]) Delete(k K) (V, bool) {
 		return zero, false
 	}
 	old := x.slots[i]
+	x.deleteAt(i)
+	return old, true
+}
+
+// Add holds v besides the values of its key already held. v must not be V's zero value.
+func (x *Index[K, V]) Add(v V) {
+	var zero V
+	if v == zero {
+		panic("hashindex: Add of the zero value, which marks an empty slot")
+	}
+	x.Reserve(1)
+	h := x.hash(x.seed, x.key(v))
+	mask := len(x.slots) - 1
+	i := int(h) & mask
+	for x.tags[i] != 0 {
+		i = (i + 1) & mask
+	}
+	x.slots[i], x.tags[i] = v, tagOf(h)
+	x.n++
+}
+
+// Values yields the values of key k. The Index must not change meanwhile.
+func (x *Index[K, V]) Values(k K) iter.Seq[V] {
+	return func(yield func(V) bool) {
+		if x.n == 0 {
+			return
+		}
+		h := x.hash(x.seed, k)
+		tag, mask := tagOf(h), len(x.slots)-1
+		for i := int(h) & mask; x.tags[i] != 0; i = (i + 1) & mask {
+			if x.tags[i] == tag && x.key(x.slots[i]) == k && !yield(x.slots[i]) {
+				return
+			}
+		}
+	}
+}
+
+// Remove removes v, one of the values of its key, and reports whether it was held.
+func (x *Index[K, V]) Remove(v V) bool {
+	if x.n == 0 {
+		return false
+	}
+	h := x.hash(x.seed, x.key(v))
+	tag, mask := tagOf(h), len(x.slots)-1
+	for i := int(h) & mask; x.tags[i] != 0; i = (i + 1) & mask {
+		if x.tags[i] == tag && x.slots[i] == v {
+			x.deleteAt(i)
+			return true
+		}
+	}
+	return false
+}
+
+// deleteAt empties the slot i.
+func (x *Index[K, V]) deleteAt(i int) {
+	var zero V
 	x.slots[i], x.tags[i] = zero, 0
 	x.n--
 	// The values after the hole, up to the next empty slot, move back into it where their
@@ -123,7 +180,6 @@ func (x *Index[K, V]) Delete(k K) (V, bool) {
 	if len(x.slots) > minSlots && 8*x.n <= len(x.slots) {
 		x.resize(len(x.slots) / 2)
 	}
-	return old, true
 }
 
 // Reserve makes room for n more values, so that Puts of as many grow the table at most once
@@ -144,11 +200,19 @@ func (x *Index[K, V]) Reserve(n int) {
 func (x *Index[K, V]) resize(size int) {
 	old, oldTags := x.slots, x.tags
 	x.slots, x.tags = make([]V, size), make([]uint8, size)
+	mask := size - 1
 	for i, v := range old {
-		if oldTags[i] != 0 {
-			j, tag, _ := x.find(x.key(v))
-			x.slots[j], x.tags[j] = v, tag
+		if oldTags[i] == 0 {
+			continue
 		}
+		// To the first empty slot from its home: the values of one key, when several,
+		// are all kept.
+		h := x.hash(x.seed, x.key(v))
+		j := int(h) & mask
+		for x.tags[j] != 0 {
+			j = (j + 1) & mask
+		}
+		x.slots[j], x.tags[j] = v, oldTags[i]
 	}
 }
 

@@ -41,6 +41,13 @@ func check(t *testing.T, x *Index[[16]byte, *item], model map[[16]byte]*item) {
 			t.Fatalf("Get(%v) = %v, %v; want %v", k, got, ok, v)
 		}
 	}
+	checkPlaces(t, x)
+}
+
+// checkPlaces fails unless every value is tagged with its hash's tag and sits where a probe
+// from its home reaches it without crossing an empty slot, the table at most 3/4 full.
+func checkPlaces(t *testing.T, x *Index[[16]byte, *item]) {
+	t.Helper()
 	mask := len(x.slots) - 1
 	for i, v := range x.slots {
 		if (v == nil) != (x.tags[i] == 0) {
@@ -112,6 +119,58 @@ func TestIndex(t *testing.T) {
 	}
 	if _, ok := x.Get([16]byte{1}); ok {
 		t.Error("an empty Index found a value")
+	}
+}
+
+// TestIndexMulti: Adds and Removes at random against a map of sets (few keys, many values
+// each at times): Values yields what the map holds of a key, each value once, and the table
+// keeps every value where its probe reaches it.
+func TestIndexMulti(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	x := newItems()
+	model := map[[16]byte]map[*item]bool{}
+	var held []*item
+	for i := range 30000 {
+		if len(held) > 0 && (rng.IntN(3) == 0 || i > 20000 && rng.IntN(4) > 0) {
+			j := rng.IntN(len(held))
+			v := held[j]
+			held[j] = held[len(held)-1]
+			held = held[:len(held)-1]
+			if !x.Remove(v) {
+				t.Fatalf("Remove(%v) found nothing", v.k)
+			}
+			delete(model[v.k], v)
+			if x.Remove(v) {
+				t.Fatalf("Remove(%v) twice found it twice", v.k)
+			}
+		} else {
+			v := &item{k: [16]byte{byte(rng.IntN(40))}, v: i}
+			x.Add(v)
+			held = append(held, v)
+			if model[v.k] == nil {
+				model[v.k] = map[*item]bool{}
+			}
+			model[v.k][v] = true
+		}
+		if i%300 != 0 {
+			continue
+		}
+		for k, want := range model {
+			got := map[*item]bool{}
+			for v := range x.Values(k) {
+				if got[v] || !want[v] {
+					t.Fatalf("Values(%v) yields %d: twice, or not held", k, v.v)
+				}
+				got[v] = true
+			}
+			if len(got) != len(want) {
+				t.Fatalf("Values(%v) yields %d values, %d held", k, len(got), len(want))
+			}
+		}
+		if x.Len() != len(held) {
+			t.Fatalf("Len() = %d, %d held", x.Len(), len(held))
+		}
+		checkPlaces(t, &x)
 	}
 }
 
