@@ -193,8 +193,8 @@ func heapPerPeer(b *testing.B, build func([]Target) any) {
 	b.ReportMetric(perPeer, "B/peer")
 }
 
-// BenchmarkProberRound is a round of a Prober with 20,000 peers just set, all waiting to be
-// probed out of turn, and the probes it sends (answered at once).
+// BenchmarkProberRound is a round of a Prober with 20,000 peers just set, a few of them
+// queued to be probed out of turn, and the probes it sends (answered at once).
 func BenchmarkProberRound(b *testing.B) {
 	p := New(Config{}, newFakePinger(), Hooks{})
 	p.Set(targets(20000))

@@ -158,7 +158,7 @@ type Prober struct {
 	mu       sync.Mutex // guards what follows, and the Transport's state
 	peers    table[record]
 	lost     map[string]*lost // of the peers whose last probe was lost (failing)
-	suspects []string         // keys with lost probes, probed again each round, oldest first
+	suspects []string         // keys of new peers and peers with lost probes, probed out of turn, oldest first
 	answered int              // peers whose last probe was answered
 	down     int              // peers that are unreachable
 	checked  int              // peers whose Target.Transport holds
@@ -238,8 +238,14 @@ func (p *Prober) Update(put, removed []Target) {
 		}
 		if moved {
 			r.p = peer{}
-			// A new peer is probed soon rather than when the rotation comes round to it.
-			p.queueLocked(t.Key, r)
+			// A new peer is probed soon rather than when the rotation comes round to it,
+			// while few wait so. Of many new at once (a start, a resync that finds the
+			// cluster grown) the queue would take no more of them a round than the rotation
+			// does, and would keep their keys meanwhile: at 20,000 peers, 16 bytes each for
+			// over an hour.
+			if len(p.suspects) < p.newQueued() {
+				p.queueLocked(t.Key, r)
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -247,6 +253,10 @@ func (p *Prober) Update(put, removed []Target) {
 		f()
 	}
 }
+
+// newQueued is how many suspects may be waiting for a new peer to join them: as many as the
+// rounds take out of turn in 16 rounds.
+func (p *Prober) newQueued() int { return 16 * max(p.cfg.PerInterval/2, 1) }
 
 // queueLocked puts the peer k in the queue of suspects, unless it is there.
 func (p *Prober) queueLocked(k string, r *record) {
@@ -364,6 +374,10 @@ func (p *Prober) round() []Target {
 	}
 	clear(p.suspects[len(keep):]) // lets go of the keys dropped
 	p.suspects = append(keep, taken...)
+	if n := len(p.suspects); cap(p.suspects) > 64 && 4*n < cap(p.suspects) {
+		// Drained after many peers failed at once: the room they took goes.
+		p.suspects = slices.Clone(p.suspects)
+	}
 	for _, k := range p.suspects {
 		p.peers.get(k).p.queued = true
 	}
