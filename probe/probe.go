@@ -146,7 +146,7 @@ type lost struct {
 // Prober probes peers; its methods are safe for concurrent use.
 //
 // Its peers are a table of small records (see table), which its Transport shares: what it
-// keeps of every peer is a slot in the table's map and a record with the key; the rotation
+// keeps of every peer is a slot in the table's index and a record with the key; the rotation
 // walks the table's slots, with no copy of the keys. What lost probes leave to report (since
 // when, the last error) is kept aside, in lost: few peers have lost their last probe.
 type Prober struct {
@@ -158,7 +158,7 @@ type Prober struct {
 	mu       sync.Mutex // guards what follows, and the Transport's state
 	peers    table[record]
 	lost     map[string]*lost // of the peers whose last probe was lost (failing)
-	suspects []string         // keys of new peers and peers with lost probes, probed out of turn, oldest first
+	suspects []string         // keys probed out of turn (new peers, lost probes), oldest first
 	answered int              // peers whose last probe was answered
 	down     int              // peers that are unreachable
 	checked  int              // peers whose Target.Transport holds
