@@ -66,7 +66,7 @@ func newOffloadRig(t *testing.T, mode string) *offloadRig {
 	r.d = &daemon{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), m: newMetrics(),
 		events: noticeLog{reasons: &r.notices}}
 	r.fp = &familyPath{off: &offload{dev: "flannel.1", plane: r.dev},
-		transport: probe.NewTransport(probe.TransportConfig{}, nil, nil, probe.TransportHooks{}),
+		transport: probe.New(probe.Config{}, nil, probe.Hooks{}).NewTransport(probe.TransportConfig{}, nil, probe.TransportHooks{}),
 		cfg: pathConfig{log: r.d.log, m: r.d.m, events: r.d.events, offload: mode,
 			hooks: pathHooks{transport: r.d.transportCounted, pathMTU: r.d.pathMTUCounted}}}
 	r.d.paths = families{r.fp}

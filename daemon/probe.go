@@ -16,14 +16,15 @@ import (
 // address through the tunnel (VXLAN's or WireGuard's), or, routed, its subnet's gateway (the first address after the
 // subnet's own: the CNI bridge's on the peer). Behind it, the echoes of the pods' MTU go to
 // the last address before the subnet's broadcast address, which the peer forwards to its
-// pods' bridge (the CNI's IPAM hands addresses out from the start of the range).
+// pods' bridge (the CNI's IPAM hands addresses out from the start of the range). The
+// Transport checks the peers reached through the overlay device.
 func probeTarget(key string, p backend.Peer) probe.Target {
 	a := p.VTEP()
 	// A WireGuard peer's device holds its VTEP address, through the tunnel.
 	if !p.Overlay() && p.WireGuard == nil {
 		a = a.Next()
 	}
-	return probe.Target{Key: key, Addr: a, Behind: subnet.LastAddr(p.Subnet).Prev()}
+	return probe.Target{Key: key, Addr: a, Behind: subnet.LastAddr(p.Subnet).Prev(), Transport: p.Overlay()}
 }
 
 // startProbes gives every family a Prober sending through pinger, and every family with an
@@ -86,7 +87,7 @@ func (fp *familyPath) startProbes(ctx context.Context, wg *sync.WaitGroup, pinge
 	// rate limits.
 	// The echo of the pods' MTU: the largest packet they send, whatever the family.
 	tcfg := probe.TransportConfig{Interval: interval, Gap: max(3*interval, 3*time.Second), MTU: fp.cfg.mtu}
-	fp.transport = probe.NewTransport(tcfg, pinger, checker, probe.TransportHooks{
+	fp.transport = fp.prober.NewTransport(tcfg, checker, probe.TransportHooks{
 		Result:     func(kind, outcome string) { m.probes.WithLabelValues(kind, outcome).Inc() },
 		Changed:    func(t probe.Target, broken bool) { fp.transportChanged(ctx, t, broken) },
 		MTUChanged: fp.pathMTUChanged,
@@ -202,55 +203,32 @@ func (fs families) overlaySummary() probe.Summary {
 	return s
 }
 
-// probeApplied tells the family's Prober what an Apply programmed, and its Transport what
-// of it goes through the overlay: every peer after a full one, the changed peers after an
-// incremental one.
+// probeApplied tells the family's Prober, and through it its Transport, what an Apply
+// programmed: every peer after a full one, the changed peers after an incremental one.
 func (fp *familyPath) probeApplied(u backend.Update) {
 	if fp.prober == nil {
 		return
 	}
 	if u.Full {
-		// Sized at once: at 20,000 peers, slices grown by appending would leave behind
-		// several times the megabytes they end with, at every resync.
+		// Sized at once: at 20,000 peers, a slice grown by appending would leave behind
+		// several times the megabytes it ends with, at every resync.
 		peers := fp.set.State().Peers
 		ts := make([]probe.Target, 0, peers.Len())
-		through := make([]bool, 0, peers.Len()) // by ts: the peer is reached through the overlay
 		for k, p := range peers.All() {
 			ts = append(ts, probeTarget(k, p))
-			through = append(through, p.Overlay())
 		}
 		fp.prober.Set(ts)
-		if fp.transport != nil {
-			// In place: the Prober keeps no slice it is given.
-			overlay := ts[:0]
-			for i, t := range ts {
-				if through[i] {
-					overlay = append(overlay, t)
-				}
-			}
-			fp.transport.Set(overlay)
-		}
 		return
 	}
-	var put, removed, overlay, notOverlay []probe.Target
+	var put, removed []probe.Target
 	for _, c := range u.Peers {
-		t := probe.Target{Key: c.Key}
 		if c.New.IsValid() {
-			t = probeTarget(c.Key, c.New)
-			put = append(put, t)
+			put = append(put, probeTarget(c.Key, c.New))
 		} else {
-			removed = append(removed, t)
-		}
-		if c.New.Overlay() {
-			overlay = append(overlay, t)
-		} else {
-			notOverlay = append(notOverlay, t)
+			removed = append(removed, probe.Target{Key: c.Key})
 		}
 	}
 	fp.prober.Update(put, removed)
-	if fp.transport != nil {
-		fp.transport.Update(overlay, notOverlay)
-	}
 }
 
 // overlayStatus is what /status says of the probes.

@@ -45,6 +45,9 @@ type Target struct {
 	// (no pod need hold it), for the Transport's echoes of the pods' MTU; the Prober
 	// disregards it.
 	Behind netip.Addr
+	// Transport: the Prober's Transport checks the peer's TCP and UDP too (its packets go
+	// through the device whose offload the Transport watches).
+	Transport bool
 }
 
 // Config tunes a Prober; zero fields take the defaults.
@@ -104,10 +107,24 @@ type Summary struct {
 // symptoms too).
 func (s Summary) Isolated() bool { return s.Targets >= 2 && s.Answered == 0 && s.Unreachable >= 2 }
 
-// peer is what the Prober keeps of every target (beside its key, in the table): 32 bytes on
-// 64-bit platforms, the flags in what would be the address's padding.
+// record is what the table keeps of every target beside its key: its addresses, what the
+// Prober keeps of it (peer) and what the Transport does (tpeer and last). One table serves
+// both, so that a peer costs one slot of the index and one record of 72 bytes on 64-bit
+// platforms, not one of each in two tables (the key, the index's slot and the address again).
+type record struct {
+	addr, behind netip.Addr // the target's
+	last         int64      // the start of the Transport's last check (Unix nanoseconds)
+	p            peer
+	t            tpeer
+}
+
+// target is the Target the peer k was given.
+func (r *record) target(k string) Target {
+	return Target{Key: k, Addr: r.addr, Behind: r.behind, Transport: r.t.checked}
+}
+
+// peer is what the Prober keeps of every target besides its addresses.
 type peer struct {
-	addr     netip.Addr
 	probed   bool // a probe's outcome is known
 	answered bool // the last probe was answered
 	down     bool // its lost probes reached Failures
@@ -128,55 +145,108 @@ type lost struct {
 
 // Prober probes peers; its methods are safe for concurrent use.
 //
-// Its peers are a table of small records (see table): what it keeps of every peer is a slot
-// in the table's map and a record of 32 bytes with the key; the rotation walks the table's
-// slots, with no copy of the keys. What lost probes leave to report (since when, the last
-// error) is kept aside, in lost: few peers have lost their last probe.
+// Its peers are a table of small records (see table), which its Transport shares: what it
+// keeps of every peer is a slot in the table's index and a record with the key; the rotation
+// walks the table's slots, with no copy of the keys. What lost probes leave to report (since
+// when, the last error) is kept aside, in lost: few peers have lost their last probe.
 type Prober struct {
 	cfg    Config
 	pinger Pinger
 	hooks  Hooks
 	now    func() time.Time
 
-	mu       sync.Mutex
-	peers    table[peer]
+	mu       sync.Mutex // guards what follows, and the Transport's state
+	peers    table[record]
 	lost     map[string]*lost // of the peers whose last probe was lost (failing)
-	suspects []string         // keys with lost probes, probed again each round, oldest first
+	suspects []string         // keys probed out of turn (new peers, lost probes), oldest first
 	answered int              // peers whose last probe was answered
 	down     int              // peers that are unreachable
+	checked  int              // peers whose Target.Transport holds
+	tr       *Transport       // the Transport made by NewTransport; nil before
 }
 
 // New returns a Prober that sends its probes with pinger.
 func New(cfg Config, pinger Pinger, hooks Hooks) *Prober {
-	return &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
+	p := &Prober{cfg: cfg.withDefaults(), pinger: pinger, hooks: hooks, now: time.Now, lost: map[string]*lost{}}
+	p.peers.init()
+	return p
 }
 
 // Set makes the targets exactly ts (a full resync of the data plane).
-func (p *Prober) Set(ts []Target) { setTargets(&p.mu, &p.peers, ts, p.Update) }
+func (p *Prober) Set(ts []Target) {
+	// Most often (the first Set, at start-up, and every resync after) ts holds every peer
+	// the table holds: then nothing is removed, and no set of tens of thousands of keys is
+	// built to find that out.
+	p.mu.Lock()
+	held := 0
+	for _, t := range ts {
+		if p.peers.get(t.Key) != nil {
+			held++
+		}
+	}
+	all := held == p.peers.len()
+	p.mu.Unlock()
+	if all {
+		p.Update(ts, nil)
+		return
+	}
+	keep := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		keep[t.Key] = true
+	}
+	var gone []Target
+	p.mu.Lock()
+	for k := range p.peers.all() {
+		if !keep[k] {
+			gone = append(gone, Target{Key: k})
+		}
+	}
+	p.mu.Unlock()
+	p.Update(ts, gone)
+}
 
 // Update adds or changes the targets in put and removes those in removed (only their keys
 // count): the peers an incremental convergence changed. A target whose address changed starts
-// afresh. It costs what it changes, however many peers there are.
+// afresh; so does its Transport's check when its Behind or Transport changed. It costs what
+// it changes, however many peers there are.
 func (p *Prober) Update(put, removed []Target) {
 	var changed []func()
 	p.mu.Lock()
 	for _, t := range removed {
-		if pe, ok := p.peers.remove(t.Key); ok {
-			changed = append(changed, p.forgetLocked(t.Key, &pe)...)
+		if r, ok := p.peers.remove(t.Key); ok {
+			changed = append(changed, p.forgetLocked(t.Key, &r)...)
+			p.uncheckLocked(t.Key, &r)
 		}
 	}
 	p.peers.reserveFor(put)
 	for _, t := range put {
-		pe, added := p.peers.put(t.Key)
-		if !added {
-			if pe.addr == t.Addr {
-				continue
-			}
-			changed = append(changed, p.forgetLocked(t.Key, pe)...)
+		r, added := p.peers.put(t.Key)
+		moved := added || r.addr != t.Addr
+		if !moved && r.behind == t.Behind && r.t.checked == t.Transport {
+			continue
 		}
-		*pe = peer{addr: t.Addr}
-		// A new peer is probed soon rather than when the rotation comes round to it.
-		p.queueLocked(t.Key, pe)
+		if !added {
+			p.uncheckLocked(t.Key, r)
+			if moved {
+				changed = append(changed, p.forgetLocked(t.Key, r)...)
+			}
+		}
+		r.addr, r.behind = t.Addr, t.Behind
+		r.last, r.t = 0, tpeer{checked: t.Transport}
+		if t.Transport {
+			p.checked++
+		}
+		if moved {
+			r.p = peer{}
+			// A new peer is probed soon rather than when the rotation comes round to it,
+			// while few wait so. Of many new at once (a start, a resync that finds the
+			// cluster grown) the queue would take no more of them a round than the rotation
+			// does, and would keep their keys meanwhile: at 20,000 peers, 16 bytes each for
+			// over an hour.
+			if len(p.suspects) < p.newQueued() {
+				p.queueLocked(t.Key, r)
+			}
+		}
 	}
 	p.mu.Unlock()
 	for _, f := range changed {
@@ -184,30 +254,45 @@ func (p *Prober) Update(put, removed []Target) {
 	}
 }
 
+// newQueued is how many suspects may be waiting for a new peer to join them: as many as the
+// rounds take out of turn in 16 rounds.
+func (p *Prober) newQueued() int { return 16 * max(p.cfg.PerInterval/2, 1) }
+
 // queueLocked puts the peer k in the queue of suspects, unless it is there.
-func (p *Prober) queueLocked(k string, pe *peer) {
-	if !pe.queued {
-		pe.queued = true
+func (p *Prober) queueLocked(k string, r *record) {
+	if !r.p.queued {
+		r.p.queued = true
 		p.suspects = append(p.suspects, k)
 	}
 }
 
 // forgetLocked forgets what was seen of the peer k, which is leaving or starting afresh,
 // returning the hook calls this makes.
-func (p *Prober) forgetLocked(k string, pe *peer) []func() {
+func (p *Prober) forgetLocked(k string, r *record) []func() {
 	delete(p.lost, k)
-	if pe.answered {
+	if r.p.answered {
 		p.answered--
 	}
-	if !pe.down {
+	if !r.p.down {
 		return nil
 	}
 	p.down--
-	t, n := Target{Key: k, Addr: pe.addr}, p.down
+	t, n := Target{Key: k, Addr: r.addr}, p.down
 	if p.hooks.Changed == nil {
 		return nil
 	}
 	return []func(){func() { p.hooks.Changed(t, false, n) }}
+}
+
+// uncheckLocked takes the peer k, leaving or starting afresh, out of the Transport's checks:
+// its record's tpeer is the caller's to reset.
+func (p *Prober) uncheckLocked(k string, r *record) {
+	if r.t.checked {
+		p.checked--
+	}
+	if p.tr != nil {
+		delete(p.tr.suspects, k)
+	}
 }
 
 // Summary returns the Prober's view now.
@@ -226,8 +311,8 @@ func (p *Prober) Unreachable() []Unreachable {
 	defer p.mu.Unlock()
 	var out []Unreachable
 	for k, l := range p.lost { // an unreachable peer has lost its last probes
-		if pe := p.peers.get(k); pe != nil && pe.down {
-			out = append(out, Unreachable{Target: Target{Key: k, Addr: pe.addr}, Since: l.since, LastErr: l.lastErr})
+		if r := p.peers.get(k); r != nil && r.p.down {
+			out = append(out, Unreachable{Target: Target{Key: k, Addr: r.addr}, Since: l.since, LastErr: l.lastErr})
 		}
 	}
 	slices.SortFunc(out, func(a, b Unreachable) int { return strings.Compare(a.Key, b.Key) })
@@ -260,12 +345,12 @@ func (p *Prober) round() []Target {
 	budget := p.cfg.PerInterval
 	var out []Target
 	// In flight, a peer is not taken again (by the rotation after the suspects, say).
-	take := func(k string, pe *peer) bool {
-		if pe.inFlight {
+	take := func(k string, r *record) bool {
+		if r.p.inFlight {
 			return false
 		}
-		pe.inFlight = true
-		out = append(out, Target{Key: k, Addr: pe.addr})
+		r.p.inFlight = true
+		out = append(out, Target{Key: k, Addr: r.addr})
 		return true
 	}
 	// Suspects (new peers, peers with lost probes) within half the budget; those probed
@@ -273,15 +358,15 @@ func (p *Prober) round() []Target {
 	// (gone and back, or changed, while queued): the first seen unmarks it.
 	keep, taken := p.suspects[:0], []string(nil)
 	for _, k := range p.suspects {
-		pe := p.peers.get(k)
-		if pe == nil || !pe.queued {
+		r := p.peers.get(k)
+		if r == nil || !r.p.queued {
 			continue
 		}
-		pe.queued = false
-		if !pe.suspect() {
+		r.p.queued = false
+		if !r.p.suspect() {
 			continue
 		}
-		if len(taken) < max(budget/2, 1) && take(k, pe) {
+		if len(taken) < max(budget/2, 1) && take(k, r) {
 			taken = append(taken, k)
 			continue
 		}
@@ -289,17 +374,21 @@ func (p *Prober) round() []Target {
 	}
 	clear(p.suspects[len(keep):]) // lets go of the keys dropped
 	p.suspects = append(keep, taken...)
+	if n := len(p.suspects); cap(p.suspects) > 64 && 4*n < cap(p.suspects) {
+		// Drained after many peers failed at once: the room they took goes.
+		p.suspects = slices.Clone(p.suspects)
+	}
 	for _, k := range p.suspects {
-		p.peers.get(k).queued = true
+		p.peers.get(k).p.queued = true
 	}
 	// The rotation: through the table's peers in turn, so that every peer there at the
 	// start of a pass is probed within Summary.Period.
 	for tries := 0; len(out) < budget && tries <= p.peers.len(); tries++ {
-		k, pe, ok := p.peers.rotate()
+		k, r, ok := p.peers.rotate(rotProber, nil)
 		if !ok {
 			break
 		}
-		take(k, pe)
+		take(k, r)
 	}
 	return out
 }
@@ -312,8 +401,8 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 	cancel()
 	if ctx.Err() != nil {
 		p.mu.Lock()
-		if pe := p.peers.get(t.Key); pe != nil {
-			pe.inFlight = false
+		if r := p.peers.get(t.Key); r != nil {
+			r.p.inFlight = false
 		}
 		p.mu.Unlock()
 		return
@@ -322,11 +411,12 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 		p.hooks.Result(outcomeOf(err), rtt)
 	}
 	p.mu.Lock()
-	pe := p.peers.get(t.Key)
-	if pe == nil || pe.addr != t.Addr {
+	r := p.peers.get(t.Key)
+	if r == nil || r.addr != t.Addr {
 		p.mu.Unlock()
 		return // gone or changed meanwhile
 	}
+	pe := &r.p
 	pe.inFlight, pe.probed = false, true
 	wasAnswered, wasDown := pe.answered, pe.down
 	if err == nil {
@@ -337,7 +427,7 @@ func (p *Prober) probe(ctx context.Context, t Target) {
 		if l == nil {
 			l = &lost{since: sent}
 			p.lost[t.Key] = l
-			p.queueLocked(t.Key, pe) // probed again each round until it answers
+			p.queueLocked(t.Key, r) // probed again each round until it answers
 		}
 		l.fails++
 		l.lastErr = err.Error()

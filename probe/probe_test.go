@@ -62,9 +62,38 @@ func targets(n int) []Target {
 	out := make([]Target, n)
 	for i := range out {
 		out[i] = Target{Key: fmt.Sprintf("10.244.%d.0-24", i), Addr: netip.AddrFrom4([4]byte{10, 244, byte(i), 0}),
-			Behind: netip.AddrFrom4([4]byte{10, 244, byte(i), 254})}
+			Behind: netip.AddrFrom4([4]byte{10, 244, byte(i), 254}), Transport: true}
 	}
 	return out
+}
+
+// TestNewPeersQueued: a new peer is probed out of turn, in the next round, while few wait so;
+// of many new at once, a few are queued and the rotation reaches the others within the
+// period, as it does every peer.
+func TestNewPeersQueued(t *testing.T) {
+	f := newFakePinger()
+	p := New(Config{PerInterval: 4}, f, Hooks{})
+	ts := targets(1001)
+	p.Set(ts[:1000])
+	if n := len(p.suspects); n != p.newQueued() || n > 64 {
+		t.Fatalf("1000 new peers: %d queued; want %d", n, p.newQueued())
+	}
+	rounds := int(p.Summary().Period / time.Second)
+	for range rounds {
+		runRound(p)
+	}
+	for _, tg := range ts[:1000] {
+		if f.sent[tg.Addr] == 0 {
+			t.Fatalf("%s not probed in %d rounds (the period)", tg.Key, rounds)
+		}
+	}
+	if len(p.suspects) != 0 {
+		t.Fatalf("every peer probed: %d still queued", len(p.suspects))
+	}
+	p.Update(ts[1000:], nil)
+	if got := runRound(p); len(got) == 0 || got[0] != (Target{Key: ts[1000].Key, Addr: ts[1000].Addr}) {
+		t.Errorf("a peer joining: the next round probed %v first; want it", got)
+	}
 }
 
 // runRound runs one round synchronously, as Run does, and returns what it probed.
@@ -118,7 +147,7 @@ func TestUnreachableAndBack(t *testing.T) {
 	}})
 	ts := targets(100)
 	p.Set(ts)
-	for len(p.suspects) > 0 {
+	for len(p.suspects) > 0 || p.Summary().Answered < len(ts) {
 		runRound(p)
 	}
 	dead := ts[42]

@@ -10,9 +10,10 @@ import (
 // every keyed slot indexed, every other slot free once.
 func checkTable[R any](t *testing.T, tb *table[R]) {
 	t.Helper()
-	for k, i := range tb.index {
-		if tb.slots[i].key != k {
-			t.Fatalf("key %s indexed at slot %d, which holds %q", k, i, tb.slots[i].key)
+	for i := range tb.index.All() {
+		k := tb.slots[i-1].key
+		if r := tb.get(k); r != &tb.slots[i-1].rec {
+			t.Fatalf("slot %d indexed, holding %q, which is found elsewhere", i-1, k)
 		}
 	}
 	free := map[int32]bool{}
@@ -23,7 +24,7 @@ func checkTable[R any](t *testing.T, tb *table[R]) {
 		free[i] = true
 	}
 	for i, s := range tb.slots {
-		if s.key == "" && !free[int32(i)] || s.key != "" && tb.index[s.key] != int32(i) {
+		if s.key == "" && !free[int32(i)] || s.key != "" && tb.get(s.key) != &tb.slots[i].rec {
 			t.Fatalf("slot %d (%q): not free and not indexed", i, s.key)
 		}
 	}
@@ -34,6 +35,7 @@ func checkTable[R any](t *testing.T, tb *table[R]) {
 func TestTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var tb table[int]
+	tb.init()
 	model := map[string]int{}
 	for i := range 20000 {
 		k := fmt.Sprintf("k%d", rng.IntN(2000))
@@ -75,7 +77,7 @@ func TestTable(t *testing.T) {
 	if tb.len() != 0 || len(tb.slots) > 128 {
 		t.Errorf("emptied: %d peers in %d slots", tb.len(), len(tb.slots))
 	}
-	if _, _, ok := tb.rotate(); ok {
+	if _, _, ok := tb.rotate(rotProber, nil); ok {
 		t.Error("an empty table's rotation gave a peer")
 	}
 }
@@ -85,6 +87,7 @@ func TestTable(t *testing.T) {
 // others.
 func TestTableRotation(t *testing.T) {
 	var tb table[int]
+	tb.init()
 	for i := range 1000 {
 		tb.put(fmt.Sprintf("k%04d", i))
 	}
@@ -106,7 +109,7 @@ func TestTableRotation(t *testing.T) {
 		// A pass: as many turns as there are peers and newcomers ahead of the cursor, at
 		// most; one peer comes and one goes each turn, outside the present set.
 		for turn := 0; turn < 2*len(present) && len(seen) < len(present); turn++ {
-			k, _, ok := tb.rotate()
+			k, _, ok := tb.rotate(rotProber, nil)
 			if !ok {
 				t.Fatal("rotation ran dry")
 			}

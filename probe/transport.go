@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -77,70 +76,47 @@ type TransportHooks struct {
 // (no more often than Gap each); the others in rotation. Its methods are safe for concurrent
 // use.
 //
-// Its peers are a table of small records (see table); those checked out of turn, few, are
-// kept in a set besides, so that picking one and listing the broken or short costs what they
-// are, not what the cluster is.
+// Its peers are the Prober's, in the Prober's table (see record), under the Prober's lock:
+// those whose Target.Transport holds. Those checked out of turn, few, are kept in a set
+// besides, so that picking one and listing the broken or short costs what they are, not what
+// the cluster is.
 type Transport struct {
 	cfg     TransportConfig
+	p       *Prober // whose table and lock the Transport shares
 	pinger  Pinger
 	checker Checker
 	hooks   TransportHooks
 	now     func() time.Time
 
-	mu       sync.Mutex
-	peers    table[tpeer]
 	suspects map[string]bool // the keys of the peers whose suspect() holds
 }
 
-// tpeer is what a Transport keeps of one target (beside its key, in the table): 64 bytes on
-// 64-bit platforms.
+// tpeer is what a Transport keeps of one target besides its addresses and its last check's
+// start (in record, whose padding they would leave).
 type tpeer struct {
-	addr, behind netip.Addr // the target's
-	last         int64      // the last check's start (Unix nanoseconds)
-	pmtu         uint16     // what a router on the path said it passes on; 0: not said
-	bad          uint8      // checks in a row with the signature (up to Failures)
-	big          uint8      // checks in a row whose echoes of MTU bytes showed a short path
-	broken       bool       // bad reached Failures
-	recheck      bool       // Recheck asked for a verdict: a broken one is told again
-	short        bool       // big reached Failures: the path carries less than MTU
-	inFlight     bool
+	pmtu     uint16 // what a router on the path said it passes on; 0: not said
+	bad      uint8  // checks in a row with the signature (up to Failures)
+	big      uint8  // checks in a row whose echoes of MTU bytes showed a short path
+	checked  bool   // Target.Transport: the Transport checks the peer
+	broken   bool   // bad reached Failures
+	recheck  bool   // Recheck asked for a verdict: a broken one is told again
+	short    bool   // big reached Failures: the path carries less than MTU
+	inFlight bool
 }
 
 // suspect reports whether the peer is checked out of turn.
 func (pe *tpeer) suspect() bool { return pe.bad > 0 || pe.recheck || pe.big > 0 }
 
-// target is the Target the peer k was given.
-func (pe *tpeer) target(k string) Target { return Target{Key: k, Addr: pe.addr, Behind: pe.behind} }
-
-// NewTransport returns a Transport sending its echoes with pinger and its TCP and UDP with
-// checker.
-func NewTransport(cfg TransportConfig, pinger Pinger, checker Checker, hooks TransportHooks) *Transport {
-	return &Transport{cfg: cfg.withDefaults(), pinger: pinger, checker: checker, hooks: hooks,
+// NewTransport returns a Transport checking the Prober's targets whose Target.Transport
+// holds, sending its echoes with the Prober's Pinger and its TCP and UDP with checker. A
+// Prober has one Transport at most: a second call replaces the first, which must not run.
+func (p *Prober) NewTransport(cfg TransportConfig, checker Checker, hooks TransportHooks) *Transport {
+	tr := &Transport{cfg: cfg.withDefaults(), p: p, pinger: p.pinger, checker: checker, hooks: hooks,
 		now: time.Now, suspects: map[string]bool{}}
-}
-
-// Set makes the targets exactly ts.
-func (tr *Transport) Set(ts []Target) { setTargets(&tr.mu, &tr.peers, ts, tr.Update) }
-
-// Update adds or changes the targets in put and removes those in removed (only their keys
-// count). A target whose address changed starts afresh. It costs what it changes, however
-// many peers there are.
-func (tr *Transport) Update(put, removed []Target) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	for _, t := range removed {
-		tr.peers.remove(t.Key)
-		delete(tr.suspects, t.Key)
-	}
-	tr.peers.reserveFor(put)
-	for _, t := range put {
-		pe, _ := tr.peers.put(t.Key)
-		if pe.addr == t.Addr && pe.behind == t.Behind {
-			continue
-		}
-		*pe = tpeer{addr: t.Addr, behind: t.Behind}
-		delete(tr.suspects, t.Key)
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tr = tr
+	return tr
 }
 
 // noteLocked keeps the set of suspects in step with the peer k's record.
@@ -156,23 +132,23 @@ func (tr *Transport) noteLocked(k string, pe *tpeer) {
 // again when Failures more checks show the signature (broken still), or when one passes. The
 // caller changed something and wants to know whether it helped.
 func (tr *Transport) Recheck(key string) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if pe := tr.peers.get(key); pe != nil {
-		pe.bad, pe.recheck = 0, true
-		tr.noteLocked(key, pe)
+	tr.p.mu.Lock()
+	defer tr.p.mu.Unlock()
+	if r := tr.p.peers.get(key); r != nil && r.t.checked {
+		r.t.bad, r.t.recheck = 0, true
+		tr.noteLocked(key, &r.t)
 	}
 }
 
 // Broken lists the peers that are broken now, by key; not those being rechecked, whose
 // verdict is pending.
 func (tr *Transport) Broken() []Target {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
+	tr.p.mu.Lock()
+	defer tr.p.mu.Unlock()
 	var out []Target
 	for k := range tr.suspects { // a broken peer is a suspect
-		if pe := tr.peers.get(k); pe != nil && pe.broken && !pe.recheck {
-			out = append(out, pe.target(k))
+		if r := tr.p.peers.get(k); r != nil && r.t.broken && !r.t.recheck {
+			out = append(out, r.target(k))
 		}
 	}
 	slices.SortFunc(out, func(a, b Target) int { return strings.Compare(a.Key, b.Key) })
@@ -189,12 +165,12 @@ type ShortPath struct {
 
 // Short lists the peers whose path carries less than MTU, by key.
 func (tr *Transport) Short() []ShortPath {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
+	tr.p.mu.Lock()
+	defer tr.p.mu.Unlock()
 	var out []ShortPath
 	for k := range tr.suspects { // a short path's peer is a suspect
-		if pe := tr.peers.get(k); pe != nil && pe.short {
-			out = append(out, ShortPath{Target: pe.target(k), MTU: int(pe.pmtu)})
+		if r := tr.p.peers.get(k); r != nil && r.t.short {
+			out = append(out, ShortPath{Target: r.target(k), MTU: int(r.t.pmtu)})
 		}
 	}
 	slices.SortFunc(out, func(a, b ShortPath) int { return strings.Compare(a.Key, b.Key) })
@@ -222,34 +198,36 @@ func (tr *Transport) Run(ctx context.Context) {
 // next picks the peer to check: the suspect checked longest ago, else the next in the
 // rotation; none checked within Gap, none still waiting for its answers.
 func (tr *Transport) next() (Target, bool) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
+	p := tr.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := tr.now().UnixNano()
 	// Half an interval's slack: the ticker's rounds, not the picks, are Interval apart, and
 	// a peer due a moment after its round would wait a whole interval more.
 	gap := int64(tr.cfg.Gap - tr.cfg.Interval/2)
-	due := func(pe *tpeer) bool { return !pe.inFlight && now-pe.last >= gap }
-	var pick *tpeer
+	due := func(r *record) bool { return !r.t.inFlight && now-r.last >= gap }
+	var pick *record
 	var key string
 	for k := range tr.suspects {
-		pe := tr.peers.get(k)
-		if pe != nil && due(pe) && (pick == nil || pe.last < pick.last || pe.last == pick.last && k < key) {
-			pick, key = pe, k
+		r := p.peers.get(k)
+		if r != nil && due(r) && (pick == nil || r.last < pick.last || r.last == pick.last && k < key) {
+			pick, key = r, k
 		}
 	}
-	for tries := 0; pick == nil && tries <= tr.peers.len(); tries++ {
-		k, pe, ok := tr.peers.rotate()
+	checked := func(r *record) bool { return r.t.checked }
+	for tries := 0; pick == nil && tries <= p.checked; tries++ {
+		k, r, ok := p.peers.rotate(rotTransport, checked)
 		if !ok {
 			break
 		}
-		if due(pe) {
-			pick, key = pe, k
+		if due(r) {
+			pick, key = r, k
 		}
 	}
 	if pick == nil {
 		return Target{}, false
 	}
-	pick.inFlight, pick.last = true, now
+	pick.t.inFlight, pick.last = true, now
 	return pick.target(key), true
 }
 
@@ -281,11 +259,11 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 	wg.Wait()
 	cancel()
 	if ctx.Err() != nil {
-		tr.mu.Lock()
-		if pe := tr.peers.get(t.Key); pe != nil {
-			pe.inFlight = false
+		tr.p.mu.Lock()
+		if r := tr.p.peers.get(t.Key); r != nil && r.target(t.Key) == t {
+			r.t.inFlight = false
 		}
-		tr.mu.Unlock()
+		tr.p.mu.Unlock()
 		return
 	}
 	if tr.hooks.Result != nil {
@@ -307,12 +285,13 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 		v = signature
 	}
 	mv, pmtu := tr.pathVerdict(errs[0], errs[3], errs[4])
-	tr.mu.Lock()
-	pe := tr.peers.get(t.Key)
-	if pe == nil || pe.target(t.Key) != t {
-		tr.mu.Unlock()
+	tr.p.mu.Lock()
+	r := tr.p.peers.get(t.Key)
+	if r == nil || r.target(t.Key) != t {
+		tr.p.mu.Unlock()
 		return // gone or changed meanwhile
 	}
+	pe := &r.t
 	pe.inFlight = false
 	tell := false
 	switch v {
@@ -345,7 +324,7 @@ func (tr *Transport) check(ctx context.Context, t Target) {
 	}
 	sp, short := ShortPath{Target: t, MTU: int(pe.pmtu)}, pe.short
 	tr.noteLocked(t.Key, pe)
-	tr.mu.Unlock()
+	tr.p.mu.Unlock()
 	if tell && tr.hooks.Changed != nil {
 		tr.hooks.Changed(t, broken)
 	}

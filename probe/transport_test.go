@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +44,7 @@ func (f *fakeChecker) set(a netip.Addr, err error, protos ...string) {
 
 // transportRig drives a Transport round by round on a clock of its own.
 type transportRig struct {
+	p       *Prober // whose targets tr checks; never run
 	tr      *Transport
 	ping    *fakePinger
 	check   *fakeChecker
@@ -57,7 +59,8 @@ const rigMTU = 1450
 
 func newTransportRig(n int) *transportRig {
 	r := &transportRig{ping: newFakePinger(), check: newFakeChecker(), clock: time.Unix(1e9, 0)}
-	r.tr = NewTransport(TransportConfig{MTU: rigMTU}, r.ping, r.check, TransportHooks{
+	r.p = New(Config{}, r.ping, Hooks{})
+	r.tr = r.p.NewTransport(TransportConfig{MTU: rigMTU}, r.check, TransportHooks{
 		Changed: func(t Target, broken bool) {
 			s := t.Key + " ok"
 			if broken {
@@ -74,7 +77,7 @@ func newTransportRig(n int) *transportRig {
 		},
 	})
 	r.tr.now = func() time.Time { return r.clock }
-	r.tr.Set(targets(n))
+	r.p.Set(targets(n))
 	return r
 }
 
@@ -212,7 +215,7 @@ func TestTransportBudget(t *testing.T) {
 			t.Errorf("%s: %d checks sent in a rotation; want one of each kind", tg.Key, r.check.sent[tg.Addr])
 		}
 	}
-	r.tr.Update(nil, targets(10)[1:])
+	r.p.Update(nil, targets(10)[1:])
 	r.checked = nil
 	r.rounds(10)
 	for _, k := range r.checked {
@@ -294,8 +297,9 @@ func TestTransportPathMTU(t *testing.T) {
 
 	// No MTU configured: no sized echo.
 	p := newFakePinger()
-	tr := NewTransport(TransportConfig{}, p, newFakeChecker(), TransportHooks{})
-	tr.Set(targets(4))
+	pr := New(Config{}, p, Hooks{})
+	tr := pr.NewTransport(TransportConfig{}, newFakeChecker(), TransportHooks{})
+	pr.Set(targets(4))
 	for range 4 {
 		if tg, ok := tr.next(); ok {
 			tr.check(context.Background(), tg)
@@ -312,4 +316,90 @@ func onOff(on bool, v int) int {
 		return v
 	}
 	return 0
+}
+
+// TestTransportChecksItsPeers: the Transport checks the Prober's targets whose Transport
+// holds, and no others; one that stops being checked leaves its verdicts behind and starts
+// afresh when checked again, and one the Prober drops is no longer checked. A change that
+// concerns the Transport alone (Transport, Behind) leaves the Prober's view of the peer be.
+func TestTransportChecksItsPeers(t *testing.T) {
+	r := newTransportRig(0)
+	ts := targets(6)
+	for i := range ts {
+		ts[i].Transport = i%2 == 0
+	}
+	r.p.Set(ts)
+	runRound(r.p)
+	runRound(r.p)
+	if s := r.p.Summary(); s.Targets != 6 || s.Answered != 6 {
+		t.Fatalf("Prober: %+v; want every target probed and answered", s)
+	}
+	r.rounds(12)
+	seen := map[string]int{}
+	for _, k := range r.checked {
+		seen[k]++
+	}
+	for i, tg := range ts {
+		if (seen[tg.Key] > 0) != tg.Transport {
+			t.Fatalf("%s (Transport %v) checked %d times in 12 rounds: %q", tg.Key, tg.Transport, seen[tg.Key], r.checked)
+		}
+		if tg.Transport && seen[tg.Key] < 3 {
+			t.Errorf("target %d checked %d times in 12 rounds; want one each Gap", i, seen[tg.Key])
+		}
+	}
+
+	bad := ts[0]
+	r.check.set(bad.Addr, lostErr("tcp/udp"), "tcp", "udp")
+	for i := 0; len(r.changes) == 0; i++ {
+		if i > 30 {
+			t.Fatal("the broken peer was never told")
+		}
+		r.rounds(1)
+	}
+	if got := r.tr.Broken(); len(got) != 1 || got[0] != bad {
+		t.Fatalf("Broken() = %v; want [%v]", got, bad)
+	}
+	// No longer checked: its verdict goes, and so do its checks.
+	bad.Transport = false
+	r.p.Update([]Target{bad}, nil)
+	r.checked = nil
+	r.rounds(12)
+	if got := r.tr.Broken(); len(got) != 0 || slices.Contains(r.checked, bad.Key) {
+		t.Fatalf("unchecked: Broken() = %v, checked %q", got, r.checked)
+	}
+	if s := r.p.Summary(); s.Targets != 6 || s.Answered != 6 {
+		t.Errorf("Prober after the Transport's change: %+v; want its view kept", s)
+	}
+	// Checked again: afresh, Failures checks before it is told broken again.
+	bad.Transport = true
+	r.p.Update([]Target{bad}, nil)
+	r.changes = nil
+	r.rounds(1) // the rotation may need a pass to reach it, then Gap between checks
+	for i := 0; len(r.changes) == 0; i++ {
+		if i > 30 {
+			t.Fatal("the broken peer, checked again, was never told")
+		}
+		r.rounds(1)
+	}
+	if n := countOf(r.checked, bad.Key); n < 3 {
+		t.Errorf("told broken again after %d checks; want Failures (3), counted afresh", n)
+	}
+	// Dropped by the Prober: no longer checked, nor listed.
+	r.p.Update(nil, []Target{{Key: bad.Key}})
+	r.checked = nil
+	r.rounds(12)
+	if got := r.tr.Broken(); len(got) != 0 || slices.Contains(r.checked, bad.Key) {
+		t.Fatalf("dropped: Broken() = %v, checked %q", got, r.checked)
+	}
+}
+
+// countOf is how many times k is in ks.
+func countOf(ks []string, k string) int {
+	n := 0
+	for _, x := range ks {
+		if x == k {
+			n++
+		}
+	}
+	return n
 }
