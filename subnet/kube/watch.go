@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -95,15 +96,12 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 	nodes := m.nodes
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			l, err := nodes.List(ctx, opts)
-			w.called(err, true)
-			return l, err
+			return untilReachable(ctx, w, true, func() (runtime.Object, error) { return nodes.List(ctx, opts) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			wi, err := nodes.Watch(ctx, opts)
 			// With SendInitialEvents the watch streams a list first.
-			w.called(err, opts.SendInitialEvents != nil && *opts.SendInitialEvents)
-			return wi, err
+			list := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+			return untilReachable(ctx, w, list, func() (watch.Interface, error) { return nodes.Watch(ctx, opts) })
 		},
 	}
 	w.inf = cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &corev1.Node{},
@@ -112,6 +110,57 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 	_ = w.inf.SetTransform(m.ann.trim)
 	_ = w.inf.SetWatchErrorHandlerWithContext(w.watchError)
 	return w
+}
+
+// untilReachable makes the informer's list or watch call, and makes it again as long as it
+// fails because the API server cannot be reached (no answer at the HTTP level: a refused or
+// reset connection, a timeout) and then answers Probe again, which is asked every
+// probeEvery. client-go's reflector would otherwise wait out its own backoff, which grows
+// over an outage to between 30 and 60 s: the Kubernetes-mode soak saw a node follow the other
+// nodes again 61 s after the API server had come back. Now it is at most probeEvery after,
+// as in etcd mode. Other errors (an API status such as 410 Gone or 403) go to the reflector,
+// which knows what each means.
+func untilReachable[T any](ctx context.Context, w *watcher, list bool, call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		w.called(err, list)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return v, err
+		}
+		if werr := w.m.waitReachable(ctx); werr != nil {
+			return v, err
+		}
+	}
+}
+
+// unreachable reports whether err is no answer from the API server rather than one: not an
+// API status.
+func unreachable(err error) bool {
+	var st apierrors.APIStatus
+	return !errors.As(err, &st) && !errors.Is(err, context.Canceled)
+}
+
+// probeEvery is how often waitReachable asks the API server whether it answers.
+const probeEvery = time.Second
+
+// waitReachable returns once the API server answers Probe, asked every probeEvery, or with
+// ctx's error when it ends first.
+func (m *Manager) waitReachable(ctx context.Context) error {
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, probeEvery)
+			err := m.Probe(pctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+	}
 }
 
 // called notes how a list or watch call of the informer went. A failure is logged here,
