@@ -860,6 +860,10 @@ func TestWatchResumesWhenAPIServerReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
+	// A starting API server refuses requests until its RBAC cache has loaded, /version
+	// among them, which the watch waits on; refusals from now on count.
+	waitForRBAC(t, c.weft, []rbacv1.PolicyRule{{Resources: []string{"nodes"}, Verbs: []string{"get"}}})
+	c.rec.forgetDenied()
 	createNode(t, c.admin, "peer", peerAnnotations(prefix, vxlanAttrs("192.0.2.71")), "10.42.71.0/24")
 	w.until(t, "the Node created after the API server came back", func(s map[string]subnet.Lease) bool {
 		_, ok := s["10.42.71.0-24"]
