@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,9 +63,24 @@ func newAnnotations(prefix string) (annotations, error) {
 	return a, nil
 }
 
-// watched are the keys a peer's lease is read from; the informer's cache keeps only these.
-func (a annotations) watched() []string {
-	return []string{a.managed, a.backendType, a.backendData, a.backendV6Data, a.publicIP, a.publicIPv6}
+// watched are the keys a peer's lease is read from; the watch's cache keeps only these
+// (peerNode).
+func (a annotations) watched() [numWatched]string {
+	return [numWatched]string{a.managed, a.backendType, a.backendData, a.backendV6Data, a.publicIP, a.publicIPv6}
+}
+
+// numWatched is the number of watched annotations.
+const numWatched = 6
+
+// lookup reads one annotation: from a Node's map (mapLookup) or from the watch's cache
+// (peerNode.lookup).
+type lookup func(key string) (string, bool)
+
+func mapLookup(ann map[string]string) lookup {
+	return func(key string) (string, bool) {
+		v, ok := ann[key]
+		return v, ok
+	}
 }
 
 // values are the annotations that publish attrs under cfg; nil means the key must go (a
@@ -113,9 +127,9 @@ func changes(have map[string]string, want map[string]*string) map[string]*string
 
 // attrs reads the lease attributes a peer published. It is what another node wrote, so
 // every value is checked; the error names the annotation.
-func (a annotations) attrs(cfg *subnet.Config, ann map[string]string) (subnet.LeaseAttrs, error) {
+func (a annotations) attrs(cfg *subnet.Config, ann lookup) (subnet.LeaseAttrs, error) {
 	var out subnet.LeaseAttrs
-	out.BackendType = ann[a.backendType]
+	out.BackendType, _ = ann(a.backendType)
 	if out.BackendType == "" {
 		return subnet.LeaseAttrs{}, fmt.Errorf("annotation %s missing", a.backendType)
 	}
@@ -136,7 +150,7 @@ func (a annotations) attrs(cfg *subnet.Config, ann map[string]string) (subnet.Le
 			if !half {
 				return subnet.LeaseAttrs{}, err
 			}
-			out.BadPublicIPv6 = ann[a.publicIPv6]
+			out.BadPublicIPv6, _ = ann(a.publicIPv6)
 		}
 		if out.BackendV6Data, err = jsonValue(ann, a.backendV6Data); err != nil && !half {
 			return subnet.LeaseAttrs{}, err
@@ -147,8 +161,8 @@ func (a annotations) attrs(cfg *subnet.Config, ann map[string]string) (subnet.Le
 
 // addr parses the address in annotation key, of the family asked for; zero when the
 // annotation is absent and not required.
-func addr(ann map[string]string, key string, v6, required bool) (netip.Addr, error) {
-	s, ok := ann[key]
+func addr(ann lookup, key string, v6, required bool) (netip.Addr, error) {
+	s, ok := ann(key)
 	if !ok {
 		if required {
 			return netip.Addr{}, fmt.Errorf("annotation %s missing", key)
@@ -168,8 +182,8 @@ func addr(ann map[string]string, key string, v6, required bool) (netip.Addr, err
 }
 
 // jsonValue reads backend data: absent and "null" are none, anything else must be JSON.
-func jsonValue(ann map[string]string, key string) (json.RawMessage, error) {
-	s, ok := ann[key]
+func jsonValue(ann lookup, key string) (json.RawMessage, error) {
+	s, ok := ann(key)
 	if !ok || strings.TrimSpace(s) == "null" {
 		return nil, nil
 	}
@@ -182,13 +196,17 @@ func jsonValue(ann map[string]string, key string) (json.RawMessage, error) {
 	return json.RawMessage(s), nil
 }
 
-// podCIDRs returns the node's pod subnets, one per family at most. Nodes written before
-// dual-stack have only spec.podCIDR.
-func podCIDRs(n *corev1.Node) (v4, v6 netip.Prefix, err error) {
-	cidrs := n.Spec.PodCIDRs
-	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
-		cidrs = []string{n.Spec.PodCIDR}
+// nodeCIDRs returns a Node's podCIDRs. Nodes written before dual-stack have only
+// spec.podCIDR.
+func nodeCIDRs(n *corev1.Node) []string {
+	if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+		return []string{n.Spec.PodCIDR}
 	}
+	return n.Spec.PodCIDRs
+}
+
+// podCIDRs returns the pod subnets of a node's podCIDRs (nodeCIDRs), one per family at most.
+func podCIDRs(cidrs []string) (v4, v6 netip.Prefix, err error) {
 	for _, s := range cidrs {
 		p, err := netip.ParsePrefix(s)
 		if err != nil || p.Masked() != p {
@@ -204,48 +222,4 @@ func podCIDRs(n *corev1.Node) (v4, v6 netip.Prefix, err error) {
 		*slot = p
 	}
 	return v4, v6, nil
-}
-
-// relevant reports whether two versions of a node differ in anything weft reads.
-func (a annotations) relevant(old, cur *corev1.Node) bool {
-	if old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) {
-		return true
-	}
-	for _, k := range a.watched() {
-		ov, ook := old.Annotations[k]
-		cv, cok := cur.Annotations[k]
-		if ook != cok || ov != cv {
-			return true
-		}
-	}
-	return false
-}
-
-// trim keeps of a Node what weft reads, so that the informer's cache of a large cluster holds
-// a few hundred bytes per node instead of its whole status (images, conditions, addresses).
-func (a annotations) trim(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil // a tombstone of a deletion: only its key is used
-	}
-	out := &corev1.Node{}
-	out.Name, out.UID, out.ResourceVersion = n.Name, n.UID, n.ResourceVersion
-	// The creation time is the lease's age (nodeAge), which decides between two Nodes that
-	// claim one podCIDR, public IP or VTEP MAC: without it the name would.
-	out.CreationTimestamp = n.CreationTimestamp
-	out.Spec.PodCIDR, out.Spec.PodCIDRs = n.Spec.PodCIDR, n.Spec.PodCIDRs
-	for _, k := range a.watched() {
-		if v, ok := n.Annotations[k]; ok {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			if len(v) > subnet.MaxAttrsSize {
-				// Refused when read (jsonValue); the cache need not keep it whole to say
-				// so, nor the string it is cut from.
-				v = strings.Clone(v[:subnet.MaxAttrsSize+1])
-			}
-			out.Annotations[k] = v
-		}
-	}
-	return out, nil
 }

@@ -3,22 +3,31 @@ package kube
 import (
 	"context"
 
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/weftnet/weft/subnet"
 )
 
-// WatchWithCache is Watch that first hands the test the informer's store, so that it can
-// look at what the cache holds.
-func (m *Manager) WatchWithCache(ctx context.Context, out chan<- []subnet.Event, store chan<- cache.Store) error {
+// CacheRead reads the watch's cache: the lease its record of a node gives and the bytes of
+// the strings the record keeps; ok is false when it holds no record of the node.
+type CacheRead func(node string) (l subnet.Lease, kept int, ok bool)
+
+// WatchWithCache is Watch that first hands the test a CacheRead of its cache.
+func (m *Manager) WatchWithCache(ctx context.Context, out chan<- []subnet.Event, read chan<- CacheRead) error {
 	cfg, err := m.GetConfig(ctx)
 	if err != nil {
 		return err
 	}
 	w := m.newWatcher(cfg, out)
-	store <- w.inf.GetStore()
+	read <- func(node string) (subnet.Lease, int, bool) {
+		p := w.store.get(node)
+		if p == nil {
+			return subnet.Lease{}, 0, false
+		}
+		l, _, _ := m.recordLease(cfg, p)
+		kept := len(p.name) + len(p.ann)
+		for _, c := range p.cidrs {
+			kept += len(c)
+		}
+		return l, kept, true
+	}
 	return w.run(ctx)
 }
-
-// Trim is the informer's transform.
-func (m *Manager) Trim(obj any) (any, error) { return m.ann.trim(obj) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -382,12 +380,14 @@ func testBurst(t *testing.T, c *cluster) {
 	}
 }
 
-// testCacheTrimmed: the informer's cache holds only what weft reads of a Node.
+// testCacheTrimmed: the watch's cache keeps only what weft reads of a Node, and reads the
+// same lease from it, the Node's creation time included (the age that decides between two
+// claims of one podCIDR).
 func testCacheTrimmed(t *testing.T, c *cluster) {
 	const prefix = "trim.weft.test"
 	ann := peerAnnotations(prefix, vxlanAttrs("192.0.2.30"))
 	ann["unrelated.example.com/note"] = strings.Repeat("x", 1000)
-	ann[prefix+"/public-ip-overwrite"] = "203.0.113.30" // read from the own node only
+	ann[prefix+"/public-ip-overwrite"] = strings.Repeat("9", 500) // read from the own node only
 	n := createNode(t, c.admin, "trim-peer", ann, "10.42.30.0/24")
 	patchNode(t, c.admin, n.Name, map[string]any{"metadata": map[string]any{"labels": map[string]string{"kubernetes.io/os": "linux"}}})
 	patchNode(t, c.admin, n.Name, map[string]any{"status": map[string]any{
@@ -398,32 +398,33 @@ func testCacheTrimmed(t *testing.T, c *cluster) {
 
 	m, _ := c.newManager(t, "trim-observer", prefix, netConf)
 	ch := make(chan []subnet.Event, 16)
-	stores := make(chan cache.Store, 1)
+	reads := make(chan kube.CacheRead, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.WatchWithCache(ctx, ch, stores) }()
+	go func() { done <- m.WatchWithCache(ctx, ch, reads) }()
 	defer func() { cancel(); <-done }()
-	store := <-stores
+	read := <-reads
 	select {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no first batch")
 	}
-	obj, ok, err := store.GetByKey("trim-peer")
-	if err != nil || !ok {
-		t.Fatalf("trim-peer not in the cache: %v", err)
+	l, kept, ok := read("trim-peer")
+	if !ok {
+		t.Fatal("trim-peer not in the cache")
 	}
 	cur, err := c.admin.CoreV1().Nodes().Get(ctxFor(t), n.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: cur.Name, UID: cur.UID, ResourceVersion: cur.ResourceVersion,
-			CreationTimestamp: cur.CreationTimestamp, Annotations: peerAnnotations(prefix, vxlanAttrs("192.0.2.30"))},
-		Spec: corev1.NodeSpec{PodCIDR: "10.42.30.0/24", PodCIDRs: []string{"10.42.30.0/24"}},
+	want := subnet.Lease{Subnet: netip.MustParsePrefix("10.42.30.0/24"), Attrs: vxlanAttrs("192.0.2.30"), Created: cur.CreationTimestamp.UnixNano()}
+	if l.Subnet != want.Subnet || !l.Attrs.Equal(want.Attrs) || l.Created != want.Created || want.Created == 0 {
+		t.Errorf("lease from the cache %+v, want %+v", l, want)
 	}
-	if !reflect.DeepEqual(obj, want) {
-		t.Errorf("cached node:\n%+v\nwant only\n%+v", obj, want)
+	// The watched annotations, the name and the podCIDR come to about 120 bytes; the
+	// unrelated annotation and the overwrite (1,500 bytes) must not be kept.
+	if kept > 300 {
+		t.Errorf("the cache keeps %d bytes of strings of the node, want only what weft reads", kept)
 	}
 	if cur.Status.Images == nil || cur.Labels == nil || len(cur.ManagedFields) == 0 {
 		t.Errorf("test node lacks the status, labels and managed fields that make trimming matter: %+v", cur)
@@ -1002,47 +1003,5 @@ func TestNew(t *testing.T) {
 		if _, err := kube.New(kube.Config{REST: rc, NodeName: "n", AnnotationPrefix: p}); err != nil {
 			t.Errorf("annotation prefix %q: %v", p, err)
 		}
-	}
-}
-
-// TestTrim: the transform keeps a Node's identity, podCIDRs and the watched annotations
-// only, and passes tombstones through.
-func TestTrim(t *testing.T) {
-	m, err := kube.New(kube.Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}, NodeName: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	full := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "42", Labels: map[string]string{"a": "b"},
-			Annotations: map[string]string{
-				"flannel.alpha.coreos.com/public-ip":           "192.0.2.1",
-				"flannel.alpha.coreos.com/backend-type":        "vxlan",
-				"flannel.alpha.coreos.com/public-ip-overwrite": "192.0.2.9",
-				"node.alpha.kubernetes.io/ttl":                 "0",
-			},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec:   corev1.NodeSpec{PodCIDR: "10.0.1.0/24", PodCIDRs: []string{"10.0.1.0/24"}, ProviderID: "x"},
-		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"i"}}}},
-	}
-	got, err := m.Trim(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "42", Annotations: map[string]string{
-			"flannel.alpha.coreos.com/public-ip":    "192.0.2.1",
-			"flannel.alpha.coreos.com/backend-type": "vxlan",
-		}},
-		Spec: corev1.NodeSpec{PodCIDR: "10.0.1.0/24", PodCIDRs: []string{"10.0.1.0/24"}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Trim = %+v, want %+v", got, want)
-	}
-	if again, _ := m.Trim(got); !reflect.DeepEqual(again, want) {
-		t.Errorf("Trim is not idempotent: %+v", again)
-	}
-	tomb := cache.DeletedFinalStateUnknown{Key: "n1", Obj: full}
-	if got, _ := m.Trim(tomb); !reflect.DeepEqual(got, tomb) {
-		t.Errorf("Trim changed a tombstone: %+v", got)
 	}
 }

@@ -44,7 +44,7 @@ func List(ctx context.Context, c Config) (*subnet.Config, []NodeLease, error) {
 		}
 		if err != nil {
 			lease = subnet.Lease{Created: nodeAge(n)}
-			lease.Subnet, lease.IPv6Subnet, _ = podCIDRs(n)
+			lease.Subnet, lease.IPv6Subnet, _ = podCIDRs(nodeCIDRs(n))
 		}
 		out = append(out, NodeLease{Node: n.Name, Lease: lease, Err: err})
 	}

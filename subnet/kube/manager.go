@@ -74,7 +74,7 @@ func (m *Manager) Acquire(ctx context.Context, req subnet.AcquireRequest) (subne
 	}
 	if req.Prepare != nil {
 		key := l.Key()
-		held, _ := m.ann.attrs(cfg, n.Annotations) // none readable: a new node's
+		held, _ := m.ann.attrs(cfg, mapLookup(n.Annotations)) // none readable: a new node's
 		if l.Attrs, err = req.Prepare(ctx, l.Subnet, l.IPv6Subnet, held); err != nil {
 			return subnet.Lease{}, fmt.Errorf("kube: prepare lease %s: %w", key, err)
 		}
@@ -177,7 +177,7 @@ func (m *Manager) waitForPodCIDR(ctx context.Context) (*corev1.Node, error) {
 // checks only the first). A mismatch is a *subnet.ConfigError, since net-conf.json and
 // kube-controller-manager's --cluster-cidr and --node-cidr-mask-size disagree.
 func (m *Manager) ownSubnets(cfg *subnet.Config, n *corev1.Node) (sn, sn6 netip.Prefix, err error) {
-	v4, v6, err := podCIDRs(n)
+	v4, v6, err := podCIDRs(nodeCIDRs(n))
 	if err != nil {
 		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("node %q: %w", m.node, err)
 	}
@@ -244,7 +244,7 @@ func (m *Manager) overwrite(n *corev1.Node, attrs subnet.LeaseAttrs) (subnet.Lea
 		v6  bool
 		to  *netip.Addr
 	}{{m.ann.publicIPOverwrite, false, &attrs.PublicIP}, {m.ann.publicIPv6Overwrite, true, &attrs.PublicIPv6}} {
-		ip, err := addr(n.Annotations, o.key, o.v6, false)
+		ip, err := addr(mapLookup(n.Annotations), o.key, o.v6, false)
 		if err != nil {
 			return subnet.LeaseAttrs{}, fmt.Errorf("kube: node %q: %w", m.node, err)
 		}
@@ -264,10 +264,10 @@ func (m *Manager) NodePublicIPs(ctx context.Context) (v4, v6 netip.Addr, err err
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube: get node %q: %w", m.node, err)
 	}
-	if v4, err = addr(n.Annotations, m.ann.nodePublicIP, false, false); err != nil {
+	if v4, err = addr(mapLookup(n.Annotations), m.ann.nodePublicIP, false, false); err != nil {
 		return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube: node %q: %w", m.node, err)
 	}
-	if v6, err = addr(n.Annotations, m.ann.nodePublicIPv6, true, false); err != nil {
+	if v6, err = addr(mapLookup(n.Annotations), m.ann.nodePublicIPv6, true, false); err != nil {
 		return netip.Addr{}, netip.Addr{}, fmt.Errorf("kube: node %q: %w", m.node, err)
 	}
 	return v4, v6, nil

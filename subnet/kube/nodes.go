@@ -92,9 +92,3 @@ func timeout(opts metav1.ListOptions) time.Duration {
 	}
 	return time.Duration(*opts.TimeoutSeconds) * time.Second
 }
-
-// IsWatchListSemanticsUnSupported tells client-go's informer to start with a list rather
-// than a watch that streams the initial state as one event per Node (WatchList, on by
-// default since client-go 1.35): with 5,000 Nodes, all routes are programmed in ~480 ms
-// instead of ~600 ms (make bench), at the same RSS.
-func (c *nodes) IsWatchListSemanticsUnSupported() bool { return true }

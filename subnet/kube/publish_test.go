@@ -41,7 +41,7 @@ func TestAnnotationsRoundTrip(t *testing.T) {
 		if ann[a.managed] != "true" {
 			t.Errorf("prefix %q: %s = %q, want true", prefix, a.managed, ann[a.managed])
 		}
-		got, err := a.attrs(cfg, ann)
+		got, err := a.attrs(cfg, mapLookup(ann))
 		if err != nil {
 			t.Fatalf("prefix %q: reading back %v: %v", prefix, ann, err)
 		}
@@ -76,7 +76,7 @@ func TestPeerLeaseAge(t *testing.T) {
 }
 
 // TestOversizedAnnotation: a backend-data annotation over subnet.MaxAttrsSize is cut to just
-// over the limit in the informer's cache (which does not keep the original string alive),
+// over the limit in the watch's cache (which does not keep the original string alive),
 // and the peer is refused naming the limit; one at the limit is read.
 func TestOversizedAnnotation(t *testing.T) {
 	cfg, m := fuzzManagerT(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
@@ -93,19 +93,17 @@ func TestOversizedAnnotation(t *testing.T) {
 		return head + strings.Repeat("x", size-len(head)-len(tail)) + tail
 	}
 	big := padded(1 << 20)
-	trimmed, err := m.ann.trim(node(big))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := trimmed.(*corev1.Node).Annotations[m.ann.backendData]
+	rec := m.ann.record(node(big))
+	kept, _ := rec.lookup(m.ann)(m.ann.backendData)
 	if len(kept) != subnet.MaxAttrsSize+1 || unsafe.StringData(kept) == unsafe.StringData(big) {
 		t.Errorf("the cache keeps %d bytes of the 1 MiB annotation (shared with it: %v); want %d of its own",
 			len(kept), unsafe.StringData(kept) == unsafe.StringData(big), subnet.MaxAttrsSize+1)
 	}
-	for _, n := range []*corev1.Node{node(big), trimmed.(*corev1.Node)} {
-		if _, _, err := m.peerLease(cfg, n); err == nil || !strings.Contains(err.Error(), "limit") {
-			t.Errorf("oversized backend data: %v, want an error naming the limit", err)
-		}
+	if _, _, err := m.peerLease(cfg, node(big)); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("oversized backend data: %v, want an error naming the limit", err)
+	}
+	if _, _, err := m.recordLease(cfg, rec); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("oversized backend data, as cached: %v, want an error naming the limit", err)
 	}
 	l, peer, err := m.peerLease(cfg, node(padded(subnet.MaxAttrsSize)))
 	if err != nil || !peer || len(l.Attrs.BackendData) != subnet.MaxAttrsSize {

@@ -1,0 +1,224 @@
+package kube
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/weftnet/weft/subnet"
+)
+
+// peerNode is what the watch keeps of a Node: what a peer's lease is read from, about 80
+// bytes and the strings' own. A corev1.Node trimmed of everything else took 1.7 KiB in the
+// cache (the struct alone is most of it), and a kubelet's whole Node takes tens of KiB (its
+// status lists the images the node holds).
+type peerNode struct {
+	// client-go's reflector keeps the Nodes of a streamed list in a store of its own until
+	// the list ends, as this store's Transformer makes them: records. That store asks each
+	// for its key (GetNamespace, GetName below) and its resource version (for its metrics),
+	// and client-go may ask for more, so a record is a metav1.Object: the methods it does
+	// not override read an empty ObjectMeta that all the records of a store share
+	// (nodeStore.meta) and nothing writes.
+	*metav1.ObjectMeta
+
+	name    string
+	created int64    // the lease's age: nodeAge
+	cidrs   []string // nodeCIDRs
+	// The watched annotations' values (annotations.watched), in order: each a 2-byte
+	// big-endian length plus one (0: the annotation is absent) and the value. A value over
+	// subnet.MaxAttrsSize is cut to one byte over, which is refused as it was (jsonValue).
+	ann string
+}
+
+// GetName is the Node's name.
+func (p *peerNode) GetName() string { return p.name }
+
+// GetNamespace is empty: Nodes are not namespaced.
+func (p *peerNode) GetNamespace() string { return "" }
+
+// maxValue is the longest annotation value a record keeps whole: the 2-byte length holds
+// one more than it.
+const maxValue = subnet.MaxAttrsSize + 1
+
+// record makes the record of n.
+func (a annotations) record(n *corev1.Node) *peerNode {
+	var b strings.Builder
+	for _, k := range a.watched() {
+		v, ok := n.Annotations[k]
+		if !ok {
+			b.WriteString("\x00\x00")
+			continue
+		}
+		v = v[:min(len(v), maxValue)]
+		b.WriteByte(byte((len(v) + 1) >> 8))
+		b.WriteByte(byte(len(v) + 1))
+		b.WriteString(v)
+	}
+	return &peerNode{name: n.Name, created: nodeAge(n), cidrs: nodeCIDRs(n), ann: b.String()}
+}
+
+// lookup reads the watched annotations of the record as a, which made it, names them.
+func (p *peerNode) lookup(a annotations) lookup {
+	return func(key string) (string, bool) {
+		s := p.ann
+		for _, k := range a.watched() {
+			size := int(s[0])<<8 | int(s[1])
+			s = s[2:]
+			if size == 0 {
+				if k == key {
+					return "", false
+				}
+				continue
+			}
+			if k == key {
+				return s[:size-1], true
+			}
+			s = s[size-1:]
+		}
+		return "", false
+	}
+}
+
+// equal reports whether two records hold the same.
+func (p *peerNode) equal(o *peerNode) bool {
+	return p.name == o.name && p.created == o.created && p.ann == o.ann && slices.Equal(p.cidrs, o.cidrs)
+}
+
+// nodeStore is the watch's cache, which client-go's reflector fills as it lists and watches
+// Nodes: a record of each Node (peerNode) by name, and the names of the nodes whose record
+// changed since the watcher last took them. A Node update that changes nothing weft reads (a
+// heartbeat, a label) leaves the record as it was and notes nothing.
+type nodeStore struct {
+	ann  annotations
+	meta *metav1.ObjectMeta // empty: see peerNode
+	kick chan struct{}      // one token: a node is noted as changed
+
+	mu      sync.Mutex
+	nodes   map[string]*peerNode
+	changed map[string]bool
+	listed  chan struct{} // closed by the first Replace: the first list is in
+}
+
+func newNodeStore(a annotations) *nodeStore {
+	return &nodeStore{ann: a, meta: &metav1.ObjectMeta{}, kick: make(chan struct{}, 1), nodes: map[string]*peerNode{},
+		changed: map[string]bool{}, listed: make(chan struct{})}
+}
+
+// Transformer makes the records the reflector's own store keeps of a streamed list
+// (cache.TransformingStore).
+func (s *nodeStore) Transformer() cache.TransformFunc {
+	return func(obj any) (any, error) { return s.toRecord(obj) }
+}
+
+func (s *nodeStore) toRecord(obj any) (*peerNode, error) {
+	switch o := obj.(type) {
+	case *peerNode:
+		return o, nil
+	case *corev1.Node:
+		p := s.ann.record(o)
+		p.ObjectMeta = s.meta
+		return p, nil
+	}
+	return nil, fmt.Errorf("kube: node watch: a %T, not a Node", obj)
+}
+
+// Add is a Node the watch sees created.
+func (s *nodeStore) Add(obj any) error { return s.put(obj) }
+
+// Update is a Node the watch sees changed.
+func (s *nodeStore) Update(obj any) error { return s.put(obj) }
+
+func (s *nodeStore) put(obj any) error {
+	p, err := s.toRecord(obj)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.nodes[p.name]; ok && old.equal(p) {
+		return nil
+	}
+	s.nodes[p.name] = p
+	s.note(p.name)
+	return nil
+}
+
+// Delete is a Node the watch sees deleted.
+func (s *nodeStore) Delete(obj any) error {
+	p, err := s.toRecord(obj)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.nodes[p.name]; ok {
+		delete(s.nodes, p.name)
+		s.note(p.name)
+	}
+	return nil
+}
+
+// Replace is a whole list of the Nodes: the first, or a relist after the watch could not
+// resume. Only the nodes it changes are noted.
+func (s *nodeStore) Replace(list []any, _ string) error {
+	fresh := make(map[string]*peerNode, len(list))
+	for _, obj := range list {
+		p, err := s.toRecord(obj)
+		if err != nil {
+			return err
+		}
+		fresh[p.name] = p
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.nodes {
+		if _, ok := fresh[name]; !ok {
+			s.note(name)
+		}
+	}
+	for name, p := range fresh {
+		if old, ok := s.nodes[name]; !ok || !old.equal(p) {
+			s.note(name)
+		}
+	}
+	s.nodes = fresh
+	select {
+	case <-s.listed:
+	default:
+		close(s.listed)
+	}
+	return nil
+}
+
+// Resync does nothing: the reflector runs without a resync period.
+func (s *nodeStore) Resync() error { return nil }
+
+// note marks a node as changed; s.mu is held. It must not block the reflector.
+func (s *nodeStore) note(name string) {
+	s.changed[name] = true
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the nodes noted as changed since the last take.
+func (s *nodeStore) take() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := s.changed
+	s.changed = map[string]bool{}
+	return names
+}
+
+// get returns the record of the node called name; nil when there is none.
+func (s *nodeStore) get(name string) *peerNode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[name]
+}
