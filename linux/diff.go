@@ -151,11 +151,15 @@ func (own Ownership) family() uint8 {
 // peerEntries are the kernel entries of one peer: a route (through a nexthop object where
 // the kernel has them), and for an overlay peer the neighbour and FDB entry its route relies
 // on.
+// Values, not pointers: made for every peer at every full Apply, pointers would be three
+// allocations a peer (at 65,000 peers, 7.5 MiB of garbage at the cold start's peak).
 type peerEntries struct {
-	route Route
-	nh    *Nexthop
-	neigh *Neighbor
-	fdb   *FDBEntry
+	route   Route
+	nh      Nexthop // when hasNH
+	neigh   Neighbor
+	fdb     FDBEntry // neigh and fdb when overlay
+	hasNH   bool
+	overlay bool
 }
 
 // layout is how a node programs its peers: its overlay device ("" for host-gw), its external
@@ -175,12 +179,14 @@ func (l layout) entriesOf(p backend.Peer) peerEntries {
 	} else {
 		vtep := p.VTEP()
 		e.route = Route{Dst: p.Subnet, Gw: vtep, Dev: l.dev, Onlink: true}
-		e.neigh = &Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: l.dev}
-		e.fdb = &FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: l.dev}
+		e.neigh = Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: l.dev}
+		e.fdb = FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: l.dev}
+		e.overlay = true
 	}
 	if id := nexthopID(p.Subnet, l.network); l.nexthops && id != 0 {
 		e.route.NH = id
-		e.nh = &Nexthop{ID: id, Gw: e.route.Gw, Dev: e.route.Dev, Onlink: e.route.Onlink}
+		e.nh = Nexthop{ID: id, Gw: e.route.Gw, Dev: e.route.Dev, Onlink: e.route.Onlink}
+		e.hasNH = true
 	}
 	return e
 }
@@ -214,12 +220,12 @@ func WantOf(st *backend.State, nexthops bool) (Want, Ownership) {
 	for _, p := range st.Peers.All() {
 		e := l.entriesOf(p)
 		w.Routes = append(w.Routes, e.route)
-		if e.nh != nil {
-			w.Nexthops = append(w.Nexthops, *e.nh)
+		if e.hasNH {
+			w.Nexthops = append(w.Nexthops, e.nh)
 		}
-		if e.neigh != nil {
-			w.Neighbors = append(w.Neighbors, *e.neigh)
-			w.FDB = append(w.FDB, *e.fdb)
+		if e.overlay {
+			w.Neighbors = append(w.Neighbors, e.neigh)
+			w.FDB = append(w.FDB, e.fdb)
 		}
 	}
 	own := Ownership{Networks: []netip.Prefix{st.Network()}, Devices: []string{st.Underlay}}

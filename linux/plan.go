@@ -201,10 +201,10 @@ func entryKeys(es []peerEntries) map[entryKey]int {
 			continue // no peer
 		}
 		k[entryKey{kind: kindRoute, dst: e.route.Dst}] = i
-		if e.nh != nil {
+		if e.hasNH {
 			k[entryKey{kind: kindNexthop, id: e.nh.ID}] = i
 		}
-		if e.neigh != nil {
+		if e.overlay {
 			k[entryKey{kind: kindNeighbor, ip: e.neigh.IP}] = i
 			k[entryKey{kind: kindFDB, mac: e.fdb.MAC}] = i
 		}
@@ -239,16 +239,16 @@ func (l layout) planPeers(before, after []backend.Peer) plan {
 		if !e.route.Dst.IsValid() {
 			continue
 		}
-		if f := e.fdb; f != nil {
-			if changed(entryKey{kind: kindFDB, mac: f.MAC}, func(w peerEntries) bool { return *w.fdb == *f }) {
-				pl.SetFDB = append(pl.SetFDB, *f)
+		if f := e.fdb; e.overlay {
+			if changed(entryKey{kind: kindFDB, mac: f.MAC}, func(w peerEntries) bool { return w.fdb == f }) {
+				pl.SetFDB = append(pl.SetFDB, f)
 			}
-			if n := e.neigh; changed(entryKey{kind: kindNeighbor, ip: n.IP}, func(w peerEntries) bool { return *w.neigh == *n }) {
-				pl.SetNeighbors = append(pl.SetNeighbors, *n)
+			if n := e.neigh; changed(entryKey{kind: kindNeighbor, ip: n.IP}, func(w peerEntries) bool { return w.neigh == n }) {
+				pl.SetNeighbors = append(pl.SetNeighbors, n)
 			}
 		}
-		if n := e.nh; n != nil && changed(entryKey{kind: kindNexthop, id: n.ID}, func(w peerEntries) bool { return *w.nh == *n }) {
-			pl.SetNexthops = append(pl.SetNexthops, *n)
+		if n := e.nh; e.hasNH && changed(entryKey{kind: kindNexthop, id: n.ID}, func(w peerEntries) bool { return w.nh == n }) {
+			pl.SetNexthops = append(pl.SetNexthops, n)
 		}
 		if changed(entryKey{kind: kindRoute, dst: e.route.Dst}, func(w peerEntries) bool { return w.route == e.route }) {
 			pl.SetRoutes = append(pl.SetRoutes, e.route)
@@ -262,15 +262,15 @@ func (l layout) planPeers(before, after []backend.Peer) plan {
 		if gone(entryKey{kind: kindRoute, dst: e.route.Dst}) {
 			pl.DelRoutes = append(pl.DelRoutes, kernelRoute{Route: e.route, Metric: defaultMetric(e.route.Dst)})
 		}
-		if n := e.nh; n != nil && gone(entryKey{kind: kindNexthop, id: n.ID}) {
-			pl.DelNexthops = append(pl.DelNexthops, *n)
+		if n := e.nh; e.hasNH && gone(entryKey{kind: kindNexthop, id: n.ID}) {
+			pl.DelNexthops = append(pl.DelNexthops, n)
 		}
-		if e.fdb != nil {
+		if e.overlay {
 			if gone(entryKey{kind: kindNeighbor, ip: e.neigh.IP}) {
-				pl.DelNeighbors = append(pl.DelNeighbors, *e.neigh)
+				pl.DelNeighbors = append(pl.DelNeighbors, e.neigh)
 			}
 			if gone(entryKey{kind: kindFDB, mac: e.fdb.MAC}) {
-				pl.DelFDB = append(pl.DelFDB, *e.fdb)
+				pl.DelFDB = append(pl.DelFDB, e.fdb)
 			}
 		}
 	}

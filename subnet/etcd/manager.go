@@ -1,11 +1,11 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -57,6 +57,9 @@ type Options struct {
 	// whole deadline. Defaults DefaultRequestTimeout and DefaultListTimeout.
 	RequestTimeout time.Duration
 	ListTimeout    time.Duration
+	// ListPage is how many leases one response of a listing holds at most, default
+	// DefaultListPage.
+	ListPage int
 }
 
 // Default deadlines of one request (Options.RequestTimeout, ListTimeout): a request that
@@ -73,6 +76,7 @@ type Manager struct {
 	ttl    time.Duration
 	log    *slog.Logger
 	opts   Options
+	seed   maphash.Seed // of the digests of values (entry.digest, the watch's)
 
 	// handoff is the listing of the leases that the first Acquire made, for the first Watch
 	// to start from: at start-up one listing of thousands of leases, parsed once, serves
@@ -99,7 +103,22 @@ type Manager struct {
 // listing is the leases' key-values as of a revision, each parsed or not (entry.parsed).
 type listing struct {
 	entries []entry
-	rev     int64
+	// slots, when not nil, hold the parsed entries' leases, the i-th entry's in the i-th
+	// slot: the watch's first batch is made of them in place (watcher.relisted), rather than
+	// of copies that would double the listing's weight at the start-up's peak.
+	slots []subnet.Event
+	rev   int64
+}
+
+// slot gives e, the next entry of the listing, the next slot for its lease; none when the
+// slots are full (a listing longer than its first page said, which one revision rules out):
+// the lease is then made apart, as the slots' order must stay the entries'.
+func (ls *listing) slot(e *entry) {
+	if ls.slots == nil || len(ls.slots) != len(ls.entries) || len(ls.slots) == cap(ls.slots) {
+		return
+	}
+	ls.slots = ls.slots[:len(ls.slots)+1]
+	e.lease = &ls.slots[len(ls.slots)-1].Lease
 }
 
 var (
@@ -111,7 +130,7 @@ var (
 
 // New returns a Manager on cli. The caller keeps ownership of cli.
 func New(cli *clientv3.Client, opts Options) *Manager {
-	m := &Manager{cli: cli, prefix: strings.TrimSuffix(opts.Prefix, "/"), ttl: opts.TTL, log: opts.Logger, opts: opts}
+	m := &Manager{cli: cli, prefix: strings.TrimSuffix(opts.Prefix, "/"), ttl: opts.TTL, log: opts.Logger, opts: opts, seed: maphash.MakeSeed()}
 	if m.prefix == "" {
 		m.prefix = DefaultPrefix
 	}
@@ -126,6 +145,9 @@ func New(cli *clientv3.Client, opts Options) *Manager {
 	}
 	if m.opts.ListTimeout <= 0 {
 		m.opts.ListTimeout = DefaultListTimeout
+	}
+	if m.opts.ListPage <= 0 {
+		m.opts.ListPage = DefaultListPage
 	}
 	return m
 }
@@ -222,54 +244,66 @@ func (m *Manager) Pool() []subnet.PoolUsage {
 	return out
 }
 
-// entry is one key under <prefix>/subnets/, parsed (lease, valErr) or not yet.
+// entry is one key under <prefix>/subnets/, parsed (lease, valErr) or not yet. It keeps of
+// the key-value only what is used later, not the key-value itself: an etcd listing's
+// key-values weigh twice what their entries do (at 65,000 leases, 24 MiB), and they would be
+// held with the entries until the watch's first batch is made.
 type entry struct {
-	kv     *mvccpb.KeyValue
-	lease  subnet.Lease // Attrs are valid only when valErr is nil
-	valErr error        // a key that names no subnet, or a bad value
-	named  bool         // the key names a subnet
+	key     string // the etcd key
+	value   []byte // the value's bytes, until it is parsed
+	digest  uint64 // of the value's bytes, under Manager.seed: the same bytes again need no parsing
+	modRev  int64  // 0: the own lease Acquire created after the listing (see handOwn)
+	created int64  // the key's create revision
+	leaseID clientv3.LeaseID
+	// lease is set once parsed; its Attrs are valid only when valErr is nil. In a listing
+	// with slots, the i-th entry's is the i-th slot's (see listing).
+	lease  *subnet.Lease
+	valErr error // a key that names no subnet, or a bad value
+	named  bool  // the key names a subnet
 	parsed bool
+}
+
+// unparsed is the entry of a key-value, parsed later when needed (parseValue).
+func (m *Manager) unparsed(kv *mvccpb.KeyValue) entry {
+	return entry{key: string(kv.Key), value: kv.Value, digest: maphash.Bytes(m.seed, kv.Value), modRev: kv.ModRevision,
+		created: kv.CreateRevision, leaseID: clientv3.LeaseID(kv.Lease)}
 }
 
 // parse turns a key-value into an entry; ok is false when the key names no subnet.
 func (m *Manager) parse(kv *mvccpb.KeyValue) (e entry, ok bool) {
-	e = m.parseKey(kv)
-	if e.named {
-		if err := e.lease.Attrs.UnmarshalJSON(kv.Value); err != nil {
-			e.valErr = err
-		}
-	}
+	e = m.unparsed(kv)
+	m.parseValue(&e)
 	return e, e.named
 }
 
-// parseKey is parse without the value: the lease's subnets, from the key, and its age.
-func (m *Manager) parseKey(kv *mvccpb.KeyValue) entry {
-	name := strings.TrimPrefix(string(kv.Key), m.subnetsDir())
-	sn, sn6, err := subnet.ParseKey(name)
+// parseValue parses an entry's key and value, unless it was, and drops the value's bytes.
+func (m *Manager) parseValue(e *entry) {
+	if e.parsed {
+		return
+	}
+	m.parseName(e)
+	if e.named {
+		if err := e.lease.Attrs.UnmarshalJSON(e.value); err != nil {
+			e.valErr = err
+		}
+	}
+	e.value = nil
+}
+
+// parseName parses an entry's key: the subnets it names, into its lease (made when the entry
+// has none).
+func (m *Manager) parseName(e *entry) {
+	e.parsed = true
+	if e.lease == nil {
+		e.lease = new(subnet.Lease)
+	}
+	e.lease.Created = e.created
+	sn, sn6, err := subnet.ParseKey(strings.TrimPrefix(e.key, m.subnetsDir()))
 	if err != nil {
-		return entry{kv: kv, valErr: err, parsed: true}
+		e.valErr = err
+		return
 	}
-	return entry{kv: kv, lease: subnet.Lease{Subnet: sn, IPv6Subnet: sn6, Created: kv.CreateRevision}, named: true, parsed: true}
-}
-
-// parseEvery parses every key-value, those whose key names no subnet too. The slice has room
-// for one more, the own lease handOwn appends: grown by append, 20,000 entries would be
-// copied into a slice of twice their 5 MiB at the start-up's peak.
-func (m *Manager) parseEvery(kvs []*mvccpb.KeyValue) []entry {
-	out := make([]entry, len(kvs), len(kvs)+1)
-	for i, kv := range kvs {
-		out[i], _ = m.parse(kv)
-	}
-	return out
-}
-
-// unparsed are the key-values as entries to be parsed when needed.
-func unparsed(kvs []*mvccpb.KeyValue) []entry {
-	out := make([]entry, len(kvs))
-	for i, kv := range kvs {
-		out[i] = entry{kv: kv}
-	}
-	return out
+	e.lease.Subnet, e.lease.IPv6Subnet, e.named = sn, sn6, true
 }
 
 func (m *Manager) parseAll(kvs []*mvccpb.KeyValue) []entry {
@@ -284,21 +318,80 @@ func (m *Manager) parseAll(kvs []*mvccpb.KeyValue) []entry {
 
 func (m *Manager) listOp() clientv3.Op { return clientv3.OpGet(m.subnetsDir(), clientv3.WithPrefix()) }
 
-func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
-	resp, err := call(ctx, m.large(), func(ctx context.Context) (clientv3.OpResponse, error) { return m.cli.Do(ctx, m.listOp()) })
-	if err != nil {
-		return nil, 0, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
+// DefaultListPage is how many leases one response of a listing holds at most
+// (Options.ListPage).
+const DefaultListPage = 5000
+
+// listPages lists the leases, all as of one revision, in responses of Options.ListPage
+// key-values at most, each turned into entries (parsed when parse is true) before the next
+// is asked for: in one response, at 65,000 leases, 16 MiB of protobuf and then 24 MiB of
+// key-values would be held at once, with the entries made of them. A listing whose revision
+// is compacted away before its last page starts again.
+func (m *Manager) listPages(ctx context.Context, parse bool) (*listing, error) {
+	for {
+		ls, err := m.listAt(ctx, parse)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("etcd: list %s: %w", m.subnetsDir(), err)
+		}
+		return ls, nil
 	}
+}
+
+func (m *Manager) listAt(ctx context.Context, parse bool) (*listing, error) {
+	dir := m.subnetsDir()
+	end := clientv3.GetPrefixRangeEnd(dir)
+	from, rev := dir, int64(0)
+	ls := &listing{}
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(m.opts.ListPage))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, from, opts...) })
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			// Room for all and one more, the own lease handOwn appends: grown by append,
+			// the entries would be copied into a slice of twice their size.
+			rev, ls.entries = resp.Header.Revision, make([]entry, 0, resp.Count+1)
+			if parse {
+				ls.slots = make([]subnet.Event, 0, resp.Count+1)
+			}
+		}
+		for _, kv := range resp.Kvs {
+			e := m.unparsed(kv)
+			if parse {
+				ls.slot(&e)
+				m.parseValue(&e)
+			}
+			ls.entries = append(ls.entries, e)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			ls.rev = rev
+			return ls, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+func (m *Manager) list(ctx context.Context) ([]entry, int64, error) {
 	// Parsed once, for the acquisition and the watch's first batch: at 20,000 leases a
 	// parse is a fifth of a second. The entries whose key names no subnet stay for the
 	// watch, which reports them; the acquisition passes over them.
-	entries, rev := m.parseEvery(resp.Get().Kvs), resp.Get().Header.Revision
+	ls, err := m.listPages(ctx, true)
+	if err != nil {
+		return nil, 0, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.watching {
-		m.handoff = &listing{entries: entries, rev: rev}
+		m.handoff = ls
 	}
-	return entries, rev, nil
+	return ls.entries, ls.rev, nil
 }
 
 // handOwn puts the lease Acquire published into the listing it hands off, so that the first
@@ -315,20 +408,26 @@ func (m *Manager) handOwn(l subnet.Lease) {
 		m.handoff = nil
 		return
 	}
-	key := []byte(m.subnetsDir() + l.Key())
-	own := &mvccpb.KeyValue{Key: key, Value: value}
+	key := m.subnetsDir() + l.Key()
+	own := &mvccpb.KeyValue{Key: []byte(key), Value: value}
 	es := m.handoff.entries
-	i := slices.IndexFunc(es, func(e entry) bool { return bytes.Equal(e.kv.Key, key) })
+	i := slices.IndexFunc(es, func(e entry) bool { return e.key == key })
 	if i >= 0 {
 		// The key was there at the listing's revision (adopted): it keeps its revisions.
 		// A key made since has none: its creation comes through the watch.
-		kv := es[i].kv
-		own.CreateRevision, own.ModRevision, own.Version = kv.CreateRevision, kv.ModRevision, kv.Version
+		own.CreateRevision, own.ModRevision, own.Lease = es[i].created, es[i].modRev, int64(es[i].leaseID)
 	}
-	e, _ := m.parse(own)
+	e := m.unparsed(own)
 	if i >= 0 {
-		es[i] = e // the acquisition that shared the listing is over
+		// The acquisition that shared the listing is over. The entry keeps its slot.
+		if e.lease = es[i].lease; e.lease != nil {
+			*e.lease = subnet.Lease{}
+		}
+		m.parseValue(&e)
+		es[i] = e
 	} else {
+		m.handoff.slot(&e)
+		m.parseValue(&e)
 		es = append(es, e)
 	}
 	m.handoff.entries = es
@@ -491,7 +590,7 @@ func (a *acquisition) findOwn(entries []entry) (entry, bool) {
 			r = 3
 		case id == "":
 			r = 2
-		case a.m.takenOver(string(e.kv.Key)) == takeover{from: id, left: true}:
+		case a.m.takenOver(e.key) == takeover{from: id, left: true}:
 			continue
 		}
 		if r > rank {
@@ -505,8 +604,8 @@ func (a *acquisition) findOwn(entries []entry) (entry, bool) {
 // A lease that no longer fits the config is deleted so that a new one is made.
 func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool, []entry, error) {
 	m := a.m
-	key := string(own.kv.Key)
-	unchanged := clientv3.Compare(clientv3.ModRevision(key), "=", own.kv.ModRevision)
+	key := own.key
+	unchanged := clientv3.Compare(clientv3.ModRevision(key), "=", own.modRev)
 	if !a.cfg.Compatible(own.lease.Subnet, own.lease.IPv6Subnet) {
 		m.log.Info("deleting own lease made under another network config", "lease", own.lease.Key())
 		resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
@@ -526,9 +625,9 @@ func (a *acquisition) claim(ctx context.Context, own entry) (subnet.Lease, bool,
 			"lease", own.lease.Key(), "published_by", id, "node", attrs.NodeID)
 		m.noteTakeover(key, takeover{from: id})
 	}
-	l := own.lease
+	l := *own.lease
 	l.Attrs = attrs
-	id := clientv3.LeaseID(own.kv.Lease)
+	id := own.leaseID
 	if id != 0 {
 		ka, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 			return m.cli.KeepAliveOnce(ctx, id)
@@ -636,9 +735,9 @@ func (a *acquisition) create(ctx context.Context, entries []entry) (subnet.Lease
 	// being the same key. The older key wins: whoever created later sees it here and yields.
 	created := resp.Header.Revision
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		e := m.parseKey(kv)
-		if e.named && string(e.kv.Key) != key && e.kv.CreateRevision < created && overlaps(e.lease, l) {
-			m.log.Info("new lease overlaps an older one, trying another", "lease", l.Key(), "older", string(e.kv.Key))
+		sn, sn6, err := subnet.ParseKey(strings.TrimPrefix(string(kv.Key), m.subnetsDir()))
+		if err == nil && string(kv.Key) != key && kv.CreateRevision < created && overlaps(subnet.Lease{Subnet: sn, IPv6Subnet: sn6}, l) {
+			m.log.Info("new lease overlaps an older one, trying another", "lease", l.Key(), "older", string(kv.Key))
 			_, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.TxnResponse, error) {
 				return m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", created)).Then(clientv3.OpDelete(key)).Commit()
 			})
@@ -684,7 +783,7 @@ func (m *Manager) Renew(ctx context.Context, own subnet.Lease) (l subnet.Lease, 
 		}
 		if e.valErr == nil && e.lease.Attrs.PublicIP == own.Attrs.PublicIP && e.lease.Attrs.PublicIPv6 == own.Attrs.PublicIPv6 {
 			own.Created = e.lease.Created
-			if id := clientv3.LeaseID(e.kv.Lease); id == 0 {
+			if id := e.leaseID; id == 0 {
 				own.Expiration = time.Time{} // a reservation never expires
 				return own, nil
 			} else if ka, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
@@ -731,7 +830,7 @@ func (m *Manager) Release(ctx context.Context, own subnet.Lease) error {
 	if e.valErr != nil || e.lease.Attrs.PublicIP != own.Attrs.PublicIP || e.lease.Attrs.PublicIPv6 != own.Attrs.PublicIPv6 {
 		return nil // not ours any more
 	}
-	if id := clientv3.LeaseID(e.kv.Lease); id != 0 {
+	if id := e.leaseID; id != 0 {
 		_, err := call(ctx, m.small(), func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) { return m.cli.Revoke(ctx, id) })
 		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return fmt.Errorf("etcd: release %s: revoke: %w", key, err)

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -28,7 +28,7 @@ func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
 }
 
 func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
-	w := &watcher{m: m, out: subnet.Sender{Out: out}, dir: []byte(m.subnetsDir()), seed: maphash.MakeSeed(),
+	w := &watcher{m: m, out: subnet.Sender{Out: out}, dir: m.subnetsDir(), seed: m.seed,
 		known: map[string]seen{}, skipped: map[string]int64{}, held: map[string]bool{}, minBackoff: minBackoff, maxBackoff: maxBackoff}
 	if cfg := m.cfg.Load(); cfg != nil {
 		w.ranges = [2]subnet.Range{cfg.IPv4Range(), cfg.IPv6Range()}
@@ -42,7 +42,7 @@ func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
 type watcher struct {
 	m       *Manager
 	out     subnet.Sender
-	dir     []byte           // the subnets directory, the prefix of every key
+	dir     string           // the subnets directory, the prefix of every key
 	seed    maphash.Seed     // of the digests
 	known   map[string]seen  // what the receiver has been told
 	skipped map[string]int64 // mod revision of a bad value already reported
@@ -153,23 +153,20 @@ func (w *watcher) sync(ctx context.Context) error {
 	}
 	ls := w.m.takeListing() // at start-up, the Acquire's: the watch goes on from its revision
 	if ls == nil {
-		resp, err := call(ctx, w.m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) {
-			return w.m.cli.Get(ctx, w.m.subnetsDir(), clientv3.WithPrefix())
-		})
-		if err != nil {
+		var err error
+		if ls, err = w.m.listPages(ctx, false); err != nil {
 			return fmt.Errorf("list leases: %w", err)
 		}
-		ls = &listing{entries: unparsed(resp.Kvs), rev: resp.Header.Revision}
 	}
-	if err := w.out.Send(ctx, w.relisted(ls.entries)); err != nil {
+	if err := w.out.Send(ctx, w.relisted(ls.entries, ls.slots)); err != nil {
 		return err
 	}
 	w.leased = [2]uint64{}
 	for _, e := range ls.entries {
 		// Not the own lease Acquire created after the listing (no revision yet): the
 		// watch brings its creation.
-		if e.kv.ModRevision != 0 {
-			w.count(e.kv.Key, 1)
+		if e.modRev != 0 {
+			w.count(e.key, 1)
 		}
 	}
 	w.publishPool()
@@ -178,11 +175,11 @@ func (w *watcher) sync(ctx context.Context) error {
 }
 
 // count adds d to the leased subnets for an etcd key that is one of the ranges' subnets.
-func (w *watcher) count(etcdKey []byte, d int) {
+func (w *watcher) count(etcdKey string, d int) {
 	if w.ranges[0].Size() == 0 && w.ranges[1].Size() == 0 {
 		return
 	}
-	sn, sn6, err := subnet.ParseKey(string(w.key(etcdKey)))
+	sn, sn6, err := subnet.ParseKey(w.key(etcdKey))
 	if err != nil {
 		return
 	}
@@ -199,9 +196,9 @@ func (w *watcher) countEvents(events []*clientv3.Event) {
 	for _, ev := range events {
 		switch {
 		case ev.Type == mvccpb.DELETE:
-			w.count(ev.Kv.Key, -1)
+			w.count(string(ev.Kv.Key), -1)
 		case ev.IsCreate():
-			w.count(ev.Kv.Key, 1)
+			w.count(string(ev.Kv.Key), 1)
 		}
 	}
 	w.publishPool()
@@ -341,35 +338,45 @@ func (w *watcher) wentBack(ctx context.Context) bool {
 // relisted takes a full listing of the leases and returns the events that bring the
 // receiver from what it knows to it: removals first, then the leases that are new or changed,
 // in the listing's order. A bad value does not undo the last good one. Entries not parsed
-// yet are parsed when their values are not the known ones.
-func (w *watcher) relisted(kvs []entry) []subnet.Event {
+// yet are parsed when their values are not the known ones. With slots (listing.slots), the
+// first listing's events are made in them, in place: the entries' leases are then no longer
+// theirs.
+func (w *watcher) relisted(kvs []entry, slots []subnet.Event) []subnet.Event {
 	clear(w.held)                     // what is still absent is held again, if removals are held back
 	before, listed := len(w.known), 0 // listed: how many of the known keys the listing holds
 	var added []subnet.Event
-	if before == 0 {
+	switch {
+	case before == 0 && slots != nil:
+		// Entry i's lease is in slot i or apart, and the i-th event made goes to a slot
+		// at most i: no slot is written before its lease is read.
+		added = slots[:0]
+	case before == 0:
 		added = make([]subnet.Event, 0, len(kvs)) // the first listing: every lease is new
 	}
 	for _, e := range kvs {
-		k := w.key(e.kv.Key) // string(k) in a map index costs no allocation
-		old, had := w.known[string(k)]
+		k := w.key(e.key)
+		old, had := w.known[k]
 		if had {
 			listed++
 		}
-		value := maphash.Bytes(w.seed, e.kv.Value)
-		if had && value == old.value {
+		if had && e.digest == old.value {
 			w.good(k)
 			continue
 		}
-		ks := string(k)
-		if l, ok := w.valid(e, ks); ok && w.learn(ks, l, value, old, had) {
-			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: l, Key: ks})
+		// A copy of its own: a part of the etcd key would keep all of it in w.known.
+		ks := strings.Clone(k)
+		if l, ok := w.valid(e, ks); ok && w.learn(ks, *l, e.digest, old, had) {
+			added = append(added, subnet.Event{Type: subnet.EventAdded, Lease: *l, Key: ks})
 		}
+	}
+	if before == 0 && len(added) < len(slots) {
+		clear(slots[len(added):]) // what is left of the leases of entries skipped
 	}
 	var removed []subnet.Event
 	if listed < before {
 		present := make(map[string]bool, len(kvs))
 		for _, e := range kvs {
-			present[string(w.key(e.kv.Key))] = true
+			present[w.key(e.key)] = true
 		}
 		hold := time.Now().Before(w.holdUntil)
 		for _, k := range slices.Sorted(maps.Keys(w.known)) {
@@ -398,7 +405,7 @@ func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
 	}
 	last := make(map[string]end, len(events))
 	for _, ev := range events {
-		k := string(w.key(ev.Kv.Key))
+		k := w.keyOf(ev.Kv.Key)
 		e, seen := last[k]
 		old, had := w.known[k]
 		if !seen {
@@ -408,12 +415,12 @@ func (w *watcher) changed(events []*clientv3.Event) []subnet.Event {
 		case mvccpb.DELETE:
 			e = end{}
 		case mvccpb.PUT:
-			value := maphash.Bytes(w.seed, ev.Kv.Value)
-			if had && value == old.value {
-				w.good([]byte(k))
+			en := w.m.unparsed(ev.Kv)
+			if had && en.digest == old.value {
+				w.good(k)
 				e = end{present: true}
-			} else if l, ok := w.valid(entry{kv: ev.Kv}, k); ok {
-				e = end{lease: l, value: value, present: true, fresh: true}
+			} else if l, ok := w.valid(en, k); ok {
+				e = end{lease: *l, value: en.digest, present: true, fresh: true}
 			}
 		}
 		last[k] = e
@@ -450,9 +457,9 @@ func (w *watcher) learn(k string, l subnet.Lease, value uint64, old seen, had bo
 }
 
 // good notes that key k holds a good value: a bad one later is reported again.
-func (w *watcher) good(k []byte) {
+func (w *watcher) good(k string) {
 	if len(w.skipped) > 0 {
-		delete(w.skipped, string(k))
+		delete(w.skipped, k)
 	}
 }
 
@@ -467,27 +474,32 @@ func (w *watcher) forget(k string) subnet.Event {
 }
 
 // key is the part of an etcd key below the subnets directory.
-func (w *watcher) key(etcdKey []byte) []byte { return bytes.TrimPrefix(etcdKey, w.dir) }
+func (w *watcher) key(etcdKey string) string { return strings.TrimPrefix(etcdKey, w.dir) }
+
+// keyOf is key of an etcd key's bytes, a string of its own.
+func (w *watcher) keyOf(etcdKey []byte) string {
+	if len(etcdKey) >= len(w.dir) && string(etcdKey[:len(w.dir)]) == w.dir {
+		etcdKey = etcdKey[len(w.dir):]
+	}
+	return string(etcdKey)
+}
 
 // valid parses an entry, unless it was, whose key below the subnets directory is k; a bad
 // one is logged and reported once per version.
-func (w *watcher) valid(e entry, k string) (subnet.Lease, bool) {
-	if !e.parsed {
-		e, _ = w.m.parse(e.kv)
-	}
-	kv := e.kv
+func (w *watcher) valid(e entry, k string) (*subnet.Lease, bool) {
+	w.m.parseValue(&e)
 	if e.valErr == nil {
 		if len(w.skipped) > 0 {
 			delete(w.skipped, k)
 		}
 		return e.lease, true
 	}
-	if w.skipped[k] != kv.ModRevision {
-		w.skipped[k] = kv.ModRevision
+	if w.skipped[k] != e.modRev {
+		w.skipped[k] = e.modRev
 		w.m.log.Warn("skipping malformed lease", "key", k, "err", e.valErr)
 		if w.m.opts.OnSkip != nil {
-			w.m.opts.OnSkip(string(kv.Key), e.valErr)
+			w.m.opts.OnSkip(e.key, e.valErr)
 		}
 	}
-	return subnet.Lease{}, false
+	return nil, false
 }

@@ -53,7 +53,7 @@ func BenchmarkWatchListing(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	w := benchWatcher(m)
-	if evs := w.relisted(unparsed(kvs)); len(evs) != benchLeases {
+	if evs := w.relisted(entriesOf(m, kvs), nil); len(evs) != benchLeases {
 		b.Fatalf("%d events, want %d", len(evs), benchLeases)
 	}
 	runtime.GC()
@@ -64,7 +64,7 @@ func BenchmarkWatchListing(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		benchWatcher(m).relisted(unparsed(kvs))
+		benchWatcher(m).relisted(entriesOf(m, kvs), nil)
 	}
 	b.ReportMetric(kept, "kept-B/lease")
 }
@@ -74,10 +74,10 @@ func BenchmarkWatchRelist(b *testing.B) {
 	m := New(nil, Options{})
 	kvs := benchListing(m)
 	w := benchWatcher(m)
-	w.relisted(unparsed(kvs))
+	w.relisted(entriesOf(m, kvs), nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if evs := w.relisted(unparsed(kvs)); len(evs) != 0 {
+		if evs := w.relisted(entriesOf(m, kvs), nil); len(evs) != 0 {
 			b.Fatalf("%d events, want none", len(evs))
 		}
 	}
@@ -87,7 +87,7 @@ func BenchmarkWatchRelist(b *testing.B) {
 func BenchmarkWatchEvent(b *testing.B) {
 	m := New(nil, Options{})
 	w := benchWatcher(m)
-	w.relisted(unparsed(benchListing(m)))
+	w.relisted(entriesOf(m, benchListing(m)), nil)
 	puts := [2][]*clientv3.Event{
 		{{Type: mvccpb.PUT, Kv: benchKV(m, 4242, 1)}},
 		{{Type: mvccpb.PUT, Kv: benchKV(m, 4242, 2)}},
@@ -100,4 +100,13 @@ func BenchmarkWatchEvent(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// entriesOf is a listing's key-values as entries not parsed yet, as the watch's relists make them.
+func entriesOf(m *Manager, kvs []*mvccpb.KeyValue) []entry {
+	out := make([]entry, len(kvs))
+	for i, kv := range kvs {
+		out[i] = m.unparsed(kv)
+	}
+	return out
 }

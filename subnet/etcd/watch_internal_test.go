@@ -63,7 +63,7 @@ func TestWatcherDifferences(t *testing.T) {
 		}
 	}
 
-	check("first listing", w.relisted(unparsed([]*mvccpb.KeyValue{benchKV(m, 1, 0), benchKV(m, 2, 0), benchKV(m, 3, 0)})),
+	check("first listing", w.relisted(entriesOf(m, []*mvccpb.KeyValue{benchKV(m, 1, 0), benchKV(m, 2, 0), benchKV(m, 3, 0)}), nil),
 		"added 10.0.1.0-24 00, added 10.0.2.0-24 00, added 10.0.3.0-24 00")
 	check("the same value again", w.changed([]*clientv3.Event{put(1, 0)}), "")
 	same := benchKV(m, 1, 0)
@@ -80,11 +80,11 @@ func TestWatcherDifferences(t *testing.T) {
 
 	// Known now: 1 (gen 7) and 2 (gen 5). A relist holds 1 as a bad value, 2 unchanged and
 	// 5 new; the next one lacks 2.
-	check("a relist", w.relisted(unparsed([]*mvccpb.KeyValue{kv(1, "{"), benchKV(m, 2, 5), benchKV(m, 5, 0)})),
+	check("a relist", w.relisted(entriesOf(m, []*mvccpb.KeyValue{kv(1, "{"), benchKV(m, 2, 5), benchKV(m, 5, 0)}), nil),
 		"added 10.0.5.0-24 00")
-	check("a relist without 2", w.relisted(unparsed([]*mvccpb.KeyValue{kv(1, "{"), benchKV(m, 5, 1)})),
+	check("a relist without 2", w.relisted(entriesOf(m, []*mvccpb.KeyValue{kv(1, "{"), benchKV(m, 5, 1)}), nil),
 		"removed 10.0.2.0-24, added 10.0.5.0-24 01")
-	check("a relist with 1 back", w.relisted(unparsed([]*mvccpb.KeyValue{benchKV(m, 1, 7), benchKV(m, 5, 1)})), "")
+	check("a relist with 1 back", w.relisted(entriesOf(m, []*mvccpb.KeyValue{benchKV(m, 1, 7), benchKV(m, 5, 1)}), nil), "")
 	// 4 never held a good value: its report is kept, as a key that held one would drop it.
 	if len(w.known) != 2 || len(w.skipped) != 1 {
 		t.Errorf("the watcher keeps %d leases and %d skipped keys, want 2 and 1", len(w.known), len(w.skipped))
