@@ -48,7 +48,7 @@ func newCluster(t *testing.T, args ...string) *cluster {
 	c := &cluster{srv: srv, admin: clientset(t, srv.Admin()), rec: &recorder{}}
 	c.weft = c.rec.wrap(srv.ServiceAccountConfig(t, "kube-flannel", "weft"))
 	// A permission missing from the role shows as a 403 somewhere, even where client-go
-	// retries it away (the informer relists on its own).
+	// retries it away (the reflector relists on its own).
 	t.Cleanup(func() {
 		if d := c.rec.deniedRequests(); len(d) > 0 {
 			t.Errorf("the API server denied the weft service account:\n%s", strings.Join(d, "\n"))

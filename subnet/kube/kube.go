@@ -4,10 +4,10 @@
 // of its Node object; the network config is a file, net-conf.json from the kube-flannel-cfg
 // ConfigMap. Peers are the nodes that carry the kube-subnet-manager annotation and a podCIDR.
 //
-// The watch is built for large clusters: one informer whose cache keeps only what weft reads
-// of each Node, protobuf on the wire, and changes gathered into batches, so that a burst of
-// node updates is one convergence and updates of fields weft does not read cost nothing
-// downstream.
+// The watch is built for large clusters: one client-go reflector whose cache keeps a small
+// record of what weft reads of each Node (store.go), the first list streamed and protobuf on
+// the wire, and changes gathered into batches, so that a burst of node updates is one
+// convergence and updates of fields weft does not read cost nothing downstream.
 package kube
 
 import (
@@ -55,7 +55,7 @@ type Config struct {
 	// per distinct problem, after it has been logged. Metrics hook in here.
 	OnSkip func(node string, err error)
 	// OnWatchRestart is called when the node watch broke and is about to resume; OnRelist
-	// when the informer lists every node again (after a gap it could not bridge).
+	// when the reflector lists every node again (after a gap it could not bridge).
 	OnWatchRestart func(err error)
 	OnRelist       func()
 }
@@ -140,7 +140,7 @@ func open(c Config) (*Manager, error) {
 		onSkip: c.OnSkip, onWatchRestart: c.OnWatchRestart, onRelist: c.OnRelist}, nil
 }
 
-// Check implements subnet.Checker from the informer's last attempt to watch nodes: it costs
+// Check implements subnet.Checker from the reflector's last attempt to watch nodes: it costs
 // no request. Before Watch runs there is nothing to tell, and Check reports no error.
 func (m *Manager) Check() error {
 	m.mu.Lock()

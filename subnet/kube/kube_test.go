@@ -348,7 +348,7 @@ func testBurst(t *testing.T, c *cluster) {
 	}
 	wg.Wait()
 	t.Logf("%d updates in %v", peers*rounds, time.Since(start))
-	time.Sleep(time.Second) // still busy: the last updates reach the informer meanwhile
+	time.Sleep(time.Second) // still busy: the last updates reach the reflector meanwhile
 	final := func(s map[string]subnet.Lease) bool {
 		for i := range peers {
 			if !s[fmt.Sprintf("10.42.%d.0-24", 100+i)].Attrs.Equal(attrs(i, rounds)) {
@@ -611,7 +611,7 @@ func testRBACEnforced(t *testing.T, c *cluster) {
 // TestKube/PostEvent show that it grants enough.)
 //
 // The server has streaming lists (WatchList) off, as API servers before 1.32 do and as
-// clusters may: the informer then lists with "list", which it otherwise streams with
+// clusters may: the reflector then lists with "list", which it otherwise streams with
 // "watch"; the role must work on both.
 func TestEveryPermissionNeeded(t *testing.T) {
 	c := newCluster(t, "--feature-gates=WatchList=false")
@@ -769,13 +769,13 @@ func TestWatchAcrossAPIServerRestart(t *testing.T) {
 	}
 	checkUntil(false)
 	t.Logf("Check with the API server down: %v", a.Check())
-	time.Sleep(2 * time.Second) // the informer retries meanwhile
+	time.Sleep(2 * time.Second) // the reflector retries meanwhile
 	w.quiet(t, 0, "while the API server was down")
 	start = time.Now()
 	c.srv.Restart(t)
 	t.Logf("API server ready again in %v", time.Since(start))
 	// A starting API server refuses requests until its RBAC cache has loaded; the
-	// informer, reconnecting all along, may have met that. Refusals from now on count.
+	// reflector, reconnecting all along, may have met that. Refusals from now on count.
 	waitForRBAC(t, c.weft, []rbacv1.PolicyRule{{Resources: []string{"nodes"}, Verbs: []string{"get"}}})
 	c.rec.forgetDenied()
 
