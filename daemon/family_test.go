@@ -327,3 +327,44 @@ func TestFamilyPathObserve(t *testing.T) {
 		t.Error("busy with only a skipped peer")
 	}
 }
+
+// TestTakeInChunks: a batch larger than a chunk reaches every family whole, in order (a
+// lease's later event wins), and is cleared once taken, its leases' values with it.
+func TestTakeInChunks(t *testing.T) {
+	const conf = `{"Network": "10.0.0.0/8", "Backend": {"Type": "vxlan"}}`
+	fp1, _ := newTestPathFor(t, conf, ownLease)
+	fp2, _ := newTestPathFor(t, conf, ownLease)
+	m := newMetrics()
+	d := &daemon{cfg: DefaultConfig(), log: fp1.cfg.log, m: m, events: noEvents{}, pending: map[string]struct{}{},
+		health: newHealth(DefaultConfig(), m, nil, nil), paths: families{fp1, fp2}}
+	n := takeChunk + takeChunk/2
+	var batch []subnet.Event
+	for i := range n {
+		l := vxLease(fmt.Sprintf("10.%d.%d.0/24", 1+i/256, i%256), fmt.Sprintf("172.16.%d.%d", i/250, 1+i%250), 0)
+		l.Attrs.BackendData = backend.VXLANData{VNI: 1, VtepMAC: backend.MAC{0x0e, 1, 0, 0, byte(i >> 8), byte(i)}}.Encode()
+		batch = append(batch, added(l)...)
+	}
+	// The first lease again, later in the batch, on another public IP: that value stands.
+	moved := batch[0].Lease
+	moved.Attrs.PublicIP = netip.MustParseAddr("172.31.0.1")
+	batch = append(batch, added(moved)...)
+	d.take(batch)
+	for i, fp := range []*familyPath{fp1, fp2} {
+		if got := fp.Peers(); got != n {
+			t.Errorf("family %d programs %d peers, want %d", i, got, n)
+		}
+		for _, p := range fp.set.Peers() {
+			if p.Key == moved.Key() && p.PublicIP != moved.Attrs.PublicIP {
+				t.Errorf("family %d: %s on %s, want the later %s", i, p.Key, p.PublicIP, moved.Attrs.PublicIP)
+			}
+		}
+	}
+	if len(d.pending) != n {
+		t.Errorf("%d keys pending, want %d", len(d.pending), n)
+	}
+	for i, ev := range batch {
+		if ev.Type != 0 || ev.Key != "" || ev.Lease.Subnet.IsValid() || ev.Lease.Attrs.BackendData != nil {
+			t.Fatalf("event %d not cleared once taken: %+v", i, ev)
+		}
+	}
+}
