@@ -678,8 +678,7 @@ type seenAt struct {
 	keys int
 }
 
-// take folds a batch of lease events into every family's peer set. The batch is the
-// daemon's: it is cleared as it is taken.
+// take folds a batch of lease events into every family's peer set.
 func (d *daemon) take(batch []subnet.Event) {
 	now := time.Now()
 	d.viewStale = true
@@ -699,22 +698,11 @@ func (d *daemon) take(batch []subnet.Event) {
 	if fresh > 0 {
 		d.pendingSince = append(d.pendingSince, seenAt{at: now, keys: fresh})
 	}
-	// In chunks, each cleared once every family has it: the sets keep nothing of an event
-	// but its key, and a cold start's batch brings every lease, whose values (backend data,
-	// node IDs: 6 MiB at 65,000 leases) then go while the sets grow rather than after.
-	for len(batch) > 0 {
-		chunk := batch[:min(len(batch), takeChunk)]
-		batch = batch[len(chunk):]
-		for _, fp := range d.paths {
-			d.noteSkipped(fp.Observe(chunk))
-		}
-		clear(chunk)
+	for _, fp := range d.paths {
+		d.noteSkipped(fp.Observe(batch))
 	}
 	d.noteContested()
 }
-
-// takeChunk is how many events of a batch every family takes before the next.
-const takeChunk = 1024
 
 // noteContested publishes how many older peer leases claim the own lease's subnet, public IP
 // or VTEP MAC (in any family): a gauge and the readiness reason.
