@@ -93,16 +93,83 @@ func (c *claims[K]) first(e *entry) *entry {
 }
 
 // entry is one lease as the Set keeps it: no raw datastore value, only what the decisions
-// and /status need.
+// and /status need. Its candidate is kept flat, the peer's addresses by their 16 bytes: a
+// netip value carries a pointer and padding beside them, and a candidate kept whole made an
+// entry of 144 bytes, not 112 (65,000 leases: 2 MiB). A Set's addresses have no zone
+// (translate skips a public IP with one, whose zone /status then does not show).
 type entry struct {
 	key     string
-	created int64 // subnet.Lease.Created: the claim's age
-	c       candidate
+	created int64    // subnet.Lease.Created: the claim's age
+	sn, ip  [16]byte // the candidate's subnet address and public IP (addrKey)
+	wg      *WireGuardPeer
+	skip    *Skipped // the candidate's: why translate rules it out
 	self    *Skipped // why translate or the own lease rule it out; nil if usable
 	lost    *Skipped // why it lost a claim to another peer; nil if it did not
 	said    *Skipped // the skip last reported in a Result, so that each is reported once
+	vtep    MAC      // the candidate's peer's VTEPMAC
+	mac     MAC      // the VTEP MAC it claims (candidate.mac)
+	bits    uint8    // of the subnet
+	addrs   uint8    // which of sn and ip are valid, and IPv4 (the addr flags)
 	claimed bool     // registered in the claim indexes
-	on      bool     // programmed: c.peer is in the State
+	on      bool     // programmed: its peer is in the State
+}
+
+// The flags of entry.addrs.
+const (
+	snValid = 1 << iota
+	sn4
+	ipValid
+	ip4
+)
+
+// newEntry is the entry of the lease key, of age created, that translate made c of.
+func newEntry(key string, created int64, c candidate) *entry {
+	p := c.peer
+	e := &entry{key: key, created: created, sn: addrKey(p.Subnet.Addr()), ip: addrKey(p.PublicIP), wg: p.WireGuard,
+		skip: c.skip, vtep: p.VTEPMAC, mac: c.mac, bits: uint8(max(p.Subnet.Bits(), 0))}
+	for _, f := range [...]struct {
+		a           netip.Addr
+		valid, four uint8
+	}{{p.Subnet.Addr(), snValid, sn4}, {p.PublicIP, ipValid, ip4}} {
+		if f.a.IsValid() {
+			e.addrs |= f.valid
+		}
+		if f.a.Is4() {
+			e.addrs |= f.four
+		}
+	}
+	return e
+}
+
+// addrOf is an address kept by its 16 bytes, under flags valid and four of entry.addrs.
+func (e *entry) addrOf(b [16]byte, valid, four uint8) netip.Addr {
+	switch {
+	case e.addrs&valid == 0:
+		return netip.Addr{}
+	case e.addrs&four != 0:
+		return netip.AddrFrom16(b).Unmap()
+	}
+	return netip.AddrFrom16(b)
+}
+
+// peer is what the entry programs when it is on.
+func (e *entry) peer() Peer {
+	var sn netip.Prefix
+	if e.addrs&snValid != 0 {
+		sn = netip.PrefixFrom(e.addrOf(e.sn, snValid, sn4), int(e.bits))
+	}
+	return Peer{Subnet: sn, PublicIP: e.addrOf(e.ip, ipValid, ip4), VTEPMAC: e.vtep, WireGuard: e.wg}
+}
+
+// candidate is the candidate the entry was made of.
+func (e *entry) candidate() candidate { return candidate{peer: e.peer(), mac: e.mac, skip: e.skip} }
+
+// wgKey is the WireGuard public key the entry claims (candidate.key).
+func (e *entry) wgKey() Key {
+	if e.wg == nil {
+		return Key{}
+	}
+	return e.wg.Key
 }
 
 // skipped is why the entry is not programmed, or nil.
@@ -116,10 +183,10 @@ func (e *entry) skipped() *Skipped {
 // NewSet returns an empty Set for a node holding own.
 func NewSet(b *Backend, own subnet.Lease, masquerade bool) *Set {
 	s := &Set{b: b, entries: hashindex.New(hashindex.String, func(e *entry) string { return e.key }),
-		bySubnet: newClaims(hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.Subnet.Addr()) }),
-		byIP:     newClaims(hashAddr, func(e *entry) [16]byte { return addrKey(e.c.peer.PublicIP) }),
-		byMAC:    newClaims(hashMAC, func(e *entry) MAC { return e.c.mac }),
-		byKey:    newClaims(hashKey, func(e *entry) Key { return e.c.key() })}
+		bySubnet: newClaims(hashAddr, func(e *entry) [16]byte { return e.sn }),
+		byIP:     newClaims(hashAddr, func(e *entry) [16]byte { return e.ip }),
+		byMAC:    newClaims(hashMAC, func(e *entry) MAC { return e.mac }),
+		byKey:    newClaims(hashKey, func(e *entry) Key { return e.wgKey() })}
 	s.st = b.StateFor(own, masquerade)
 	s.st.Peers = programmed{s}
 	s.own, s.ownKey, s.claim = own, own.Key(), b.ownClaims(own)
@@ -181,18 +248,18 @@ func (s *Set) PutKeyed(key string, l subnet.Lease, r *Result) {
 		return
 	}
 	var touched touchList
-	e := &entry{key: key, created: l.Created, c: s.b.translate(key, l)}
+	e := newEntry(key, l.Created, s.b.translate(key, l))
 	old := s.entry(key)
-	if old != nil && old.on && e.c.skip != nil && unreadable(e.c.skip.Code) {
+	if old != nil && old.on && e.skip != nil && unreadable(e.skip.Code) {
 		// A programmed peer's new value that cannot be read keeps what it programmed, as
 		// flanneld does (it skips such an event): flanneld.exe republishes its lease without a
 		// VtepMAC on every start until HNS has its network again, and a peer dropped then is
 		// cut off until the good value returns.
-		if old.said == nil || *old.said != *e.c.skip {
-			skip := *e.c.skip
+		if old.said == nil || *old.said != *e.skip {
+			skip := *e.skip
 			skip.Reason += "; its last good value stays programmed"
 			r.Skipped = append(r.Skipped, skip)
-			old.said = e.c.skip
+			old.said = e.skip
 		}
 		return
 	}
@@ -225,7 +292,7 @@ func (s *Set) Remove(key string, r *Result) {
 	s.entries.Delete(key)
 	if e.on {
 		s.on--
-		r.change(key, e.c.peer, Peer{})
+		r.change(key, e.peer(), Peer{})
 	}
 	s.resolve(touched, r, nil)
 }
@@ -265,9 +332,9 @@ func (t *touchList) add(e *entry) {
 // the entries sharing a claim with it are added to touched.
 func (s *Set) settle(e *entry, touched *touchList) {
 	touched.add(e)
-	self := e.c.skip
+	self := e.skip
 	if self == nil {
-		self = s.claim.against(e.key, e.c, e.created)
+		self = s.claim.against(e.key, e.candidate(), e.created)
 	}
 	s.setSelf(e, self)
 	if e.self != nil {
@@ -276,10 +343,10 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	e.claimed = true
 	s.bySubnet.add(e, touched)
 	s.byIP.add(e, touched)
-	if e.c.mac != (MAC{}) {
+	if e.mac != (MAC{}) {
 		s.byMAC.add(e, touched)
 	}
-	if !e.c.key().IsZero() {
+	if !e.wgKey().IsZero() {
 		s.byKey.add(e, touched)
 	}
 }
@@ -308,10 +375,10 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 	e.claimed = false
 	s.bySubnet.drop(e, touched)
 	s.byIP.drop(e, touched)
-	if e.c.mac != (MAC{}) {
+	if e.mac != (MAC{}) {
 		s.byMAC.drop(e, touched)
 	}
-	if !e.c.key().IsZero() {
+	if !e.wgKey().IsZero() {
 		s.byKey.drop(e, touched)
 	}
 }
@@ -319,7 +386,7 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 // before orders the claimants of one thing: the first wins. The older claim comes first (an
 // unknown age counts as the newest), then subnet order, then key order.
 func before(a, b *entry) int {
-	return cmp.Or(age(a.created, b.created), a.c.peer.Subnet.Addr().Compare(b.c.peer.Subnet.Addr()), strings.Compare(a.key, b.key))
+	return cmp.Or(age(a.created, b.created), a.peer().Subnet.Addr().Compare(b.peer().Subnet.Addr()), strings.Compare(a.key, b.key))
 }
 
 // age compares two Created values, zero (unknown) last.
@@ -337,7 +404,7 @@ func age(a, b int64) int {
 
 // rival says why e loses one of its claims to another entry, or nil when it wins them all.
 func (s *Set) rival(e *entry) *Skipped {
-	p := e.c.peer
+	p := e.peer()
 	if w := s.bySubnet.first(e); w != e {
 		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipOverlapsPeer, ClashesWith: w.key,
 			Reason: fmt.Sprintf("subnet %s is also claimed by %s", p.Subnet, w.key)}
@@ -346,16 +413,16 @@ func (s *Set) rival(e *entry) *Skipped {
 		return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateIP, ClashesWith: w.key,
 			Reason: fmt.Sprintf("public IP %s is also claimed by %s", p.PublicIP, w.key)}
 	}
-	if e.c.mac != (MAC{}) {
+	if e.mac != (MAC{}) {
 		if w := s.byMAC.first(e); w != e {
 			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateMAC, ClashesWith: w.key,
-				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.c.mac, w.key)}
+				Reason: fmt.Sprintf("VtepMAC %s is also used by %s", e.mac, w.key)}
 		}
 	}
-	if !e.c.key().IsZero() {
+	if !e.wgKey().IsZero() {
 		if w := s.byKey.first(e); w != e {
 			return &Skipped{Key: e.key, Family: s.b.fam, Code: SkipDuplicateKey, ClashesWith: w.key,
-				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.c.key(), w.key)}
+				Reason: fmt.Sprintf("WireGuard public key %s is also used by %s", e.wgKey(), w.key)}
 		}
 	}
 	return nil
@@ -380,9 +447,9 @@ func (s *Set) resolve(touched touchList, r *Result, replaced *entry) {
 			r.Skipped = append(r.Skipped, *now)
 		}
 		e.said = now
-		had, old := e.on, e.c.peer
+		had, old := e.on, e.peer()
 		if replaced != nil && replaced.key == e.key {
-			had, old = replaced.on, replaced.c.peer
+			had, old = replaced.on, replaced.peer()
 		}
 		if !had {
 			old = Peer{}
@@ -393,8 +460,8 @@ func (s *Set) resolve(touched touchList, r *Result, replaced *entry) {
 				e.on = true
 				s.on++
 			}
-			if !had || !old.Equal(e.c.peer) {
-				r.change(e.key, old, e.c.peer)
+			if p := e.peer(); !had || !old.Equal(p) {
+				r.change(e.key, old, p)
 			}
 		case e.on:
 			e.on = false
@@ -414,7 +481,7 @@ func (p programmed) Len() int { return p.s.on }
 func (p programmed) All() iter.Seq2[string, Peer] {
 	return func(yield func(string, Peer) bool) {
 		for e := range p.s.entries.All() {
-			if e.on && !yield(e.key, e.c.peer) {
+			if e.on && !yield(e.key, e.peer()) {
 				return
 			}
 		}
@@ -468,11 +535,12 @@ func (sn Snapshot) All() iter.Seq[PeerInfo] {
 		for _, p := range sn.peers {
 			e := p.e
 			typ := sn.typ
-			if e.c.skip != nil && e.c.skip.Code == SkipBackendType {
-				typ = e.c.skip.typ
+			if e.skip != nil && e.skip.Code == SkipBackendType {
+				typ = e.skip.typ
 			}
-			if !yield(PeerInfo{Key: e.key, Subnet: e.c.peer.Subnet, PublicIP: e.c.peer.PublicIP,
-				BackendType: typ, VTEPMAC: e.c.mac, Skipped: p.skipped}) {
+			peer := e.peer()
+			if !yield(PeerInfo{Key: e.key, Subnet: peer.Subnet, PublicIP: peer.PublicIP,
+				BackendType: typ, VTEPMAC: e.mac, Skipped: p.skipped}) {
 				return
 			}
 		}

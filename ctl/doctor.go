@@ -668,11 +668,12 @@ func diagnoseKernel(n node, fe famExpectation, running bool, add addFunc) {
 		add(f, d.Kind, resultFail, what, fix+cmd)
 	}
 	w, _ := linux.WantOf(fe.state, false) // the counts are the same with nexthop objects
-	want := map[string]int{"route": len(w.Routes)}
+	_, routes, neighbors, fdb := w.Entries()
+	want := map[string]int{"route": len(routes)}
 	kinds := []string{"route"}
 	if fe.state.Device != nil {
 		kinds = append(kinds, "neighbor", "fdb", "address")
-		want["neighbor"], want["fdb"], want["address"] = len(w.Neighbors), len(w.FDB), len(w.Addrs)
+		want["neighbor"], want["fdb"], want["address"] = len(neighbors), len(fdb), len(w.Addrs)
 	}
 	for _, kind := range kinds {
 		if !drifted[kind] {

@@ -99,7 +99,8 @@ func TestDiagnoseHealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := e.fams[0].state
-	if w, _ := linux.WantOf(st, false); len(w.Routes) != 1 || w.Routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
+	w, _ := linux.WantOf(st, false)
+	if _, routes, _, _ := w.Entries(); len(routes) != 1 || routes[0].Dst != netip.MustParsePrefix("10.244.2.0/24") || e.mtu != 1450 {
 		t.Errorf("expected state %+v, MTU %d; want one route to 10.244.2.0/24, MTU 1450", st, e.mtu)
 	}
 	if _, owned := linux.WantOf(st, false); owned.Devices[0] != "eth0" || owned.Own[0] != netip.MustParsePrefix("10.244.1.0/24") {

@@ -665,7 +665,9 @@ func TestDaemonEndpoints(t *testing.T) {
 		"weft_ready 1",
 		`weft_subnet_pool_free_subnets{family="IPv4"} 155`,
 		`weft_convergence_duration_seconds_count`,
-		`weft_peer_programming_delay_seconds_count`,
+		// Each peer's key once, the skipped one too, its delay from the batch that brought it.
+		"weft_peer_programming_delay_seconds_count 2\n",
+		"weft_lease_events_applied_total 2\n",
 		`weft_build_info{`,
 		`go_goroutines`,
 	} {

@@ -87,7 +87,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	have := snap.state
 	pl := diff(want, have, owned)
 
-	for _, w := range pl.SetNexthops {
+	for _, w := range pl.SetNexthops.all() {
 		c := Change[Nexthop]{Want: w}
 		for _, k := range have.Nexthops {
 			if k.ID == w.ID {
@@ -99,7 +99,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	for _, n := range pl.DelNexthops {
 		r.Nexthops = append(r.Nexthops, Change[Nexthop]{Have: n})
 	}
-	for _, w := range pl.SetRoutes {
+	for _, w := range pl.SetRoutes.all() {
 		c := Change[Route]{Want: w}
 		for _, k := range have.Routes {
 			// The route a replace overwrites: same destination, the default metric.
@@ -112,7 +112,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	for _, k := range pl.DelRoutes {
 		r.Routes = append(r.Routes, Change[Route]{Have: k.Route})
 	}
-	for _, w := range pl.SetNeighbors {
+	for _, w := range pl.SetNeighbors.all() {
 		c := Change[Neighbor]{Want: w}
 		for _, k := range have.Neighbors {
 			if k.Dev == w.Dev && k.IP == w.IP {
@@ -124,7 +124,7 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	for _, n := range pl.DelNeighbors {
 		r.Neighbors = append(r.Neighbors, Change[Neighbor]{Have: n})
 	}
-	for _, w := range pl.SetFDB {
+	for _, w := range pl.SetFDB.all() {
 		c := Change[FDBEntry]{Want: w}
 		for _, k := range have.FDB {
 			// A replace rewrites the MAC's first destination: report that one.

@@ -99,7 +99,9 @@ type FDBEntry struct {
 	Dev string
 }
 
-// Want is a State in the kernel's terms: what flannel programs for each peer.
+// Want is a State in the kernel's terms: what flannel programs for each peer. The entries
+// given are followed, kind by kind, by those of the peers of the State it was made of
+// (WantOf), which are made when a diff or a write reads them, never all at once.
 type Want struct {
 	Device    string         // the VXLAN device; "" for host-gw
 	Addrs     []netip.Prefix // the VXLAN device's
@@ -107,6 +109,22 @@ type Want struct {
 	Routes    []Route
 	Neighbors []Neighbor
 	FDB       []FDBEntry
+	peers     *peerTable
+}
+
+func (w Want) nexthops() list[Nexthop] {
+	return list[Nexthop]{given: w.Nexthops, peers: w.peers, of: nexthopOf}
+}
+func (w Want) routes() list[Route] { return list[Route]{given: w.Routes, peers: w.peers, of: routeOf} }
+func (w Want) neighbors() list[Neighbor] {
+	return list[Neighbor]{given: w.Neighbors, peers: w.peers, of: neighborOf}
+}
+func (w Want) fdb() list[FDBEntry] { return list[FDBEntry]{given: w.FDB, peers: w.peers, of: fdbOf} }
+
+// Entries are every entry of w, the given and its peers', in lists of their own: for a tool
+// that shows or counts them.
+func (w Want) Entries() (nexthops []Nexthop, routes []Route, neighbors []Neighbor, fdb []FDBEntry) {
+	return w.nexthops().slice(), w.routes().slice(), w.neighbors().slice(), w.fdb().slice()
 }
 
 // Ownership says which kernel entries are the daemon's, so which ones a full Apply may
@@ -173,22 +191,41 @@ type layout struct {
 
 // entriesOf is what flannel programs for p (with weft's nexthop objects where l has them).
 func (l layout) entriesOf(p backend.Peer) peerEntries {
-	var e peerEntries
-	if !p.Overlay() {
-		e.route = Route{Dst: p.Subnet, Gw: p.PublicIP, Dev: l.underlay}
-	} else {
-		vtep := p.VTEP()
-		e.route = Route{Dst: p.Subnet, Gw: vtep, Dev: l.dev, Onlink: true}
-		e.neigh = Neighbor{IP: vtep, MAC: p.VTEPMAC, Dev: l.dev}
-		e.fdb = FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: l.dev}
-		e.overlay = true
-	}
-	if id := nexthopID(p.Subnet, l.network); l.nexthops && id != 0 {
-		e.route.NH = id
-		e.nh = Nexthop{ID: id, Gw: e.route.Gw, Dev: e.route.Dev, Onlink: e.route.Onlink}
-		e.hasNH = true
+	e := peerEntries{route: l.route(p), overlay: p.Overlay()}
+	e.nh, e.hasNH = l.nexthop(e.route)
+	if e.overlay {
+		e.neigh, _ = l.neighbor(p)
+		e.fdb, _ = l.fdb(p)
 	}
 	return e
+}
+
+// route is p's route: to its VTEP on the overlay device, or to its public IP on the
+// underlay; through its nexthop object where l has them.
+func (l layout) route(p backend.Peer) Route {
+	r := Route{Dst: p.Subnet, Gw: p.PublicIP, Dev: l.underlay}
+	if p.Overlay() {
+		r = Route{Dst: p.Subnet, Gw: p.VTEP(), Dev: l.dev, Onlink: true}
+	}
+	if l.nexthops {
+		r.NH = nexthopID(p.Subnet, l.network)
+	}
+	return r
+}
+
+// nexthop is the nexthop object route r goes through, if it goes through one.
+func (l layout) nexthop(r Route) (Nexthop, bool) {
+	return Nexthop{ID: r.NH, Gw: r.Gw, Dev: r.Dev, Onlink: r.Onlink}, r.NH != 0
+}
+
+// neighbor is the neighbour entry of an overlay peer's VTEP.
+func (l layout) neighbor(p backend.Peer) (Neighbor, bool) {
+	return Neighbor{IP: p.VTEP(), MAC: p.VTEPMAC, Dev: l.dev}, p.Overlay()
+}
+
+// fdb is the FDB entry that sends an overlay peer's frames to its public IP.
+func (l layout) fdb(p backend.Peer) (FDBEntry, bool) {
+	return FDBEntry{MAC: p.VTEPMAC, Dst: p.PublicIP, Dev: l.dev}, p.Overlay()
 }
 
 func layoutOf(st *backend.State, nexthops bool) layout {
@@ -200,33 +237,13 @@ func layoutOf(st *backend.State, nexthops bool) layout {
 }
 
 // WantOf translates st into the kernel's terms, routes through nexthop objects or not, and
-// says which entries are ours.
+// says which entries are ours. It copies the peers, 14 bytes each, and makes their entries
+// only as they are read.
 func WantOf(st *backend.State, nexthops bool) (Want, Ownership) {
 	l := layoutOf(st, nexthops)
-	w := Want{Device: l.dev}
+	w := Want{Device: l.dev, peers: newPeerTable(l, st.SubnetLen(), st.Peers)}
 	if st.Device != nil {
 		w.Addrs = st.DeviceAddresses()
-	}
-	// Sized at once: grown by appending, the lists of 20,000 peers leave twice their
-	// megabytes of garbage at the start-up's peak.
-	n := st.Peers.Len()
-	w.Routes = make([]Route, 0, n)
-	if l.nexthops {
-		w.Nexthops = make([]Nexthop, 0, n)
-	}
-	if l.dev != "" {
-		w.Neighbors, w.FDB = make([]Neighbor, 0, n), make([]FDBEntry, 0, n)
-	}
-	for _, p := range st.Peers.All() {
-		e := l.entriesOf(p)
-		w.Routes = append(w.Routes, e.route)
-		if e.hasNH {
-			w.Nexthops = append(w.Nexthops, e.nh)
-		}
-		if e.overlay {
-			w.Neighbors = append(w.Neighbors, e.neigh)
-			w.FDB = append(w.FDB, e.fdb)
-		}
 	}
 	own := Ownership{Networks: []netip.Prefix{st.Network()}, Devices: []string{st.Underlay}}
 	if st.Own.IsValid() {
@@ -304,13 +321,13 @@ func diff(want Want, have kernelState, own Ownership) plan {
 	var p plan
 	v6 := len(own.Networks) > 0 && own.Networks[0].Addr().Is6()
 	var del []int
-	p.SetNexthops, del = diffNexthops(want.Nexthops, have.Nexthops, v6)
+	p.SetNexthops, del = diffNexthops(want.nexthops(), have.Nexthops, v6)
 	p.DelNexthops = pickOf(have.Nexthops, del, func(n kernelNexthop) Nexthop { return n.Nexthop })
-	p.SetRoutes, del = diffRoutes(want.Routes, have.Routes, routeOwner(want.Routes, vx, own))
+	p.SetRoutes, del = diffRoutes(want.routes(), have.Routes, routeOwner(want.routes(), vx, own))
 	p.DelRoutes = pickOf(have.Routes, del, func(r kernelRoute) kernelRoute { return r })
-	p.SetNeighbors, del = diffNeighbors(want.Neighbors, have.Neighbors, vx)
+	p.SetNeighbors, del = diffNeighbors(want.neighbors(), have.Neighbors, vx)
 	p.DelNeighbors = pickOf(have.Neighbors, del, func(n kernelNeighbor) Neighbor { return n.Neighbor })
-	p.SetFDB, del = diffFDB(want.FDB, have.FDB, vx)
+	p.SetFDB, del = diffFDB(want.fdb(), have.FDB, vx)
 	p.DelFDB = pickOf(have.FDB, del, func(f kernelFDB) FDBEntry { return f.FDBEntry })
 	p.AddAddrs, del = diffAddrs(addrs, have.Addrs, own.Networks)
 	p.DelAddrs = pickOf(have.Addrs, del, func(a netip.Prefix) netip.Prefix { return a })
@@ -332,13 +349,17 @@ func pickOf[T, U any](have []T, idx []int, as func(T) U) []U {
 // routeOwner returns the ownership test for routes: inside the cluster networks, not to our
 // own subnet, not the kernel's, and either on the VXLAN device or through a gateway on a
 // device we route peers through.
-func routeOwner(want []Route, vx string, own Ownership) func(kernelRoute) bool {
+func routeOwner(want list[Route], vx string, own Ownership) func(kernelRoute) bool {
 	gwDevs := map[string]bool{}
 	for _, d := range own.Devices {
 		gwDevs[d] = true
 	}
-	for _, r := range want {
+	for _, r := range want.given {
 		gwDevs[r.Dev] = true
+	}
+	if t := want.peers; t.len() > 0 {
+		// Every peer's route goes through one of the two; reading them all would make them.
+		gwDevs[t.l.underlay], gwDevs[t.l.dev] = true, true
 	}
 	return func(r kernelRoute) bool {
 		if r.Blackhole {
@@ -396,7 +417,7 @@ func sameRoute(k kernelRoute, w Route) bool {
 // peer needs deleted (after the routes that used them moved or went). Only the objects of the
 // plane's family (v6) are looked at: the other family's plane owns the others. (weft makes
 // IPv4 ones only; one without a gateway counts as IPv4's.)
-func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop, del []int) {
+func diffNexthops(want list[Nexthop], have []kernelNexthop, v6 bool) (set list[Nexthop], del []int) {
 	byID := make(map[uint32]int, len(have))
 	for i, h := range have {
 		if ownsNexthop(h.ID) && (h.Gw.IsValid() && h.Gw.Is6()) == v6 {
@@ -406,17 +427,17 @@ func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop,
 	// wanted finds the objects held that none wants: none to find at a cold start.
 	var wanted map[uint32]bool
 	if len(byID) > 0 {
-		wanted = make(map[uint32]bool, len(want))
+		wanted = make(map[uint32]bool, want.Len())
 	}
-	var setting []int
-	for j, w := range want {
+	var setting []int32
+	for j, w := range want.all() {
 		if wanted != nil {
 			wanted[w.ID] = true
 		}
 		if i, ok := byID[w.ID]; ok && !have[i].Other && have[i].Nexthop == w {
 			continue
 		}
-		setting = append(setting, j)
+		setting = append(setting, int32(j))
 	}
 	for id, i := range byID {
 		if !wanted[id] {
@@ -425,22 +446,6 @@ func diffNexthops(want []Nexthop, have []kernelNexthop, v6 bool) (set []Nexthop,
 	}
 	slices.Sort(del)
 	return subset(want, setting), del
-}
-
-// subset is the entries of want at the indexes idx (ascending): want itself when they are
-// all of it, as at start-up, where a copy would add the size of every list to the peak.
-func subset[T any](want []T, idx []int) []T {
-	if len(idx) == 0 {
-		return nil
-	}
-	if len(idx) == len(want) {
-		return want
-	}
-	out := make([]T, len(idx))
-	for j, i := range idx {
-		out[j] = want[i]
-	}
-	return out
 }
 
 // groups are the indexes of dumped entries by key, in dump order, chained through one slice
@@ -480,11 +485,11 @@ func (g groups[K]) of(k K) []int {
 	return out
 }
 
-func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) (set []Route, del []int) {
+func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bool) (set list[Route], del []int) {
 	byDst := groupBy(have, func(r kernelRoute) (netip.Prefix, bool) { return r.Dst.Masked(), owned(r) })
-	wanted := make(map[netip.Prefix]bool, len(want))
-	var setting []int
-	for j, w := range want {
+	wanted := make(map[netip.Prefix]bool, want.Len())
+	var setting []int32
+	for j, w := range want.all() {
 		dst := w.Dst.Masked()
 		if wanted[dst] {
 			continue // one route per destination; the backend never asks for two
@@ -493,7 +498,7 @@ func diffRoutes(want []Route, have []kernelRoute, owned func(kernelRoute) bool) 
 		cands := byDst.of(dst)
 		keep := slices.IndexFunc(cands, func(i int) bool { return sameRoute(have[i], w) })
 		if keep < 0 {
-			setting = append(setting, j)
+			setting = append(setting, int32(j))
 		}
 		for j, i := range cands {
 			// A replace overwrites the route of the default metric in place (no gap), so that
@@ -518,7 +523,7 @@ type neighKey struct {
 	ip  netip.Addr
 }
 
-func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Neighbor, del []int) {
+func diffNeighbors(want list[Neighbor], have []kernelNeighbor, vx string) (set list[Neighbor], del []int) {
 	owned := make(map[neighKey]int, len(have)) // the kernel holds one neighbour per device and address
 	for i, n := range have {
 		if n.Dev == vx && n.Permanent {
@@ -528,10 +533,10 @@ func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Nei
 	// wanted finds the neighbours held that none wants: none to find at a cold start.
 	var wanted map[neighKey]bool
 	if len(owned) > 0 {
-		wanted = make(map[neighKey]bool, len(want))
+		wanted = make(map[neighKey]bool, want.Len())
 	}
-	var setting []int
-	for j, w := range want {
+	var setting []int32
+	for j, w := range want.all() {
 		k := neighKey{w.Dev, w.IP}
 		if wanted != nil {
 			wanted[k] = true
@@ -539,7 +544,7 @@ func diffNeighbors(want []Neighbor, have []kernelNeighbor, vx string) (set []Nei
 		if i, ok := owned[k]; ok && have[i].MAC == w.MAC {
 			continue
 		}
-		setting = append(setting, j)
+		setting = append(setting, int32(j))
 	}
 	for k, i := range owned {
 		if !wanted[k] {
@@ -562,11 +567,11 @@ func ownsFDB(f kernelFDB, vx string) bool {
 		f.Dst.IsValid() && !f.Dst.IsUnspecified() && !f.Dst.IsMulticast()
 }
 
-func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del []int) {
+func diffFDB(want list[FDBEntry], have []kernelFDB, vx string) (set list[FDBEntry], del []int) {
 	owned := groupBy(have, func(f kernelFDB) (fdbKey, bool) { return fdbKey{f.Dev, f.MAC}, ownsFDB(f, vx) })
-	wanted := make(map[fdbKey]bool, len(want))
-	var setting []int
-	for j, w := range want {
+	wanted := make(map[fdbKey]bool, want.Len())
+	var setting []int32
+	for j, w := range want.all() {
 		k := fdbKey{w.Dev, w.MAC}
 		if wanted[k] {
 			continue // a unicast MAC has one destination; the kernel refuses to append a second
@@ -575,7 +580,7 @@ func diffFDB(want []FDBEntry, have []kernelFDB, vx string) (set []FDBEntry, del 
 		cands := owned.of(k)
 		keep := slices.IndexFunc(cands, func(i int) bool { return have[i].Dst == w.Dst })
 		if keep < 0 {
-			setting = append(setting, j)
+			setting = append(setting, int32(j))
 			keep = 0 // a replace rewrites the MAC's first destination in place
 		}
 		for j, i := range cands {

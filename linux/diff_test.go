@@ -159,8 +159,8 @@ func TestDiffRoutes(t *testing.T) {
 			if own.Networks == nil {
 				own = testOwn()
 			}
-			set, del := diffRoutes(tt.want, tt.have, routeOwner(tt.want, vx, own))
-			if !slices.Equal(set, tt.wantSet) {
+			set, del := diffRoutes(listOf(tt.want), tt.have, routeOwner(listOf(tt.want), vx, own))
+			if !slices.Equal(set.slice(), tt.wantSet) {
 				t.Errorf("set:\n got %v\nwant %v", set, tt.wantSet)
 			}
 			if got := pick(tt.have, del); !slices.Equal(got, tt.wantDel) {
@@ -219,8 +219,8 @@ func TestDiffNeighbors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, del := diffNeighbors(tt.want, tt.have, vx)
-			if !slices.Equal(set, tt.wantSet) {
+			set, del := diffNeighbors(listOf(tt.want), tt.have, vx)
+			if !slices.Equal(set.slice(), tt.wantSet) {
 				t.Errorf("set:\n got %v\nwant %v", set, tt.wantSet)
 			}
 			if got := pick(tt.have, del); !slices.Equal(got, tt.wantDel) {
@@ -286,8 +286,8 @@ func TestDiffFDB(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, del := diffFDB(tt.want, tt.have, vx)
-			if !slices.Equal(set, tt.wantSet) {
+			set, del := diffFDB(listOf(tt.want), tt.have, vx)
+			if !slices.Equal(set.slice(), tt.wantSet) {
 				t.Errorf("set:\n got %v\nwant %v", set, tt.wantSet)
 			}
 			if got := pick(tt.have, del); !slices.Equal(got, tt.wantDel) {
@@ -354,8 +354,8 @@ func TestDiffHostGW(t *testing.T) {
 		FDB:       []kernelFDB{fdb("aa:00:00:00:00:03", "192.168.50.3", vx, true)},
 	}
 	p := diff(st, have, testOwn())
-	want := plan{SetRoutes: st.Routes}
-	if !slices.Equal(p.SetRoutes, want.SetRoutes) || len(p.DelRoutes)+len(p.DelNeighbors)+len(p.DelFDB)+len(p.DelAddrs) != 0 {
+	want := plan{SetRoutes: listOf(st.Routes)}
+	if !slices.Equal(p.SetRoutes.slice(), st.Routes) || len(p.DelRoutes)+len(p.DelNeighbors)+len(p.DelFDB)+len(p.DelAddrs) != 0 {
 		t.Errorf("plan = %+v, want %+v", p, want)
 	}
 }
@@ -406,25 +406,26 @@ func BenchmarkDiff20k(b *testing.B) {
 			VTEPMAC: backend.MAC{0x0e, 0, 0, 0, byte(i >> 8), byte(i)}}
 	}
 	want, own := WantOf(st, true)
+	nexthops, routes, neighbors, fdbs := want.Entries()
 	var have kernelState
-	for _, n := range want.Nexthops {
+	for _, n := range nexthops {
 		have.Nexthops = append(have.Nexthops, kernelNexthop{Nexthop: n})
 	}
-	for _, r := range want.Routes {
+	for _, r := range routes {
 		have.Routes = append(have.Routes, kernelRoute{Route: r})
 	}
 	have.Routes[100].NH = 0
-	for _, n := range want.Neighbors {
+	for _, n := range neighbors {
 		have.Neighbors = append(have.Neighbors, kernelNeighbor{Neighbor: n, Permanent: true})
 	}
-	for _, f := range want.FDB {
+	for _, f := range fdbs {
 		have.FDB = append(have.FDB, kernelFDB{FDBEntry: f, Permanent: true})
 	}
 	have.Addrs = want.Addrs
 	b.ReportAllocs()
 	for b.Loop() {
-		if p := diff(want, have, own); len(p.SetRoutes) != 1 {
-			b.Fatalf("plan sets %d routes, want 1", len(p.SetRoutes))
+		if p := diff(want, have, own); p.SetRoutes.Len() != 1 {
+			b.Fatalf("plan sets %d routes, want 1", p.SetRoutes.Len())
 		}
 	}
 }
@@ -465,17 +466,17 @@ func TestDiffBlackhole(t *testing.T) {
 		kr(Route{Dst: pfx("192.168.9.0/24"), Blackhole: true}),
 	}
 	have := append([]kernelRoute{kr(vxRoute("10.244.2.0/24"))}, others...)
-	set, del := diffRoutes(w.Routes, have, routeOwner(w.Routes, vx, own))
-	if !slices.Equal(set, []Route{bh}) || len(del) != 0 {
+	set, del := diffRoutes(w.routes(), have, routeOwner(w.routes(), vx, own))
+	if !slices.Equal(set.slice(), []Route{bh}) || len(del) != 0 {
 		t.Errorf("missing blackhole: set %v, delete %v; want set [%v], delete none", set, pick(have, del), bh)
 	}
 	have = append(have, kr(bh))
-	if set, del := diffRoutes(w.Routes, have, routeOwner(w.Routes, vx, own)); len(set)+len(del) != 0 {
+	if set, del := diffRoutes(w.routes(), have, routeOwner(w.routes(), vx, own)); set.Len()+len(del) != 0 {
 		t.Errorf("blackhole there: set %v, delete %v; want nothing", set, pick(have, del))
 	}
 	// Without the flag, nothing of it is the plane's: a blackhole already there stays.
 	w2, own2 := Want{Routes: []Route{vxRoute("10.244.2.0/24")}}, testOwn()
-	if set, del := diffRoutes(w2.Routes, have, routeOwner(w2.Routes, vx, own2)); len(set)+len(del) != 0 {
+	if set, del := diffRoutes(w2.routes(), have, routeOwner(w2.routes(), vx, own2)); set.Len()+len(del) != 0 {
 		t.Errorf("without the flag: set %v, delete %v; want nothing", set, pick(have, del))
 	}
 	// A unicast route where the blackhole is wanted is not it.
@@ -485,17 +486,72 @@ func TestDiffBlackhole(t *testing.T) {
 }
 
 // TestSubset: the entries to set are the wanted ones themselves, not a copy, when they are
-// all of them (a cold start); else a list of their own, in order.
+// all of them (a cold start); else those picked, in order, and none for no index.
 func TestSubset(t *testing.T) {
-	want := []int{10, 11, 12, 13}
-	if got := subset(want, []int{0, 1, 2, 3}); &got[0] != &want[0] || len(got) != 4 {
-		t.Errorf("every index: %v, want the list itself", got)
+	want := listOf([]int{10, 11, 12, 13})
+	if got := subset(want, []int32{0, 1, 2, 3}); got.idx != nil || !slices.Equal(got.slice(), want.given) {
+		t.Errorf("every index: %v (picking %v), want the list itself", got.slice(), got.idx)
 	}
-	got := subset(want, []int{1, 3})
-	if !slices.Equal(got, []int{11, 13}) || &got[0] == &want[1] {
-		t.Errorf("some: %v, want a copy of [11 13]", got)
+	got := subset(want, []int32{1, 3})
+	if !slices.Equal(got.slice(), []int{11, 13}) || got.Len() != 2 || got.get(1) != 13 {
+		t.Errorf("some: %v, want [11 13]", got.slice())
 	}
-	if got := subset(want, nil); got != nil {
-		t.Errorf("none: %v, want nil", got)
+	if again := subset(got, []int32{1}); !slices.Equal(again.slice(), []int{13}) {
+		t.Errorf("a subset of a subset: %v, want [13]", again.slice())
+	}
+	if got := subset(want, nil); got.Len() != 0 {
+		t.Errorf("none: %v, want none", got.slice())
+	}
+}
+
+// TestWantOfPeers: a Want made of a State holds, kind by kind, the entries that entriesOf
+// makes of each peer, whether the peer table keeps it compact (an IPv4 /24) or whole (another
+// subnet length, an IPv6 public IP), and no entry of a kind a peer has none of (a DirectRouting
+// peer's neighbour and FDB entry).
+func TestWantOfPeers(t *testing.T) {
+	cfg, err := subnet.ParseConfig([]byte(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := vxPeer(4, 4, 4)
+	odd.Subnet = pfx("10.244.4.0/25")
+	v6 := vxPeer(5, 5, 5)
+	v6.PublicIP = ip("fd00::5")
+	peers := backend.PeerMap{"a": vxPeer(2, 2, 2), "b": hgPeer(3, 3), "c": odd, "d": v6}
+	st := &backend.State{Config: cfg, Own: pfx("10.244.1.0/24"), Underlay: "eth0",
+		Device: &backend.VXLANDevice{Name: vx, VNI: 1}, Peers: peers}
+	w, _ := WantOf(st, true)
+	if w.peers.len() != 4 || len(w.peers.v4) != 2 {
+		t.Fatalf("peer table of %d peers, %d compact; want 4, 2", w.peers.len(), len(w.peers.v4))
+	}
+	nexthops, routes, neighbors, fdbs := w.Entries()
+	l := layoutOf(st, true)
+	var wantNH []Nexthop
+	var wantRoutes []Route
+	var wantNeigh []Neighbor
+	var wantFDB []FDBEntry
+	for i := range w.peers.len() {
+		p := w.peers.peer(i)
+		if got, ok := peers[map[byte]string{2: "a", 3: "b", 4: "c", 5: "d"}[p.Subnet.Addr().As4()[2]]]; !ok || got != p {
+			t.Errorf("table's peer %d is %v, not one of the State's", i, p)
+		}
+		e := l.entriesOf(p)
+		wantRoutes = append(wantRoutes, e.route)
+		wantNH = append(wantNH, e.nh)
+		if e.overlay {
+			wantNeigh, wantFDB = append(wantNeigh, e.neigh), append(wantFDB, e.fdb)
+		}
+	}
+	if !slices.Equal(nexthops, wantNH) || !slices.Equal(routes, wantRoutes) || !slices.Equal(neighbors, wantNeigh) || !slices.Equal(fdbs, wantFDB) {
+		t.Errorf("entries:\n got %v\n     %v\n     %v\n     %v\nwant %v\n     %v\n     %v\n     %v",
+			nexthops, routes, neighbors, fdbs, wantNH, wantRoutes, wantNeigh, wantFDB)
+	}
+	if len(neighbors) != 3 {
+		t.Errorf("%d neighbours, want 3 (the DirectRouting peer has none)", len(neighbors))
+	}
+	// A cold start writes them all; the plan reads the Want's own lists.
+	pl := diff(w, kernelState{}, Ownership{Networks: []netip.Prefix{pfx("10.244.0.0/16")}})
+	if !slices.Equal(pl.SetRoutes.slice(), routes) || !slices.Equal(pl.SetFDB.slice(), fdbs) || pl.SetFDB.Len() != 3 {
+		t.Errorf("cold start's plan: routes %v, FDB %v; want %v, %v", pl.SetRoutes.slice(), pl.SetFDB.slice(), routes, fdbs)
 	}
 }

@@ -13,10 +13,10 @@ import (
 // (model.change); the one writer executes either in the order walk gives.
 type plan struct {
 	AddAddrs     []netip.Prefix // of the overlay device
-	SetFDB       []FDBEntry
-	SetNeighbors []Neighbor
-	SetNexthops  []Nexthop
-	SetRoutes    []Route
+	SetFDB       list[FDBEntry]
+	SetNeighbors list[Neighbor]
+	SetNexthops  list[Nexthop]
+	SetRoutes    list[Route]
 	// DelRoutes are routes as dumped, deleted exactly as the kernel holds them (metric,
 	// protocol, scope), or routes the plane wrote itself (a zero raw), deleted as it wrote
 	// them.
@@ -28,8 +28,8 @@ type plan struct {
 }
 
 func (p *plan) empty() bool {
-	return len(p.SetNexthops)+len(p.DelNexthops)+len(p.SetRoutes)+len(p.DelRoutes)+len(p.SetNeighbors)+len(p.DelNeighbors)+
-		len(p.SetFDB)+len(p.DelFDB)+len(p.AddAddrs)+len(p.DelAddrs) == 0
+	return p.SetNexthops.Len()+len(p.DelNexthops)+p.SetRoutes.Len()+len(p.DelRoutes)+p.SetNeighbors.Len()+len(p.DelNeighbors)+
+		p.SetFDB.Len()+len(p.DelFDB)+len(p.AddAddrs)+len(p.DelAddrs) == 0
 }
 
 // kind is a kind of kernel entry, as Changes and the dataplane_changes metric count them.
@@ -68,12 +68,12 @@ func (p *plan) walk(write func(op), flush func()) {
 		}
 	}
 	each(kindAddress, false, len(p.AddAddrs))
-	each(kindFDB, false, len(p.SetFDB))
-	each(kindNeighbor, false, len(p.SetNeighbors))
+	each(kindFDB, false, p.SetFDB.Len())
+	each(kindNeighbor, false, p.SetNeighbors.Len())
 	flush()
-	each(kindNexthop, false, len(p.SetNexthops))
+	each(kindNexthop, false, p.SetNexthops.Len())
 	flush()
-	each(kindRoute, false, len(p.SetRoutes))
+	each(kindRoute, false, p.SetRoutes.Len())
 	flush()
 	each(kindRoute, true, len(p.DelRoutes))
 	flush()
@@ -82,29 +82,6 @@ func (p *plan) walk(write func(op), flush func()) {
 	each(kindFDB, true, len(p.DelFDB))
 	flush()
 	each(kindAddress, true, len(p.DelAddrs))
-}
-
-// dev is the device o writes on, by name ("" for a blackhole route).
-func (p *plan) dev(o op) string {
-	switch k, del, i := o.kind, o.del, o.i; {
-	case k == kindFDB && del:
-		return p.DelFDB[i].Dev
-	case k == kindFDB:
-		return p.SetFDB[i].Dev
-	case k == kindNeighbor && del:
-		return p.DelNeighbors[i].Dev
-	case k == kindNeighbor:
-		return p.SetNeighbors[i].Dev
-	case k == kindNexthop && del:
-		return p.DelNexthops[i].Dev
-	case k == kindNexthop:
-		return p.SetNexthops[i].Dev
-	case k == kindRoute && del:
-		return p.DelRoutes[i].Dev
-	case k == kindRoute:
-		return p.SetRoutes[i].Dev
-	}
-	return ""
 }
 
 // describe says what o does, for the log and its error.
@@ -118,24 +95,24 @@ func (p *plan) describe(o op) string {
 		f := p.DelFDB[i]
 		return fmt.Sprintf("deleting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
 	case k == kindFDB:
-		f := p.SetFDB[i]
+		f := p.SetFDB.get(i)
 		return fmt.Sprintf("setting FDB entry %s dst %s dev %s", f.MAC, f.Dst, f.Dev)
 	case k == kindNeighbor && del:
 		n := p.DelNeighbors[i]
 		return fmt.Sprintf("deleting neighbour %s dev %s", n.IP, n.Dev)
 	case k == kindNeighbor:
-		n := p.SetNeighbors[i]
+		n := p.SetNeighbors.get(i)
 		return fmt.Sprintf("setting neighbour %s lladdr %s dev %s", n.IP, n.MAC, n.Dev)
 	case k == kindNexthop && del:
 		return "deleting nexthop " + p.DelNexthops[i].String()
 	case k == kindNexthop:
-		return "replacing nexthop " + p.SetNexthops[i].String()
+		return "replacing nexthop " + p.SetNexthops.get(i).String()
 	case k == kindRoute && del:
 		return "deleting route " + routeString(p.DelRoutes[i].Route)
-	case p.SetRoutes[i].Blackhole:
-		return "adding route " + routeString(p.SetRoutes[i])
+	case p.SetRoutes.get(i).Blackhole:
+		return "adding route " + routeString(p.SetRoutes.get(i))
 	default:
-		return "replacing route " + routeString(p.SetRoutes[i])
+		return "replacing route " + routeString(p.SetRoutes.get(i))
 	}
 }
 
@@ -241,17 +218,17 @@ func (l layout) planPeers(before, after []backend.Peer) plan {
 		}
 		if f := e.fdb; e.overlay {
 			if changed(entryKey{kind: kindFDB, mac: f.MAC}, func(w peerEntries) bool { return w.fdb == f }) {
-				pl.SetFDB = append(pl.SetFDB, f)
+				pl.SetFDB.add(f)
 			}
 			if n := e.neigh; changed(entryKey{kind: kindNeighbor, ip: n.IP}, func(w peerEntries) bool { return w.neigh == n }) {
-				pl.SetNeighbors = append(pl.SetNeighbors, n)
+				pl.SetNeighbors.add(n)
 			}
 		}
 		if n := e.nh; e.hasNH && changed(entryKey{kind: kindNexthop, id: n.ID}, func(w peerEntries) bool { return w.nh == n }) {
-			pl.SetNexthops = append(pl.SetNexthops, n)
+			pl.SetNexthops.add(n)
 		}
 		if changed(entryKey{kind: kindRoute, dst: e.route.Dst}, func(w peerEntries) bool { return w.route == e.route }) {
-			pl.SetRoutes = append(pl.SetRoutes, e.route)
+			pl.SetRoutes.add(e.route)
 		}
 	}
 	for _, e := range eb {

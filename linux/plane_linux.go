@@ -294,47 +294,14 @@ func (p *Plane) write(pl *plan, vx netlink.Link) (Changes, error) {
 	var errs []error
 	var b batch
 	index := p.model.links()
-	link := func(o op) (int, bool) {
-		dev := pl.dev(o)
-		i, ok := index[dev]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: device %q does not exist", pl.describe(o), dev))
-		}
-		return i, ok
-	}
 	pl.walk(func(o op) {
 		if o.kind == kindAddress {
 			p.writeAddr(pl, o, vx, &c, &errs)
 			return
 		}
-		var m message
-		switch i := o.i; {
-		case o.kind == kindRoute && !o.del && pl.SetRoutes[i].Blackhole:
-			m = blackholeAdd(pl.SetRoutes[i])
-		case o.kind == kindRoute && o.del && pl.DelRoutes[i].raw != (rawRoute{}):
-			m = routeDel(pl.DelRoutes[i]) // as dumped: its device is named by index already
-		case o.kind == kindNexthop && o.del:
-			m = nexthopDel(pl.DelNexthops[i].ID) // by ID alone: a group or blackhole has no device
-		default:
-			dev, ok := link(o)
-			switch {
-			case o.kind == kindRoute && o.del && (ok || pl.DelRoutes[i].NH != 0):
-				m = routeDelOwn(pl.DelRoutes[i].Route, dev)
-			case o.kind == kindRoute && !o.del && (ok || pl.SetRoutes[i].NH != 0):
-				m = routeSet(pl.SetRoutes[i], dev)
-			case !ok:
-				return
-			case o.kind == kindNexthop:
-				m = nexthopSet(pl.SetNexthops[i], dev)
-			case o.kind == kindNeighbor && o.del:
-				m = neighDel(pl.DelNeighbors[i].IP, dev)
-			case o.kind == kindNeighbor:
-				m = neighSet(pl.SetNeighbors[i], dev)
-			case o.kind == kindFDB && o.del:
-				m = fdbDel(pl.DelFDB[i], dev)
-			default:
-				m = fdbSet(pl.SetFDB[i], dev)
-			}
+		m, ok := pl.message(o, index, &errs)
+		if !ok {
+			return
 		}
 		b.add(m, o)
 		if len(b.msgs) >= flushAt {
@@ -344,6 +311,57 @@ func (p *Plane) write(pl *plan, vx netlink.Link) (Changes, error) {
 		}
 	}, func() { p.flush(pl, &b, &c, &errs) })
 	return c, errors.Join(errs...)
+}
+
+// message is the netlink message of o, whose device is found by name in index; false when
+// there is none to send, its device missing (the error noted in errs). A route through a
+// nexthop object is sent all the same: the object names the device.
+func (pl *plan) message(o op, index map[string]int, errs *[]error) (message, bool) {
+	link := func(dev string) (int, bool) {
+		i, ok := index[dev]
+		if !ok {
+			*errs = append(*errs, fmt.Errorf("%s: device %q does not exist", pl.describe(o), dev))
+		}
+		return i, ok
+	}
+	i := o.i
+	switch {
+	case o.kind == kindRoute && o.del:
+		r := pl.DelRoutes[i]
+		if r.raw != (rawRoute{}) {
+			return routeDel(r), true // as dumped: its device is named by index already
+		}
+		dev, ok := link(r.Dev)
+		return routeDelOwn(r.Route, dev), ok || r.NH != 0
+	case o.kind == kindRoute:
+		r := pl.SetRoutes.get(i)
+		if r.Blackhole {
+			return blackholeAdd(r), true
+		}
+		dev, ok := link(r.Dev)
+		return routeSet(r, dev), ok || r.NH != 0
+	case o.kind == kindNexthop && o.del:
+		return nexthopDel(pl.DelNexthops[i].ID), true // by ID alone: a group or blackhole has no device
+	case o.kind == kindNexthop:
+		n := pl.SetNexthops.get(i)
+		dev, ok := link(n.Dev)
+		return nexthopSet(n, dev), ok
+	case o.kind == kindNeighbor && o.del:
+		n := pl.DelNeighbors[i]
+		dev, ok := link(n.Dev)
+		return neighDel(n.IP, dev), ok
+	case o.kind == kindNeighbor:
+		n := pl.SetNeighbors.get(i)
+		dev, ok := link(n.Dev)
+		return neighSet(n, dev), ok
+	case o.del:
+		f := pl.DelFDB[i]
+		dev, ok := link(f.Dev)
+		return fdbDel(f, dev), ok
+	}
+	f := pl.SetFDB.get(i)
+	dev, ok := link(f.Dev)
+	return fdbSet(f, dev), ok
 }
 
 // writeAddr adds or deletes an address of the overlay device, at once: the netlink library

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,6 +257,49 @@ func TestPreviousSubnetTaken(t *testing.T) {
 	var attrs subnet.LeaseAttrs
 	if err := attrs.UnmarshalJSON(resp.Kvs[0].Value); err != nil || attrs.PublicIP != nodeAttrs(1).PublicIP {
 		t.Errorf("holder's lease now names %s (%v)", attrs.PublicIP, err)
+	}
+}
+
+// TestYieldsToOverlapCreatedMeanwhile: a key of another length that overlaps the subnet an
+// acquisition picked, created after the acquisition listed the leases and before it created
+// its key, is the older claim: the acquisition deletes its key and picks another subnet. (It
+// reads only the keys created since its listing, and must find this one among them.)
+func TestYieldsToOverlapCreatedMeanwhile(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.Options{})
+	cli := srv.Client(t)
+	put(t, cli, etcd.DefaultPrefix+"/config", `{"Network":"10.1.0.0/16","Backend":{"Type":"host-gw"}}`)
+	for i := range 3 { // older keys, from before the listing
+		putLease(t, cli, fmt.Sprintf("10.1.%d.0-24", 200+i), 10+i)
+	}
+	var first, inside netip.Prefix
+	req := subnet.AcquireRequest{Attrs: nodeAttrs(1), Prepare: func(ctx context.Context, sn, _ netip.Prefix, _ subnet.LeaseAttrs) (subnet.LeaseAttrs, error) {
+		if !first.IsValid() {
+			first = sn
+			inside = netip.PrefixFrom(sn.Addr().Next(), 25).Masked()
+			putLease(t, cli, subnet.Key(inside, netip.Prefix{}), 2)
+		}
+		return nodeAttrs(1), nil
+	}}
+	l, err := etcd.New(cli, etcd.Options{}).Acquire(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Subnet == first || l.Subnet.Overlaps(inside) {
+		t.Errorf("lease on %s, where %s was created meanwhile inside %s, the subnet first picked", l.Subnet, inside, first)
+	}
+	resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), etcd.DefaultPrefix+"/subnets/"))
+	}
+	want := []string{"10.1.200.0-24", "10.1.201.0-24", "10.1.202.0-24", subnet.Key(inside, netip.Prefix{}), l.Key()}
+	slices.Sort(keys)
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("etcd holds %v, want %v: the first key deleted", keys, want)
 	}
 }
 

@@ -86,8 +86,8 @@ func TestWatcherDifferences(t *testing.T) {
 		"removed 10.0.2.0-24, added 10.0.5.0-24 01")
 	check("a relist with 1 back", w.relisted(entriesOf(m, []*mvccpb.KeyValue{benchKV(m, 1, 7), benchKV(m, 5, 1)}), nil), "")
 	// 4 never held a good value: its report is kept, as a key that held one would drop it.
-	if len(w.known) != 2 || len(w.skipped) != 1 {
-		t.Errorf("the watcher keeps %d leases and %d skipped keys, want 2 and 1", len(w.known), len(w.skipped))
+	if w.known.Len() != 2 || len(w.skipped) != 1 {
+		t.Errorf("the watcher keeps %d leases and %d skipped keys, want 2 and 1", w.known.Len(), len(w.skipped))
 	}
 	if n := strings.Count(logged.String(), "skipping malformed lease"); n != 5 {
 		t.Errorf("%d malformed values logged, want 5 (one per version)\n%s", n, logged.String())
