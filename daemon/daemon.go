@@ -450,9 +450,10 @@ func (d *daemon) acquire(ctx context.Context, req *subnet.AcquireRequest) (subne
 // to all routes.
 const startupGCPercent = 25
 
-// startupEchoes is how long the kernel's notifications of the first convergence's writes
-// take to be read, at most: a notification per entry, 80,000 at 20,000 peers.
-const startupEchoes = 2 * time.Second
+// startupTail is how long the start-up's GOGC stays after the first convergence, before its
+// garbage goes back to the OS: the drift watch, started then, first dumps and compares
+// everything that convergence wrote (80,000 entries at 20,000 peers).
+const startupTail = 2 * time.Second
 
 // requestTimeout bounds one call of the datastore (an acquisition may take several round
 // trips, a wait for the podCIDR and, on Windows, the HNS network's creation), so that none is
@@ -565,18 +566,28 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
 	wg.Go(func() { d.renewer(ctx) })
 	drift := make(chan struct{}, 1)
-	for _, fp := range d.paths {
-		wg.Go(func() {
-			err := fp.Watch(ctx, func() {
-				select {
-				case drift <- struct{}{}:
-				default:
+	// The drift watch starts once the first convergence is over, not before it: at start-up
+	// that convergence writes an entry per peer and kind (80,000 at 20,000 peers), and a
+	// subscription open meanwhile has the kernel copy each write's notification to it and
+	// weftd parse each one as an echo, which at 20,000 peers (make bench) doubled the time
+	// to all routes. A watch compares the kernel with the model as soon as it is subscribed
+	// (Plane.Watch), so what changed before it started is restored all the same.
+	watchingDrift := false
+	watchDrift := func() {
+		watchingDrift = true
+		for _, fp := range d.paths {
+			wg.Go(func() {
+				err := fp.Watch(ctx, func() {
+					select {
+					case drift <- struct{}{}:
+					default:
+					}
+				})
+				if err != nil && ctx.Err() == nil {
+					d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", fp.fam(), "err", err)
 				}
 			})
-			if err != nil && ctx.Err() == nil {
-				d.log.Warn("watching the data plane for drift stopped; relying on the periodic resync", "family", fp.fam(), "err", err)
-			}
-		})
+		}
 	}
 
 	resync := time.NewTicker(d.cfg.ResyncInterval)
@@ -621,7 +632,7 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 		case <-resync.C:
 			d.resync()
 		case <-startupGarbage.C:
-			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupEchoes {
+			if !d.startupDone.IsZero() && time.Since(d.startupDone) >= startupTail {
 				debug.SetGCPercent(d.gcPercent)
 				debug.FreeOSMemory()
 				startupGarbage.Stop()
@@ -655,6 +666,9 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				retryConverge.Reset(time.Second)
 			}
 			d.events.Dataplane(err)
+			if !watchingDrift {
+				watchDrift()
+			}
 		}
 		if d.viewStale {
 			// After the convergence, so that a peer the view shows is one the data plane

@@ -11,10 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// subscriptionBuffer is the receive buffer of the route and neighbour subscriptions: a full
-// Apply at start-up writes tens of thousands of entries in a second, and each comes back as a
-// notification; a smaller buffer overflows (ENOBUFS), and the lost updates cost another full
-// Apply. The kernel uses the room only while notifications wait.
+// subscriptionBuffer is the receive buffer of the route and neighbour subscriptions: an Apply
+// may write tens of thousands of entries in a second (thousands of leases joining at once, a
+// device made again), and each comes back as a notification; a smaller buffer overflows
+// (ENOBUFS), and the lost updates cost another full Apply. The kernel uses the room only
+// while notifications wait. (The start-up's first Apply comes before the daemon subscribes.)
 const subscriptionBuffer = 32 << 20
 
 // resubscribeDelay spaces out new subscriptions after the kernel dropped one, so a namespace

@@ -177,7 +177,7 @@ func (w *watcher) sync(ctx context.Context) error {
 		// Not the own lease Acquire created after the listing (no revision yet): the
 		// watch brings its creation.
 		if e.modRev != 0 {
-			w.count(e.key, 1)
+			w.count(w.key(e.key), 1)
 		}
 	}
 	w.publishPool()
@@ -185,12 +185,13 @@ func (w *watcher) sync(ctx context.Context) error {
 	return nil
 }
 
-// count adds d to the leased subnets for an etcd key that is one of the ranges' subnets.
-func (w *watcher) count(etcdKey string, d int) {
+// count adds d to the leased subnets for a lease key (the etcd key without the subnets'
+// directory) that is one of the ranges' subnets.
+func (w *watcher) count(key string, d int) {
 	if w.ranges[0].Size() == 0 && w.ranges[1].Size() == 0 {
 		return
 	}
-	sn, sn6, err := subnet.ParseKey(w.key(etcdKey))
+	sn, sn6, err := subnet.ParseKey(key)
 	if err != nil {
 		return
 	}
@@ -207,9 +208,9 @@ func (w *watcher) countEvents(events []*clientv3.Event) {
 	for _, ev := range events {
 		switch {
 		case ev.Type == mvccpb.DELETE:
-			w.count(string(ev.Kv.Key), -1)
+			w.count(w.keyOf(ev.Kv.Key), -1)
 		case ev.IsCreate():
-			w.count(string(ev.Kv.Key), 1)
+			w.count(w.keyOf(ev.Kv.Key), 1)
 		}
 	}
 	w.publishPool()
