@@ -422,10 +422,11 @@ func (m *Manager) peerLease(cfg *subnet.Config, n *corev1.Node) (l subnet.Lease,
 // recordLease is peerLease of a node's record in the cache.
 func (m *Manager) recordLease(cfg *subnet.Config, p *peerNode) (l subnet.Lease, peer bool, err error) {
 	ann := p.lookup(m.ann)
-	if managed, _ := ann(m.ann.managed); managed != "true" || len(p.cidrs) == 0 {
+	cidrs := p.cidrs()
+	if managed, _ := ann(m.ann.managed); managed != "true" || len(cidrs) == 0 {
 		return subnet.Lease{}, false, nil
 	}
-	v4, v6, err := podCIDRs(p.cidrs)
+	v4, v6, err := podCIDRs(cidrs)
 	if err != nil {
 		return subnet.Lease{}, true, err
 	}
