@@ -459,18 +459,13 @@ func (w *watcher) unclaim(name string, t told) {
 	w.rivals[key] = rest
 }
 
-// claimants are the nodes whose last good lease has key.
-func (w *watcher) claimants(key subnets) []string {
-	first, ok := w.claims[key]
-	if !ok {
-		return nil
-	}
-	return append([]string{first}, w.rivals[key]...)
-}
-
 // heldBy is the claimant of key whose lease the receiver holds for it, if one does.
 func (w *watcher) heldBy(key subnets) (string, bool) {
-	for _, n := range w.claimants(key) {
+	first, ok := w.claims[key]
+	if ok && w.known[first].held {
+		return first, true
+	}
+	for _, n := range w.rivals[key] {
 		if w.known[n].held {
 			return n, true
 		}
@@ -493,14 +488,13 @@ func (w *watcher) setHeld(name string, held bool) {
 // cannot be read now (a malformed write since) cannot take it. The others are reported as
 // skipped, once.
 func (w *watcher) holder(key subnets, read *batch) (string, bool) {
-	type claimant struct {
-		name string
-		t    told
+	first, ok := w.claims[key]
+	if !ok {
+		return "", false
 	}
-	names := w.claimants(key)
-	ranked := make([]claimant, len(names))
-	for i, n := range names {
-		ranked[i] = claimant{n, w.known[n]}
+	ranked := []claimant{{first, w.known[first]}} // on the stack where there are no rivals
+	for _, n := range w.rivals[key] {
+		ranked = append(ranked, claimant{n, w.known[n]})
 	}
 	slices.SortFunc(ranked, func(a, b claimant) int {
 		switch {
@@ -524,18 +518,22 @@ func (w *watcher) holder(key subnets, read *batch) (string, bool) {
 			read.add(c.name, l)
 			w.known[c.name] = w.told(l)
 		}
-		w.skipOthers(key, names, c.name)
+		w.skipOthers(key, ranked, c.name)
 		return c.name, true
 	}
 	return "", false
 }
 
+// claimant is a node that claims a key, and its told.
+type claimant struct {
+	name string
+	t    told
+}
+
 // skipOthers reports, once each, the claimants of key that holder keeps out.
-func (w *watcher) skipOthers(key subnets, claimants []string, holder string) {
-	if len(claimants) < 2 {
-		return
-	}
-	for _, n := range claimants {
+func (w *watcher) skipOthers(key subnets, claimants []claimant, holder string) {
+	for _, c := range claimants {
+		n := c.name
 		if n == holder {
 			continue
 		}
