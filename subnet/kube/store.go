@@ -2,7 +2,6 @@ package kube
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -13,10 +12,12 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// peerNode is what the watch keeps of a Node: what a peer's lease is read from, about 80
-// bytes and the strings' own. A corev1.Node trimmed of everything else took 1.7 KiB in the
-// cache (the struct alone is most of it), and a kubelet's whole Node takes tens of KiB (its
-// status lists the images the node holds).
+// peerNode is what the watch keeps of a Node: what a peer's lease is read from, 32 bytes and
+// one string that packs the Node's name, podCIDRs and watched annotations, made at its size:
+// about 110 bytes for a peer of flannel's or weft's. A corev1.Node trimmed of everything else
+// took 1.7 KiB in the cache (the struct alone is most of it), and a kubelet's whole Node
+// takes tens of KiB (its status lists the images the node holds). A record of its own
+// strings took 310 bytes and the map's slot.
 type peerNode struct {
 	// client-go's reflector keeps the Nodes of a streamed list in a store of its own until
 	// the list ends, as this store's Transformer makes them: records. That store asks each
@@ -26,59 +27,110 @@ type peerNode struct {
 	// (nodeStore.meta) and nothing writes.
 	*metav1.ObjectMeta
 
-	name    string
-	created int64    // the lease's age: nodeAge
-	cidrs   []string // nodeCIDRs
-	// The watched annotations' values (annotations.watched), in order: each a 2-byte
-	// big-endian length plus one (0: the annotation is absent) and the value. A value over
-	// subnet.MaxAttrsSize is cut to one byte over, which is refused as it was (jsonValue).
-	ann string
+	created int64 // the lease's age: nodeAge
+	// The fields, each a 2-byte big-endian length plus one (0: absent) and the value: the
+	// name; the number of podCIDRs in one byte, and each (nodeCIDRs); the watched
+	// annotations' values (annotations.watched), in order. A value over subnet.MaxAttrsSize
+	// is cut to one byte over, which is refused as it was (jsonValue); names and podCIDRs
+	// the API server keeps far shorter.
+	data string
 }
 
 // GetName is the Node's name.
-func (p *peerNode) GetName() string { return p.name }
+func (p *peerNode) GetName() string {
+	name, _, _ := field(p.data)
+	return name
+}
 
 // GetNamespace is empty: Nodes are not namespaced.
 func (p *peerNode) GetNamespace() string { return "" }
 
-// maxValue is the longest annotation value a record keeps whole: the 2-byte length holds
-// one more than it.
+// maxValue is the longest value a record keeps whole: the 2-byte length holds one more than
+// it.
 const maxValue = subnet.MaxAttrsSize + 1
+
+// maxCIDRs is the most podCIDRs a record keeps: the API server takes two, one per family.
+const maxCIDRs = 255
 
 // record makes the record of n.
 func (a annotations) record(n *corev1.Node) *peerNode {
+	cidrs := nodeCIDRs(n)
+	cidrs = cidrs[:min(len(cidrs), maxCIDRs)]
+	vals, has := [numWatched]string{}, [numWatched]bool{}
+	size := 2 + len(n.Name) + 1
+	for _, c := range cidrs {
+		size += 2 + min(len(c), maxValue)
+	}
+	for i, k := range a.watched() {
+		vals[i], has[i] = n.Annotations[k]
+		vals[i] = vals[i][:min(len(vals[i]), maxValue)]
+		size += 2 + len(vals[i])
+	}
 	var b strings.Builder
-	for _, k := range a.watched() {
-		v, ok := n.Annotations[k]
+	b.Grow(size) // the one allocation, of the size it takes
+	put := func(v string, ok bool) {
+		v = v[:min(len(v), maxValue)]
 		if !ok {
 			b.WriteString("\x00\x00")
-			continue
+			return
 		}
-		v = v[:min(len(v), maxValue)]
 		b.WriteByte(byte((len(v) + 1) >> 8))
 		b.WriteByte(byte(len(v) + 1))
 		b.WriteString(v)
 	}
-	return &peerNode{name: n.Name, created: nodeAge(n), cidrs: nodeCIDRs(n), ann: b.String()}
+	put(n.Name, true)
+	b.WriteByte(byte(len(cidrs)))
+	for _, c := range cidrs {
+		put(c, true)
+	}
+	for i := range vals {
+		put(vals[i], has[i])
+	}
+	return &peerNode{created: nodeAge(n), data: b.String()}
+}
+
+// field splits the first field off s: its value, whether it is there, and the rest.
+func field(s string) (v string, ok bool, rest string) {
+	size := int(s[0])<<8 | int(s[1])
+	if size == 0 {
+		return "", false, s[2:]
+	}
+	return s[2 : 1+size], true, s[1+size:]
+}
+
+// cidrs are the Node's podCIDRs (nodeCIDRs).
+func (p *peerNode) cidrs() []string {
+	_, _, s := field(p.data)
+	cidrs := make([]string, s[0])
+	s = s[1:]
+	for i := range cidrs {
+		cidrs[i], _, s = field(s)
+	}
+	return cidrs
+}
+
+// annotationFields is the part of the record after its podCIDRs.
+func (p *peerNode) annotationFields() string {
+	_, _, s := field(p.data)
+	n := int(s[0])
+	s = s[1:]
+	for range n {
+		_, _, s = field(s)
+	}
+	return s
 }
 
 // lookup reads the watched annotations of the record as a, which made it, names them.
 func (p *peerNode) lookup(a annotations) lookup {
 	return func(key string) (string, bool) {
-		s := p.ann
+		s := p.annotationFields()
 		for _, k := range a.watched() {
-			size := int(s[0])<<8 | int(s[1])
-			s = s[2:]
-			if size == 0 {
-				if k == key {
-					return "", false
-				}
-				continue
-			}
+			var v string
+			var ok bool
+			v, ok, s = field(s)
 			if k == key {
-				return s[:size-1], true
+				return v, ok
 			}
-			s = s[size-1:]
 		}
 		return "", false
 	}
@@ -86,7 +138,7 @@ func (p *peerNode) lookup(a annotations) lookup {
 
 // equal reports whether two records hold the same.
 func (p *peerNode) equal(o *peerNode) bool {
-	return p.name == o.name && p.created == o.created && p.ann == o.ann && slices.Equal(p.cidrs, o.cidrs)
+	return p.created == o.created && p.data == o.data
 }
 
 // nodeStore is the watch's cache, which client-go's reflector fills as it lists and watches
@@ -140,11 +192,12 @@ func (s *nodeStore) put(obj any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.nodes[p.name]; ok && old.equal(p) {
+	name := p.GetName()
+	if old, ok := s.nodes[name]; ok && old.equal(p) {
 		return nil
 	}
-	s.nodes[p.name] = p
-	s.note(p.name)
+	s.nodes[name] = p
+	s.note(name)
 	return nil
 }
 
@@ -156,9 +209,9 @@ func (s *nodeStore) Delete(obj any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.nodes[p.name]; ok {
-		delete(s.nodes, p.name)
-		s.note(p.name)
+	if name := p.GetName(); s.nodes[name] != nil {
+		delete(s.nodes, name)
+		s.note(name)
 	}
 	return nil
 }
@@ -172,7 +225,7 @@ func (s *nodeStore) Replace(list []any, _ string) error {
 		if err != nil {
 			return err
 		}
-		fresh[p.name] = p
+		fresh[p.GetName()] = p
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -61,12 +61,12 @@ func TestRecord(t *testing.T) {
 	if v, _ := get(a.backendV6Data); len(v) != subnet.MaxAttrsSize+1 {
 		t.Errorf("a 1 MiB value is kept as %d bytes, want %d", len(v), subnet.MaxAttrsSize+1)
 	}
-	if p.name != "n1" || p.created != n.CreationTimestamp.UnixNano() || !slices.Equal(p.cidrs, []string{"10.0.1.0/24"}) {
+	if p.GetName() != "n1" || p.created != n.CreationTimestamp.UnixNano() || !slices.Equal(p.cidrs(), []string{"10.0.1.0/24"}) {
 		t.Errorf("record %+v", p)
 	}
 	old := storeNode(a, "n0", "", "192.0.2.2")
 	old.Spec.PodCIDR, old.Spec.PodCIDRs = "10.0.2.0/24", nil
-	if got := a.record(old).cidrs; !slices.Equal(got, []string{"10.0.2.0/24"}) {
+	if got := a.record(old).cidrs(); !slices.Equal(got, []string{"10.0.2.0/24"}) {
 		t.Errorf("a Node with spec.podCIDR only: podCIDRs %v", got)
 	}
 }
@@ -108,7 +108,7 @@ func TestNodeStore(t *testing.T) {
 	}
 	tmp := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.WithTransformer(tr))
 	must(tmp.Add(n2))
-	if got, ok, err := tmp.GetByKey("n2"); err != nil || !ok || got.(*peerNode).name != "n2" {
+	if got, ok, err := tmp.GetByKey("n2"); err != nil || !ok || got.(*peerNode).GetName() != "n2" {
 		t.Errorf("client-go's store with the transformer holds %v, %v, %v", got, ok, err)
 	}
 	if again, err := tr(r1); err != nil || again != r1 {
