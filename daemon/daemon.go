@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -671,9 +670,6 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			}
 			d.events.Dataplane(err)
 			if !watchingDrift {
-				// The first convergence's garbage goes first: the watch's comparison,
-				// a dump of all it wrote, would otherwise pile up on it.
-				runtime.GC()
 				watchDrift()
 			}
 		}
