@@ -236,6 +236,11 @@ func (n *Node) startContainerd() error {
 }
 
 // kubeletConfig is the node's KubeletConfiguration. JSON is YAML, which the kubelet reads.
+//
+// Every node of the cluster shares the machine's disk and memory, so the kubelets' eviction
+// thresholds are zero, as kind sets them: a percentage of the machine's disk (1% of 252 GB is
+// 2.7 GB) taints the nodes with DiskPressure and evicts the test's pods on a machine that is
+// merely full, which is not what the tests are about.
 func (n *Node) kubeletConfig() string {
 	return fmt.Sprintf(`{
   "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -255,7 +260,8 @@ func (n *Node) kubeletConfig() string {
   "authorization": {"mode": "AlwaysAllow"},
   "clusterDomain": %q,
   "clusterDNS": [%q],
-  "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"},
+  "evictionHard": {"memory.available": "0%%", "nodefs.available": "0%%", "nodefs.inodesFree": "0%%",
+    "imagefs.available": "0%%", "imagefs.inodesFree": "0%%"},
   "imageGCHighThresholdPercent": 100,
   "imageGCLowThresholdPercent": 99
 }
