@@ -275,7 +275,7 @@ func TestSwitchToNexthops(t *testing.T) {
 	f.converged(st, "on nexthops")
 	// ip-route shows the same gateway and device for a route through a nexthop object.
 	checkList(t, "routes on nexthops", f.routes(), plain...)
-	nhs, err := f.p.listNexthops(nil)
+	nhs, err := f.p.listNexthops(nil, 0)
 	f.must(err)
 	if len(nhs) != 5 {
 		t.Errorf("%d nexthop objects, want 5", len(nhs))

@@ -67,7 +67,8 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 	}
 	// Without the device only routes are read: every neighbour, FDB entry and address of st
 	// then shows as missing, which is what a full Apply would write after EnsureVXLAN.
-	snap, err := p.dumpKernel(name, owned.family(), false)
+	var have kernelState
+	snap, err := p.dumpKernel(name, owned.family(), false, want.peers.len(), &have)
 	if err != nil {
 		return Report{}, err
 	}
@@ -84,7 +85,6 @@ func (p *Plane) diffWant(want Want, owned Ownership, dev *backend.VXLANDevice) (
 			r.Device.Incompatible = incompatible(vx, link)
 		}
 	}
-	have := snap.state
 	pl := diff(want, have, owned)
 
 	for _, w := range pl.SetNexthops.all() {

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/backend"
 )
 
 // The requests the plane writes, in the kernel's own layout (rtnetlink(7), and
@@ -211,4 +213,31 @@ func parseNexthop(body []byte, names map[int]string) (kernelNexthop, bool) {
 		}
 	})
 	return n, hasID
+}
+
+// dumpedNeigh is an RTM_NEWNEIGH of a dump: a neighbour (ARP, NDP) or, in the bridge family,
+// an FDB entry, whose IP is its remote destination.
+type dumpedNeigh struct {
+	family uint8
+	link   int
+	state  uint16
+	ip     netip.Addr // invalid when the entry has none
+	mac    backend.MAC
+}
+
+// parseNeigh reads an RTM_NEWNEIGH of a dump.
+func parseNeigh(body []byte) (dumpedNeigh, bool) {
+	if len(body) < unix.SizeofNdMsg {
+		return dumpedNeigh{}, false
+	}
+	n := dumpedNeigh{family: body[0], link: int(int32(native.Uint32(body[4:8]))), state: native.Uint16(body[8:10])}
+	eachAttr(body, unix.SizeofNdMsg, func(t uint16, v []byte) {
+		switch {
+		case t == unix.NDA_DST:
+			n.ip = addrFrom(v)
+		case t == unix.NDA_LLADDR && len(v) == len(n.mac):
+			copy(n.mac[:], v)
+		}
+	})
+	return n, true
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weftnet/weft/backend"
 )
 
 // TestRouteMessageRoundTrip: what routeSet writes, parseRoute reads back as the same route.
@@ -22,6 +24,24 @@ func TestRouteMessageRoundTrip(t *testing.T) {
 		if k.Route != r || k.Metric != 0 || k.ProtoKernel {
 			t.Errorf("wrote %+v, read back %+v", r, k)
 		}
+	}
+}
+
+// TestNeighMessageRoundTrip: what neighSet and fdbSet write, parseNeigh reads back.
+func TestNeighMessageRoundTrip(t *testing.T) {
+	m := mac("0a:58:0a:f4:02:00")
+	n, ok := parseNeigh(neighSet(Neighbor{IP: ip("10.244.2.0"), MAC: m}, 7).body)
+	want := dumpedNeigh{family: unix.AF_INET, link: 7, state: unix.NUD_PERMANENT, ip: ip("10.244.2.0"), mac: m}
+	if !ok || n != want {
+		t.Errorf("neighbour: read back %+v (%v), want %+v", n, ok, want)
+	}
+	f, ok := parseNeigh(fdbSet(FDBEntry{MAC: m, Dst: ip("fd77::12")}, 9).body)
+	want = dumpedNeigh{family: unix.AF_BRIDGE, link: 9, state: unix.NUD_PERMANENT, ip: ip("fd77::12"), mac: m}
+	if !ok || f != want {
+		t.Errorf("FDB entry: read back %+v (%v), want %+v", f, ok, want)
+	}
+	if _, ok := parseNeigh(make([]byte, unix.SizeofNdMsg-1)); ok {
+		t.Error("a body shorter than ndmsg was read")
 	}
 }
 
@@ -53,11 +73,14 @@ func FuzzParseRoute(f *testing.F) {
 	f.Add(routeSet(Route{Dst: pfx("10.244.3.0/24"), NH: nexthopTag | 3}, 0).body)
 	f.Add(nexthopSet(Nexthop{ID: 9, Gw: ip("10.244.2.0"), Dev: "x", Onlink: true}, 3).body)
 	f.Add([]byte{unix.AF_INET, 24, 0, 0, unix.RT_TABLE_MAIN, 0, 0, unix.RTN_UNICAST, 0, 0, 0, 0, 4, 0})
+	f.Add(neighSet(Neighbor{IP: ip("10.244.2.0"), MAC: backend.MAC{2}}, 3).body)
+	f.Add(fdbSet(FDBEntry{MAC: backend.MAC{2}, Dst: ip("192.0.2.12")}, 3).body)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		names := map[int]string{3: "x"}
 		if k, ok := parseRoute(b, names); ok && k.Dst.IsValid() && k.Dst.Bits() > k.Dst.Addr().BitLen() {
 			t.Fatalf("route with an impossible prefix %v", k.Dst)
 		}
 		parseNexthop(b, names)
+		parseNeigh(b)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/safchain/ethtool"
@@ -74,7 +75,7 @@ func New(log *slog.Logger) (*Plane, error) {
 	}
 	p := &Plane{log: log, ns: ns, h: h, nl: r, ethtool: et}
 	// A kernel without nexthop objects refuses to list them.
-	_, err = p.listNexthops(nil)
+	_, err = p.listNexthops(nil, 0)
 	p.kernelNexthops = err == nil
 	p.nexthops = p.kernelNexthops
 	if err != nil {
@@ -151,9 +152,29 @@ func dump[T any](what string, list func() ([]T, error)) ([]T, error) {
 	return nil, fmt.Errorf("listing %s: %w", what, err)
 }
 
-// snapshot is what a full Apply diffs against, as dumped.
+// dumpNeighs dumps the neighbour entries of family on the interface link (AF_UNSPEC: ARP and
+// NDP; AF_BRIDGE: the FDB), each as made by as while the dump is read. The kernel sends every
+// interface's entries whatever the request's interface; the netlink library's NeighList
+// filters them as this does, but only once it holds every message and a Neigh of each: at
+// 65,000 peers, tens of megabytes at once for the neighbours and the FDB.
+func dumpNeighs[T any](nl *rtnl, what string, family uint8, link, expect int, as func(dumpedNeigh) T) ([]T, error) {
+	return dump(what, func() ([]T, error) {
+		out := make([]T, 0, expect+dumpSlack)
+		err := nl.dump(message{typ: unix.RTM_GETNEIGH, body: ndmsg(family, link, 0, 0, 0)}, unix.RTM_NEWNEIGH, func(b []byte) {
+			if n, ok := parseNeigh(b); ok && n.link == link && (family == unix.AF_UNSPEC || n.family == family) {
+				out = append(out, as(n))
+			}
+		})
+		return out, err
+	})
+}
+
+// dumpSlack is room in a dump for the entries that are not the peers': the main table's
+// other routes, the device's link-local neighbour, the FDB's flooding entries.
+const dumpSlack = 64
+
+// snapshot is what a full Apply found of the interfaces; the entries went to its kernelSink.
 type snapshot struct {
-	state kernelState
 	index map[string]int // interface indexes by name
 	vx    netlink.Link   // the overlay device; nil for host-gw or when it is missing
 }
@@ -164,8 +185,12 @@ type snapshot struct {
 // the overlay device dev ("" for host-gw). With repair, as a full Apply reads it, a missing
 // device is a MissingDeviceError and a device that is down is set up before the rest is
 // read; without, as Diff reads it, the device is read as found, and a missing one has no
-// entries.
-func (p *Plane) dumpKernel(dev string, family uint8, repair bool) (snapshot, error) {
+// entries. Each kind goes to sink as soon as it is read (none: a kind not read, as the
+// device's without one), so that sink can let it go before the next is read. expect is how
+// many entries of each kind are likely (the peers'): each dump is made at that size, not
+// grown to it, which at 65,000 peers held twice the routes' 9 MiB while the last growth
+// copied them.
+func (p *Plane) dumpKernel(dev string, family uint8, repair bool, expect int, sink kernelSink) (snapshot, error) {
 	links, err := dump("links", p.h.LinkList)
 	if err != nil {
 		return snapshot{}, err
@@ -192,62 +217,59 @@ func (p *Plane) dumpKernel(dev string, family uint8, repair bool) (snapshot, err
 			}
 		}
 	}
-	if s.state.Routes, err = dump("routes", func() ([]kernelRoute, error) {
-		var out []kernelRoute
+	routes, err := dump("routes", func() ([]kernelRoute, error) {
+		out := make([]kernelRoute, 0, expect+dumpSlack)
 		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
 			if r, ok := parseRoute(b, names); ok {
 				out = append(out, r)
 			}
 		})
 		return out, err
-	}); err != nil {
+	})
+	if err != nil {
 		return s, err
 	}
+	sink.routes(routes)
+	var nexthops []kernelNexthop
 	if p.kernelNexthops {
-		if s.state.Nexthops, err = p.listNexthops(names); err != nil {
+		if nexthops, err = p.listNexthops(names, expect); err != nil {
 			return s, err
 		}
 	}
+	sink.nexthops(nexthops)
 	if s.vx == nil {
+		sink.neighbors(nil)
+		sink.fdb(nil)
+		sink.addrs(nil)
 		return s, nil
 	}
 	name, idx := s.vx.Attrs().Name, s.vx.Attrs().Index
 	// ARP and NDP come in one dump; the FDB (bridge family) only when asked for by family.
-	neighs, err := dump("neighbours of "+name, func() ([]netlink.Neigh, error) {
-		return p.h.NeighList(idx, netlink.FAMILY_ALL)
+	neighs, err := dumpNeighs(p.nl, "neighbours of "+name, unix.AF_UNSPEC, idx, expect, func(n dumpedNeigh) kernelNeighbor {
+		return kernelNeighbor{Neighbor: Neighbor{IP: n.ip, MAC: n.mac, Dev: name}, Permanent: n.state&unix.NUD_PERMANENT != 0}
 	})
 	if err != nil {
 		return s, err
 	}
-	s.state.Neighbors = make([]kernelNeighbor, 0, len(neighs))
-	for _, n := range neighs {
-		s.state.Neighbors = append(s.state.Neighbors, kernelNeighbor{
-			Neighbor:  Neighbor{IP: addrOf(n.IP), MAC: macOf(n.HardwareAddr), Dev: name},
-			Permanent: n.State&netlink.NUD_PERMANENT != 0,
-		})
-	}
-	fdb, err := dump("FDB of "+name, func() ([]netlink.Neigh, error) {
-		return p.h.NeighList(idx, unix.AF_BRIDGE)
+	sink.neighbors(neighs)
+	fdb, err := dumpNeighs(p.nl, "FDB of "+name, unix.AF_BRIDGE, idx, expect, func(n dumpedNeigh) kernelFDB {
+		return kernelFDB{FDBEntry: FDBEntry{MAC: n.mac, Dst: n.ip, Dev: name}, Permanent: n.state&unix.NUD_PERMANENT != 0}
 	})
 	if err != nil {
 		return s, err
 	}
-	s.state.FDB = make([]kernelFDB, 0, len(fdb))
-	for _, n := range fdb {
-		s.state.FDB = append(s.state.FDB, kernelFDB{
-			FDBEntry:  FDBEntry{MAC: macOf(n.HardwareAddr), Dst: addrOf(n.IP), Dev: name},
-			Permanent: n.State&netlink.NUD_PERMANENT != 0,
-		})
-	}
+	sink.fdb(fdb)
 	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) {
 		return p.h.AddrList(s.vx, netlink.FAMILY_ALL)
 	})
 	if err != nil {
 		return s, err
 	}
+	prefixes := make([]netip.Prefix, 0, len(addrs))
 	for _, a := range addrs {
-		s.state.Addrs = append(s.state.Addrs, prefixOf(a.IPNet))
+		prefixes = append(prefixes, prefixOf(a.IPNet))
 	}
+	sink.addrs(prefixes)
 	return s, nil
 }
 
@@ -258,21 +280,22 @@ func (p *Plane) dumpKernel(dev string, family uint8, repair bool) (snapshot, err
 // entry, so one bad peer cannot hold back the others, and returns what it changed with the
 // errors joined.
 func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
-	snap, err := p.dumpKernel(st.Device, owned.family(), true)
+	d := differ{want: st, own: owned}
+	snap, err := p.dumpKernel(st.Device, owned.family(), true, st.peers.len(), &d)
 	if err != nil {
 		return Changes{}, err
 	}
 	p.model.setIndexes(snap.index)
-	pl := diff(st, snap.state, owned)
+	pl := d.plan
 	if pl.empty() {
 		return Changes{}, nil
 	}
 	return p.write(&pl, snap.vx)
 }
 
-func (p *Plane) listNexthops(names map[int]string) ([]kernelNexthop, error) {
+func (p *Plane) listNexthops(names map[int]string, expect int) ([]kernelNexthop, error) {
 	return dump("nexthops", func() ([]kernelNexthop, error) {
-		var out []kernelNexthop
+		out := make([]kernelNexthop, 0, expect+dumpSlack)
 		err := p.nl.dump(message{typ: unix.RTM_GETNEXTHOP, body: nhmsg(unix.AF_UNSPEC, 0, 0)}, unix.RTM_NEWNEXTHOP, func(b []byte) {
 			if n, ok := parseNexthop(b, names); ok {
 				out = append(out, n)

@@ -75,4 +75,7 @@ func TestListingInPages(t *testing.T) {
 	if len(copies) != leases || fmt.Sprint(inPlace) != fmt.Sprint(copies) {
 		t.Errorf("first batch in the slots:\n%v\nwant\n%v", inPlace, copies)
 	}
+	if len(inPlace) > 0 && &inPlace[0] != &ls.slots[0] {
+		t.Error("the first batch is a copy of the slots, not the slots themselves") // a copy of every lease at the start's peak
+	}
 }

@@ -401,6 +401,9 @@ func (w *watcher) relisted(kvs []entry, slots []subnet.Event) []subnet.Event {
 			}
 		}
 	}
+	if len(removed) == 0 {
+		return added // not appended to nothing: that copies every event, in place or not
+	}
 	return append(removed, added...)
 }
 
