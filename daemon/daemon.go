@@ -880,6 +880,11 @@ func (d *daemon) converge(ctx context.Context) error {
 			d.m.driftRestored.WithLabelValues(kind).Add(float64(n))
 		}
 	}
+	if err == nil && d.viewStale {
+		// Before readiness is set: a reader that sees /readyz succeed and then reads
+		// /status finds the peers the data plane was given, not those of before.
+		d.publish()
+	}
 	d.health.update(func(h *health) {
 		h.lastErr = err
 		if err == nil {
