@@ -520,30 +520,30 @@ func groupBy[T any, K comparable](have []T, key func(T) (K, bool)) groups[K] {
 	return g
 }
 
-// of lists the indexes grouped under k.
-func (g groups[K]) of(k K) []int {
+// of appends the indexes grouped under k to into: a diff reuses one slice for every key.
+func (g groups[K]) of(k K, into []int) []int {
 	i, ok := g.first[k]
 	if !ok {
-		return nil
+		return into
 	}
-	var out []int
 	for ; i >= 0; i = g.next[i] {
-		out = append(out, i)
+		into = append(into, i)
 	}
-	return out
+	return into
 }
 
 func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bool) (set list[Route], del []int) {
 	byDst := groupBy(have, func(r kernelRoute) (netip.Prefix, bool) { return r.Dst.Masked(), owned(r) })
 	wanted := make(map[netip.Prefix]bool, want.Len())
 	var setting []int32
+	var cands []int
 	for j, w := range want.all() {
 		dst := w.Dst.Masked()
 		if wanted[dst] {
 			continue // one route per destination; the backend never asks for two
 		}
 		wanted[dst] = true
-		cands := byDst.of(dst)
+		cands = byDst.of(dst, cands[:0])
 		keep := slices.IndexFunc(cands, func(i int) bool { return sameRoute(have[i], w) })
 		if keep < 0 {
 			setting = append(setting, int32(j))
@@ -559,53 +559,48 @@ func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bo
 	}
 	for dst := range byDst.first {
 		if !wanted[dst] {
-			del = append(del, byDst.of(dst)...)
+			del = byDst.of(dst, del)
 		}
 	}
 	slices.Sort(del)
 	return subset(want, setting), del
 }
 
-type neighKey struct {
-	dev string
-	ip  netip.Addr
-}
-
+// diffNeighbors: the permanent neighbours of the overlay device vx are ours; the kernel holds
+// one a device and address, so they are found by address alone.
 func diffNeighbors(want list[Neighbor], have []kernelNeighbor, vx string) (set list[Neighbor], del []int) {
-	owned := make(map[neighKey]int, len(have)) // the kernel holds one neighbour per device and address
+	owned := make(map[netip.Addr]int, len(have))
 	for i, n := range have {
 		if n.Dev == vx && n.Permanent {
-			owned[neighKey{n.Dev, n.IP}] = i
+			owned[n.IP] = i
 		}
 	}
 	// wanted finds the neighbours held that none wants: none to find at a cold start.
-	var wanted map[neighKey]bool
+	var wanted map[netip.Addr]bool
 	if len(owned) > 0 {
-		wanted = make(map[neighKey]bool, want.Len())
+		wanted = make(map[netip.Addr]bool, want.Len())
 	}
 	var setting []int32
 	for j, w := range want.all() {
-		k := neighKey{w.Dev, w.IP}
-		if wanted != nil {
-			wanted[k] = true
+		if w.Dev != vx { // none of the device's: it is found among none held
+			setting = append(setting, int32(j))
+			continue
 		}
-		if i, ok := owned[k]; ok && have[i].MAC == w.MAC {
+		if wanted != nil {
+			wanted[w.IP] = true
+		}
+		if i, ok := owned[w.IP]; ok && have[i].MAC == w.MAC {
 			continue
 		}
 		setting = append(setting, int32(j))
 	}
-	for k, i := range owned {
-		if !wanted[k] {
+	for a, i := range owned {
+		if !wanted[a] {
 			del = append(del, i)
 		}
 	}
 	slices.Sort(del)
 	return subset(want, setting), del
-}
-
-type fdbKey struct {
-	dev string
-	mac backend.MAC
 }
 
 // ownsFDB: permanent entries with a unicast destination. The all-zero MAC entries (flooding
@@ -615,17 +610,22 @@ func ownsFDB(f kernelFDB, vx string) bool {
 		f.Dst.IsValid() && !f.Dst.IsUnspecified() && !f.Dst.IsMulticast()
 }
 
+// diffFDB: the entries ownsFDB names, all of the overlay device vx, so found by MAC alone.
 func diffFDB(want list[FDBEntry], have []kernelFDB, vx string) (set list[FDBEntry], del []int) {
-	owned := groupBy(have, func(f kernelFDB) (fdbKey, bool) { return fdbKey{f.Dev, f.MAC}, ownsFDB(f, vx) })
-	wanted := make(map[fdbKey]bool, want.Len())
+	owned := groupBy(have, func(f kernelFDB) (backend.MAC, bool) { return f.MAC, ownsFDB(f, vx) })
+	wanted := make(map[backend.MAC]bool, want.Len())
 	var setting []int32
+	var cands []int
 	for j, w := range want.all() {
-		k := fdbKey{w.Dev, w.MAC}
-		if wanted[k] {
+		if w.Dev != vx { // none of the device's: it is found among none held
+			setting = append(setting, int32(j))
+			continue
+		}
+		if wanted[w.MAC] {
 			continue // a unicast MAC has one destination; the kernel refuses to append a second
 		}
-		wanted[k] = true
-		cands := owned.of(k)
+		wanted[w.MAC] = true
+		cands = owned.of(w.MAC, cands[:0])
 		keep := slices.IndexFunc(cands, func(i int) bool { return have[i].Dst == w.Dst })
 		if keep < 0 {
 			setting = append(setting, int32(j))
@@ -637,9 +637,9 @@ func diffFDB(want list[FDBEntry], have []kernelFDB, vx string) (set list[FDBEntr
 			}
 		}
 	}
-	for k := range owned.first {
-		if !wanted[k] {
-			del = append(del, owned.of(k)...)
+	for m := range owned.first {
+		if !wanted[m] {
+			del = owned.of(m, del)
 		}
 	}
 	slices.Sort(del)
