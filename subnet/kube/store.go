@@ -54,39 +54,61 @@ const maxCIDRs = 255
 
 // record makes the record of n.
 func (a annotations) record(n *corev1.Node) *peerNode {
-	cidrs := nodeCIDRs(n)
-	cidrs = cidrs[:min(len(cidrs), maxCIDRs)]
-	vals, has := [numWatched]string{}, [numWatched]bool{}
-	size := 2 + len(n.Name) + 1
+	f := recordFields[string]{name: n.Name, cidrs: nodeCIDRs(n)}
+	for i, k := range a.watched() {
+		f.vals[i], f.has[i] = n.Annotations[k]
+	}
+	return f.record(nodeAge(n))
+}
+
+// recordFields are the fields of a record, as strings of a corev1.Node (annotations.record)
+// or as the bytes of its protobuf encoding (nodeDecoder.readNode).
+type recordFields[S string | []byte] struct {
+	name  S
+	cidrs []S
+	vals  [numWatched]S // the watched annotations' values (annotations.watched)
+	has   [numWatched]bool
+}
+
+// record makes the record of f, with created as the lease's age.
+func (f *recordFields[S]) record(created int64) *peerNode {
+	cidrs := f.cidrs[:min(len(f.cidrs), maxCIDRs)]
+	size := 2 + len(f.name) + 1
 	for _, c := range cidrs {
 		size += 2 + min(len(c), maxValue)
 	}
-	for i, k := range a.watched() {
-		vals[i], has[i] = n.Annotations[k]
-		vals[i] = vals[i][:min(len(vals[i]), maxValue)]
-		size += 2 + len(vals[i])
+	for i, v := range f.vals {
+		if f.has[i] {
+			size += min(len(v), maxValue)
+		}
+		size += 2
 	}
 	var b strings.Builder
 	b.Grow(size) // the one allocation, of the size it takes
-	put := func(v string, ok bool) {
-		v = v[:min(len(v), maxValue)]
+	put := func(v S, ok bool) {
 		if !ok {
 			b.WriteString("\x00\x00")
 			return
 		}
+		v = v[:min(len(v), maxValue)]
 		b.WriteByte(byte((len(v) + 1) >> 8))
 		b.WriteByte(byte(len(v) + 1))
-		b.WriteString(v)
+		switch v := any(v).(type) {
+		case string:
+			b.WriteString(v)
+		case []byte:
+			b.Write(v)
+		}
 	}
-	put(n.Name, true)
+	put(f.name, true)
 	b.WriteByte(byte(len(cidrs)))
 	for _, c := range cidrs {
 		put(c, true)
 	}
-	for i := range vals {
-		put(vals[i], has[i])
+	for i, v := range f.vals {
+		put(v, f.has[i])
 	}
-	return &peerNode{created: nodeAge(n), data: b.String()}
+	return &peerNode{created: created, data: b.String()}
 }
 
 // field splits the first field off s: its value, whether it is there, and the rest.
@@ -171,6 +193,9 @@ func (s *nodeStore) toRecord(obj any) (*peerNode, error) {
 	switch o := obj.(type) {
 	case *peerNode:
 		return o, nil
+	case *nodeEvent:
+		o.rec.ObjectMeta = s.meta
+		return o.rec, nil
 	case *corev1.Node:
 		p := s.ann.record(o)
 		p.ObjectMeta = s.meta

@@ -157,7 +157,7 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 	// against 117 to 128 MiB listed, for the same time to all routes (2.3 s); with 1,000, all
 	// routes take about 90 ms longer. An API server without streamed lists (before 1.32, or
 	// with the WatchList feature off) makes the reflector list instead.
-	w.refl = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &corev1.Node{}, w.store,
+	w.refl = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &nodeEvent{}, w.store,
 		cache.ReflectorOptions{Name: "weft nodes", TypeDescription: "weft nodes"})
 	return w
 }
