@@ -128,7 +128,7 @@ func open(c Config) (*Manager, error) {
 		rc.UserAgent = "weftd"
 	}
 	rc.WarningHandlerWithContext = warningLogger{log}
-	nodes, err := newNodes(rc)
+	nodes, err := newNodes(rc, ann)
 	if err != nil {
 		return nil, err
 	}

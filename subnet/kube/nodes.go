@@ -22,11 +22,13 @@ import (
 // which is why weft posts its Events itself: events.Recorder, kube.Manager.PostEvent.)
 type nodes struct {
 	rc     *rest.RESTClient
+	watch  *rest.RESTClient // rc, whose watches decode Nodes into records (nodeDecoder)
 	params runtime.ParameterCodec
 }
 
-// newNodes returns a client of Nodes on the API server of c, whose content types it keeps.
-func newNodes(c *rest.Config) (*nodes, error) {
+// newNodes returns a client of Nodes on the API server of c, whose content types it keeps;
+// its watches read the annotations of ann.
+func newNodes(c *rest.Config, ann annotations) (*nodes, error) {
 	sch := runtime.NewScheme()
 	// Registers the core/v1 kinds and, for its group version, the option and status kinds of
 	// meta/v1 that requests and error responses carry.
@@ -37,14 +39,21 @@ func newNodes(c *rest.Config) (*nodes, error) {
 	gv := corev1.SchemeGroupVersion
 	c.GroupVersion = &gv
 	c.APIPath = "/api"
-	c.NegotiatedSerializer = serializer.NewCodecFactory(sch).WithoutConversion()
+	codecs := serializer.NewCodecFactory(sch).WithoutConversion()
+	c.NegotiatedSerializer = codecs
 	// Lists and watches come as protobuf, which decodes several times faster than JSON (5,000
 	// Nodes: the list was most of a cold start); patches stay JSON, their own content type.
 	rc, err := rest.RESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client for %s: %w", c.Host, err)
 	}
-	return &nodes{rc: rc, params: runtime.NewParameterCodec(sch)}, nil
+	// The watch's client shares rc's connections (its HTTP client).
+	c.NegotiatedSerializer = watchSerializer{NegotiatedSerializer: codecs, ann: ann, meta: &metav1.ObjectMeta{}}
+	wc, err := rest.RESTClientForConfigAndClient(c, rc.Client)
+	if err != nil {
+		return nil, fmt.Errorf("kube: watch client for %s: %w", c.Host, err)
+	}
+	return &nodes{rc: rc, watch: wc, params: runtime.NewParameterCodec(sch)}, nil
 }
 
 // Get returns the Node called name.
@@ -64,7 +73,7 @@ func (c *nodes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.Node
 // Watch watches the Nodes that opts select.
 func (c *nodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	return c.rc.Get().Resource("nodes").VersionedParams(&opts, c.params).Timeout(timeout(opts)).Watch(ctx)
+	return c.watch.Get().Resource("nodes").VersionedParams(&opts, c.params).Timeout(timeout(opts)).Watch(ctx)
 }
 
 // Patch applies a patch of type pt to the Node called name, or to its subresource.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/weftnet/weft/internal/hashindex"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -54,39 +55,61 @@ const maxCIDRs = 255
 
 // record makes the record of n.
 func (a annotations) record(n *corev1.Node) *peerNode {
-	cidrs := nodeCIDRs(n)
-	cidrs = cidrs[:min(len(cidrs), maxCIDRs)]
-	vals, has := [numWatched]string{}, [numWatched]bool{}
-	size := 2 + len(n.Name) + 1
+	f := recordFields[string]{name: n.Name, cidrs: nodeCIDRs(n)}
+	for i, k := range a.watched() {
+		f.vals[i], f.has[i] = n.Annotations[k]
+	}
+	return f.record(nodeAge(n))
+}
+
+// recordFields are the fields of a record, as strings of a corev1.Node (annotations.record)
+// or as the bytes of its protobuf encoding (nodeDecoder.readNode).
+type recordFields[S string | []byte] struct {
+	name  S
+	cidrs []S
+	vals  [numWatched]S // the watched annotations' values (annotations.watched)
+	has   [numWatched]bool
+}
+
+// record makes the record of f, with created as the lease's age.
+func (f *recordFields[S]) record(created int64) *peerNode {
+	cidrs := f.cidrs[:min(len(f.cidrs), maxCIDRs)]
+	size := 2 + len(f.name) + 1
 	for _, c := range cidrs {
 		size += 2 + min(len(c), maxValue)
 	}
-	for i, k := range a.watched() {
-		vals[i], has[i] = n.Annotations[k]
-		vals[i] = vals[i][:min(len(vals[i]), maxValue)]
-		size += 2 + len(vals[i])
+	for i, v := range f.vals {
+		if f.has[i] {
+			size += min(len(v), maxValue)
+		}
+		size += 2
 	}
 	var b strings.Builder
 	b.Grow(size) // the one allocation, of the size it takes
-	put := func(v string, ok bool) {
-		v = v[:min(len(v), maxValue)]
+	put := func(v S, ok bool) {
 		if !ok {
 			b.WriteString("\x00\x00")
 			return
 		}
+		v = v[:min(len(v), maxValue)]
 		b.WriteByte(byte((len(v) + 1) >> 8))
 		b.WriteByte(byte(len(v) + 1))
-		b.WriteString(v)
+		switch v := any(v).(type) {
+		case string:
+			b.WriteString(v)
+		case []byte:
+			b.Write(v)
+		}
 	}
-	put(n.Name, true)
+	put(f.name, true)
 	b.WriteByte(byte(len(cidrs)))
 	for _, c := range cidrs {
 		put(c, true)
 	}
-	for i := range vals {
-		put(vals[i], has[i])
+	for i, v := range f.vals {
+		put(v, f.has[i])
 	}
-	return &peerNode{created: nodeAge(n), data: b.String()}
+	return &peerNode{created: created, data: b.String()}
 }
 
 // field splits the first field off s: its value, whether it is there, and the rest.
@@ -150,14 +173,16 @@ type nodeStore struct {
 	meta *metav1.ObjectMeta // empty: see peerNode
 	kick chan struct{}      // one token: a node is noted as changed
 
-	mu      sync.Mutex
-	nodes   map[string]*peerNode
+	mu sync.Mutex
+	// The records by name, in an index of 9-byte slots: a Go map's slot holds the name too
+	// (24 bytes), and at 65,000 nodes its tables were half full.
+	nodes   hashindex.Index[string, *peerNode]
 	changed map[string]bool
 	listed  chan struct{} // closed by the first Replace: the first list is in
 }
 
 func newNodeStore(a annotations) *nodeStore {
-	return &nodeStore{ann: a, meta: &metav1.ObjectMeta{}, kick: make(chan struct{}, 1), nodes: map[string]*peerNode{},
+	return &nodeStore{ann: a, meta: &metav1.ObjectMeta{}, kick: make(chan struct{}, 1), nodes: newRecords(),
 		changed: map[string]bool{}, listed: make(chan struct{})}
 }
 
@@ -171,6 +196,9 @@ func (s *nodeStore) toRecord(obj any) (*peerNode, error) {
 	switch o := obj.(type) {
 	case *peerNode:
 		return o, nil
+	case *nodeEvent:
+		o.rec.ObjectMeta = s.meta
+		return o.rec, nil
 	case *corev1.Node:
 		p := s.ann.record(o)
 		p.ObjectMeta = s.meta
@@ -192,12 +220,11 @@ func (s *nodeStore) put(obj any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := p.GetName()
-	if old, ok := s.nodes[name]; ok && old.equal(p) {
+	if old, ok := s.nodes.Get(p.GetName()); ok && old.equal(p) {
 		return nil
 	}
-	s.nodes[name] = p
-	s.note(name)
+	s.nodes.Put(p)
+	s.note(p.GetName())
 	return nil
 }
 
@@ -209,9 +236,8 @@ func (s *nodeStore) Delete(obj any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if name := p.GetName(); s.nodes[name] != nil {
-		delete(s.nodes, name)
-		s.note(name)
+	if old, ok := s.nodes.Delete(p.GetName()); ok {
+		s.note(old.GetName())
 	}
 	return nil
 }
@@ -219,24 +245,25 @@ func (s *nodeStore) Delete(obj any) error {
 // Replace is a whole list of the Nodes: the first, or a relist after the watch could not
 // resume. Only the nodes it changes are noted.
 func (s *nodeStore) Replace(list []any, _ string) error {
-	fresh := make(map[string]*peerNode, len(list))
+	fresh := newRecords()
+	fresh.Reserve(len(list))
 	for _, obj := range list {
 		p, err := s.toRecord(obj)
 		if err != nil {
 			return err
 		}
-		fresh[p.GetName()] = p
+		fresh.Put(p)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name := range s.nodes {
-		if _, ok := fresh[name]; !ok {
-			s.note(name)
+	for old := range s.nodes.All() {
+		if _, ok := fresh.Get(old.GetName()); !ok {
+			s.note(old.GetName())
 		}
 	}
-	for name, p := range fresh {
-		if old, ok := s.nodes[name]; !ok || !old.equal(p) {
-			s.note(name)
+	for p := range fresh.All() {
+		if old, ok := s.nodes.Get(p.GetName()); !ok || !old.equal(p) {
+			s.note(p.GetName())
 		}
 	}
 	s.nodes = fresh
@@ -273,5 +300,11 @@ func (s *nodeStore) take() map[string]bool {
 func (s *nodeStore) get(name string) *peerNode {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.nodes[name]
+	p, _ := s.nodes.Get(name)
+	return p
+}
+
+// newRecords is an empty index of records by name.
+func newRecords() hashindex.Index[string, *peerNode] {
+	return hashindex.New(hashindex.String, (*peerNode).GetName)
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/weftnet/weft/internal/hashindex"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -56,25 +57,43 @@ type watcher struct {
 	synced atomic.Bool // the first list is in
 
 	// Owned by run's goroutine.
-	seed    maphash.Seed      // of the attribute digests in known
-	known   map[string]told   // by node name: the last good lease of each node
-	skipped map[string]string // by node name: the problem already reported
+	seed    maphash.Seed                      // of the attribute digests in known
+	known   hashindex.Index[string, *tracked] // by node name: the last good lease of each node
+	skipped map[string]string                 // by node name: the problem already reported
 	// Two Nodes may carry the same podCIDRs (a stale Node object, a hostile or mistaken
 	// write), while the receiver keys leases by their subnets: of the nodes that claim one
 	// key, only the holder's lease is sent (see holder), so that a newcomer cannot displace
-	// the node there first, nor its deletion remove that node's lease. The claimants of a
-	// key are kept in two maps because nearly every key has one: claims holds the first,
-	// rivals the others, only for the keys that have them.
-	claims map[subnets]string
-	rivals map[subnets][]string
+	// the node there first, nor its deletion remove that node's lease. claims holds every
+	// claimant of a key.
+	claims hashindex.Index[subnets, *tracked]
+}
+
+// tracked is a node whose good lease the watcher read: its name, as the cache's record has
+// it, and what the watcher keeps of the lease. One allocation of 64 bytes a node, held by
+// its name (known) and by its subnets (claims) in two indexes of 9-byte slots: 100 bytes a
+// node at 65,000, where two Go maps, of the told by name and of the first claimant's name by
+// subnets, took about 200 (their slots hold key and value, and at 65,000 they were half
+// full: 128 tables of 1,024).
+type tracked struct {
+	name string
+	told
+}
+
+// hashSubnets hashes subnets as their bytes (maphash.Comparable would move them to the heap).
+func hashSubnets(seed maphash.Seed, s subnets) uint64 {
+	var b [4 + 16 + 2]byte
+	copy(b[:4], s.v4[:])
+	copy(b[4:20], s.v6[:])
+	b[20], b[21] = s.bits4, s.bits6
+	return maphash.Bytes(seed, b[:])
 }
 
 // told is what the watcher keeps of a node's good lease: its subnets, to name it in a
 // removal, a digest of its attributes (subnet.LeaseAttrs.Digest), to tell a change, its age,
 // and whether the receiver holds it. The receiver holds the lease itself; the cache, the
-// node's record. With the claims, about 140 bytes a node in the maps' slots, where a told of
-// two netip.Prefix and its node's name, kept by node and again by a lease key string, and
-// the claimants by that string took 476 (BenchmarkKubeWatchListing).
+// node's record (tracked: what it all takes). A told of two netip.Prefix and its node's
+// name, kept by node and again by a lease key string, and the claimants by that string took
+// 476 bytes a node (BenchmarkKubeWatchListing).
 type told struct {
 	sn      subnets
 	held    bool // the receiver holds this lease for sn, of all the claimants
@@ -133,8 +152,9 @@ func (s subnets) compare(o subnets) int {
 func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
 	w := &watcher{
 		m: m, cfg: cfg, out: subnet.Sender{Out: out}, store: newNodeStore(m.ann),
-		seed: maphash.MakeSeed(), known: map[string]told{}, skipped: map[string]string{},
-		claims: map[subnets]string{}, rivals: map[subnets][]string{},
+		seed: maphash.MakeSeed(), skipped: map[string]string{},
+		known:  hashindex.New(hashindex.String, func(t *tracked) string { return t.name }),
+		claims: hashindex.New(hashSubnets, func(t *tracked) subnets { return t.sn }),
 	}
 	// The reflector's list and watch calls are seen on their way: whether they fail says
 	// whether the API server can be reached (Check) and is a watch restart; a list after
@@ -157,7 +177,7 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *wat
 	// against 117 to 128 MiB listed, for the same time to all routes (2.3 s); with 1,000, all
 	// routes take about 90 ms longer. An API server without streamed lists (before 1.32, or
 	// with the WatchList feature off) makes the reflector list instead.
-	w.refl = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &corev1.Node{}, w.store,
+	w.refl = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, m.nodes), &nodeEvent{}, w.store,
 		cache.ReflectorOptions{Name: "weft nodes", TypeDescription: "weft nodes"})
 	return w
 }
@@ -310,10 +330,11 @@ func (w *watcher) settle(ctx context.Context) error {
 // batch goes out only as the first: subnet.Sender).
 func (w *watcher) flush(ctx context.Context) error {
 	names := w.store.take()
-	if len(w.known) == 0 {
-		// The first batch holds every node: the maps are made at their size at once,
+	if w.known.Len() == 0 {
+		// The first batch holds every node: the indexes are made at their size at once,
 		// not grown through every power of two (the garbage counts in the start's peak).
-		w.known, w.claims = make(map[string]told, len(names)), make(map[subnets]string, len(names))
+		w.known.Reserve(len(names))
+		w.claims.Reserve(len(names))
 	}
 
 	// The leases read in this batch, as the events that would add them (read.add), and the
@@ -322,7 +343,7 @@ func (w *watcher) flush(ctx context.Context) error {
 	keys := make(map[subnets]bool, len(names))
 	mark := func(key subnets, holderGone bool) { keys[key] = keys[key] || holderGone }
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		old, had := w.known[name]
+		old, had := w.known.Get(name)
 		l, st := w.current(name)
 		if st == kept && name == w.m.node {
 			// Peers keep the last good lease of a node whose annotations went bad; its own
@@ -334,20 +355,24 @@ func (w *watcher) flush(ctx context.Context) error {
 		case st == kept:
 		case st == present:
 			now := w.told(l)
-			if had && now.same(old) {
+			if had && now.same(old.told) {
 				continue
 			}
 			if had {
-				w.unclaim(name, old)
+				// Out of its key's claimants while its key changes.
+				w.claims.Remove(old)
 				mark(old.sn, old.held)
+				old.told = now
+			} else {
+				old = &tracked{name: name, told: now}
+				w.known.Put(old)
 			}
-			w.known[name] = now
-			w.claim(name, now.sn)
+			w.claims.Add(old)
 			mark(now.sn, false)
 			read.add(name, l)
 		case had:
-			delete(w.known, name)
-			w.unclaim(name, old)
+			w.known.Delete(name)
+			w.claims.Remove(old)
 			mark(old.sn, old.held)
 		}
 	}
@@ -355,14 +380,14 @@ func (w *watcher) flush(ctx context.Context) error {
 	for _, key := range slices.SortedFunc(maps.Keys(keys), subnets.compare) {
 		h, ok := w.holder(key, read)
 		switch {
-		case ok && w.known[h].held:
+		case ok && h.held:
 			// The receiver has it.
 		case ok:
-			if prev, held := w.heldBy(key); held {
-				w.setHeld(prev, false)
+			if prev := w.heldBy(key); prev != nil {
+				prev.held = false
 			}
-			w.setHeld(h, true)
-			read.send(h)
+			h.held = true
+			read.send(h.name)
 		case keys[key]:
 			// Its holder changed or went, and no claimant can take its place. (A holder
 			// that did not change would have kept it.)
@@ -429,55 +454,14 @@ func (w *watcher) told(l subnet.Lease) told {
 	return told{sn: subnetsOf(l.Subnet, l.IPv6Subnet), attrs: l.Attrs.Digest(w.seed), created: l.Created}
 }
 
-// claim adds the node called name to the claimants of key.
-func (w *watcher) claim(name string, key subnets) {
-	if _, ok := w.claims[key]; !ok {
-		w.claims[key] = name
-		return
-	}
-	w.rivals[key] = append(w.rivals[key], name)
-}
-
-// unclaim takes the node called name, whose lease was t, off the claimants of t's key.
-func (w *watcher) unclaim(name string, t told) {
-	key := t.sn
-	rest := w.rivals[key]
-	if w.claims[key] == name {
-		if len(rest) == 0 {
-			delete(w.claims, key)
-			return
-		}
-		w.claims[key] = rest[0]
-		rest = slices.Delete(rest, 0, 1)
-	} else {
-		rest = slices.DeleteFunc(rest, func(n string) bool { return n == name })
-	}
-	if len(rest) == 0 {
-		delete(w.rivals, key)
-		return
-	}
-	w.rivals[key] = rest
-}
-
-// heldBy is the claimant of key whose lease the receiver holds for it, if one does.
-func (w *watcher) heldBy(key subnets) (string, bool) {
-	first, ok := w.claims[key]
-	if ok && w.known[first].held {
-		return first, true
-	}
-	for _, n := range w.rivals[key] {
-		if w.known[n].held {
-			return n, true
+// heldBy is the claimant of key whose lease the receiver holds for it; nil if none is.
+func (w *watcher) heldBy(key subnets) *tracked {
+	for t := range w.claims.Values(key) {
+		if t.held {
+			return t
 		}
 	}
-	return "", false
-}
-
-// setHeld notes whether the receiver holds the lease of the node called name.
-func (w *watcher) setHeld(name string, held bool) {
-	t := w.known[name]
-	t.held = held
-	w.known[name] = t
+	return nil
 }
 
 // holder picks the node whose lease the receiver is to hold for key, of the nodes that claim
@@ -487,51 +471,43 @@ func (w *watcher) setHeld(name string, held bool) {
 // receiver has keeps its place unless one ranked before it comes; a claimant whose lease
 // cannot be read now (a malformed write since) cannot take it. The others are reported as
 // skipped, once.
-func (w *watcher) holder(key subnets, read *batch) (string, bool) {
-	first, ok := w.claims[key]
-	if !ok {
-		return "", false
+func (w *watcher) holder(key subnets, read *batch) (*tracked, bool) {
+	var one [1]*tracked // on the stack where there are no rivals, as nearly everywhere
+	ranked := one[:0]
+	for t := range w.claims.Values(key) {
+		ranked = append(ranked, t)
 	}
-	ranked := []claimant{{first, w.known[first]}} // on the stack where there are no rivals
-	for _, n := range w.rivals[key] {
-		ranked = append(ranked, claimant{n, w.known[n]})
-	}
-	slices.SortFunc(ranked, func(a, b claimant) int {
+	slices.SortFunc(ranked, func(a, b *tracked) int {
 		switch {
 		case a.name == w.m.node:
 			return -1
 		case b.name == w.m.node:
 			return 1
-		case a.t.created != b.t.created:
-			return cmp.Compare(a.t.created, b.t.created)
+		case a.created != b.created:
+			return cmp.Compare(a.created, b.created)
 		}
 		return cmp.Compare(a.name, b.name)
 	})
 	for _, c := range ranked {
-		if !read.has(c.name) && !c.t.held {
+		if !read.has(c.name) && !c.held {
 			l, st := w.current(c.name)
 			if st != present || subnetsOf(l.Subnet, l.IPv6Subnet) != key {
 				continue
 			}
 			// Read since the batch's nodes were taken, the record may be newer than
-			// what known has: known takes what the receiver is sent.
+			// what known has: known takes what the receiver is sent (of the same key,
+			// which claims holds it by).
 			read.add(c.name, l)
-			w.known[c.name] = w.told(l)
+			c.told = w.told(l)
 		}
 		w.skipOthers(key, ranked, c.name)
-		return c.name, true
+		return c, true
 	}
-	return "", false
-}
-
-// claimant is a node that claims a key, and its told.
-type claimant struct {
-	name string
-	t    told
+	return nil, false
 }
 
 // skipOthers reports, once each, the claimants of key that holder keeps out.
-func (w *watcher) skipOthers(key subnets, claimants []claimant, holder string) {
+func (w *watcher) skipOthers(key subnets, claimants []*tracked, holder string) {
 	for _, c := range claimants {
 		n := c.name
 		if n == holder {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/weftnet/weft/internal/hashindex"
 	"github.com/weftnet/weft/subnet"
 )
 
@@ -97,7 +98,8 @@ func BenchmarkKubeWatchListing(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		clear(w.known)
+		w.known = hashindex.New(hashindex.String, func(t *tracked) string { return t.name })
+		w.claims = hashindex.New(hashSubnets, func(t *tracked) subnets { return t.sn })
 		for i := range benchNodes {
 			w.store.changed[fmt.Sprintf("node-%05d", i)] = true
 		}
