@@ -168,3 +168,39 @@ func decodeRecord(t *testing.T, d runtime.Decoder, data []byte) *peerNode {
 	}
 	return obj.(*nodeEvent).rec
 }
+
+// FuzzReadNode: whatever bytes both Kubernetes' own decoder and readNode take as a Node,
+// readNode reads into the record, resource version and name that the decoded Node gives;
+// and it never panics. Each may refuse what the other takes: readNode reads fewer fields,
+// and refuses group markers that do not match (protowire's rule), which Kubernetes' decoder
+// skips and no Kubernetes encoder writes (testdata/fuzz/FuzzReadNode).
+func FuzzReadNode(f *testing.F) {
+	a, err := newAnnotations(DefaultAnnotationPrefix)
+	if err != nil {
+		f.Fatal(err)
+	}
+	dual := storeNode(a, "dual", "10.0.3.0/24", "192.0.2.3")
+	dual.Spec.PodCIDRs = append(dual.Spec.PodCIDRs, "fd00:3::/64")
+	legacy := storeNode(a, "legacy", "10.0.2.0/24", "192.0.2.2")
+	legacy.Spec.PodCIDRs = nil
+	for _, n := range []*corev1.Node{storeNode(a, "full", "10.0.1.0/24", "192.0.2.1"), dual, legacy,
+		{ObjectMeta: metav1.ObjectMeta{Name: "bare", ResourceVersion: "12"}}} {
+		b, err := n.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	d := &nodeDecoder{ann: a, meta: &metav1.ObjectMeta{}}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := d.readNode(b)
+		var n corev1.Node
+		if err != nil || n.Unmarshal(b) != nil {
+			return
+		}
+		if want := a.record(&n); !ev.rec.equal(want) || ev.rv != n.ResourceVersion || ev.GetName() != n.Name {
+			t.Fatalf("%x: record %q (age %d, rv %q), want %q (age %d, rv %q)", b,
+				ev.rec.data, ev.rec.created, ev.rv, want.data, want.created, n.ResourceVersion)
+		}
+	})
+}
