@@ -396,21 +396,16 @@ func TestSweep(t *testing.T) {
 	for _, p := range []string{orphan, unclaimed, live.Prefix, lookalike} {
 		_ = teardown(p, false) // left by an earlier run of this test that was killed
 	}
-	for _, rec := range []record{r, live} {
-		if err := claimRecord(rec); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t.Cleanup(func() {
 		for _, p := range []string{orphan, unclaimed, live.Prefix, lookalike} {
 			_ = teardown(p, false)
 		}
 	})
-	for _, ns := range []string{orphan + "-ul", orphan + "-n1", unclaimed + "-ul", unclaimed + "-n1",
-		live.Prefix + "-n1", lookalike + "-n1"} {
-		if err := ip("netns", "add", ns); err != nil {
-			t.Fatal(err)
-		}
+	// The orphan's node namespace comes first, with neither a record nor an underlay
+	// namespace: until the sleeper is in it, no Sweep of a test binary running beside this
+	// one may take it for a stale cluster and remove it under the sleeper.
+	if err := ip("netns", "add", orphan+"-n1"); err != nil {
+		t.Fatal(err)
 	}
 	sleeper := exec.Command("ip", netnsExecArgs(orphan+"-n1", "sleep", "60")...)
 	if err := sleeper.Start(); err != nil {
@@ -424,8 +419,24 @@ func TestSweep(t *testing.T) {
 		if pids, err := netnsPids(orphan + "-n1"); err == nil && len(pids) > 0 {
 			break
 		}
-		if time.Since(start) > 5*time.Second {
+		select {
+		case err := <-exited:
+			t.Fatalf("the sleeper exited before it was seen in its namespace: %v", err)
+		default:
+		}
+		if time.Since(start) > 20*time.Second {
 			t.Fatal("the sleeper never entered its namespace")
+		}
+	}
+	for _, rec := range []record{r, live} {
+		if err := claimRecord(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range []string{orphan + "-ul", unclaimed + "-ul", unclaimed + "-n1",
+		live.Prefix + "-n1", lookalike + "-n1"} {
+		if err := ip("netns", "add", ns); err != nil {
+			t.Fatal(err)
 		}
 	}
 
