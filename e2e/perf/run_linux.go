@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/internal/kubetest"
@@ -356,6 +357,7 @@ func (b *bench) runKube(ctx context.Context) error {
 		}
 		have = n
 		b.log.Info("the API server holds the peers' Nodes", "peers", n)
+		b.kubeStream(ctx, srv.Admin(), n)
 		for rep := range b.cfg.Reps {
 			for _, d := range b.daemonOrder(rep) {
 				if err := b.datastore(ctx, "resetting the node's own Node", func(ctx context.Context) error {
@@ -379,4 +381,25 @@ func (b *bench) runKube(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// kubeStream measures how long the API server takes to stream n Nodes to a client that keeps
+// nothing (streamNodes), and records it for every daemon.
+func (b *bench) kubeStream(ctx context.Context, admin *rest.Config, n int) {
+	var v Value
+	got, err := streamNodes(ctx, admin)
+	switch {
+	case err != nil:
+		b.fail("streaming %d Nodes: %v", n, err)
+		v = missing("failed")
+	case got.nodes < n:
+		b.fail("streaming %d Nodes: the API server sent %d", n, got.nodes)
+		v = missing("failed")
+	default:
+		v = seconds(got.took)
+		b.log.Info("the API server's streamed list", "nodes", got.nodes, "took", v.Format(Duration))
+	}
+	for _, d := range b.cfg.Daemons() {
+		b.figs.add(figKubeStream(n), d, v)
+	}
 }
