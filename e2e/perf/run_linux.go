@@ -357,7 +357,6 @@ func (b *bench) runKube(ctx context.Context) error {
 		}
 		have = n
 		b.log.Info("the API server holds the peers' Nodes", "peers", n)
-		b.kubeStream(ctx, srv.Admin(), n)
 		for rep := range b.cfg.Reps {
 			for _, d := range b.daemonOrder(rep) {
 				if err := b.datastore(ctx, "resetting the node's own Node", func(ctx context.Context) error {
@@ -379,6 +378,9 @@ func (b *bench) runKube(ctx context.Context) error {
 				r.stop()
 			}
 		}
+		// After the daemons: a stream before them warms the API server for the first daemon
+		// (at 65,000 Nodes weftd then took 2.98 s to all routes, against 3.73 s without).
+		b.kubeStream(ctx, srv.Admin(), n)
 	}
 	return nil
 }
