@@ -74,3 +74,24 @@ func BenchmarkApplyPeer20k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReplaceVXLAN20k: replacing the VXLAN device of 20k peers (their nexthop objects,
+// routes, neighbours and FDB entries on it) with one of another VNI, as a changed network
+// config makes EnsureVXLAN do; the cost includes the kernel's, holding the routing lock.
+func BenchmarkReplaceVXLAN20k(b *testing.B) {
+	f, state := bench20k(b)
+	st := state(2)
+	vni := 1
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := f.p.Apply(context.Background(), st, backend.Update{Full: true}); err != nil {
+			b.Fatal(err)
+		}
+		vni = 3 - vni
+		st.Device.VNI = uint32(vni)
+		b.StartTimer()
+		if _, err := f.p.EnsureVXLAN(*st.Device); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

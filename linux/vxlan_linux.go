@@ -35,6 +35,10 @@ func (p *Plane) EnsureVXLAN(dev backend.VXLANDevice) (backend.MAC, error) {
 	}
 	if why := incompatible(have, want); why != "" {
 		p.log.Warn("replacing VXLAN device with incompatible settings", "dev", dev.Name, "reason", why)
+		if err := p.drain(have); err != nil {
+			// The deletion takes them all the same, only slower.
+			p.log.Warn("could not delete the routes through the device before it", "dev", dev.Name, "err", err)
+		}
 		if err := p.h.LinkDel(have); err != nil {
 			return backend.MAC{}, fmt.Errorf("deleting incompatible VXLAN device %s (%s): %w", dev.Name, why, err)
 		}
@@ -166,4 +170,49 @@ func randomMAC() (backend.MAC, error) {
 	}
 	m[0] = m[0]&^0x01 | 0x02
 	return m, nil
+}
+
+// drain deletes the main table's routes through link, directly or through one of its nexthop
+// objects, and then those objects, so that deleting link has none left to take. The kernel
+// deletes a device's nexthop objects one by one and walks every route for each (fib_flush):
+// with a route through each, deleting a VXLAN device of 20,000 peers held the routing lock
+// for 3 to 6 s, and of 65,000 for 42 s, in which no other program on the node could change
+// its network (a pod's sandbox, a CNI plugin). Routes first, then the objects, then the
+// device: BenchmarkReplaceVXLAN20k takes 0.27 s, against 6.0 s without.
+func (p *Plane) drain(link netlink.Link) error {
+	links, err := dump("links", p.h.LinkList)
+	if err != nil {
+		return err
+	}
+	names := make(map[int]string, len(links))
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	name := link.Attrs().Name
+	var pl plan
+	through := map[uint32]bool{}
+	if p.kernelNexthops {
+		nhs, err := p.listNexthops(names, 0)
+		if err != nil {
+			return err
+		}
+		for _, n := range nhs {
+			if n.Dev == name {
+				through[n.ID] = true
+				pl.DelNexthops = append(pl.DelNexthops, n.Nexthop)
+			}
+		}
+	}
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
+			if r, ok := parseRoute(b, names); ok && !r.ProtoKernel && (r.Dev == name || through[r.NH]) {
+				pl.DelRoutes = append(pl.DelRoutes, r)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("listing the routes through %s: %w", name, err)
+		}
+	}
+	_, err = p.write(&pl, nil)
+	return err
 }

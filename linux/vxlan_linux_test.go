@@ -3,10 +3,14 @@ package linux
 import (
 	"fmt"
 	"net"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/backend"
 )
@@ -48,5 +52,73 @@ func TestEnsureVXLANKeepsMAC(t *testing.T) {
 	dev.MAC = want
 	if mac, err := f.p.EnsureVXLAN(dev); err != nil || mac != mine {
 		t.Errorf("an existing device with MAC %s, asked for %s: EnsureVXLAN returned %s, %v; want it adopted with its own", mine, want, mac, err)
+	}
+}
+
+// TestEnsureVXLANDrainsBeforeReplacing: an incompatible device is emptied of its routes and
+// nexthop objects before it is deleted, each deleted on its own (the kernel says so for each,
+// where a device's deletion takes its IPv4 routes without a word), and before the device.
+// What runs through other devices stays.
+func TestEnsureVXLANDrainsBeforeReplacing(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	if !f.p.kernelNexthops {
+		t.Skip("the kernel has no nexthop objects")
+	}
+	dev := testDevice()
+	_, err := f.p.EnsureVXLAN(dev)
+	f.must(err)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("nexthop", "add", "id", "7", "via", "10.1.0.0", "dev", vx, "onlink")
+	ip("route", "add", "10.1.0.0/24", "nhid", "7")
+	ip("route", "add", "10.2.0.0/24", "via", "10.2.0.0", "dev", vx, "onlink")
+	ip("nexthop", "add", "id", "9", "via", "192.168.50.2", "dev", "ul0")
+	ip("route", "add", "10.9.0.0/24", "nhid", "9")
+
+	sock, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK, unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_NEXTHOP)
+	f.must(err)
+	defer sock.Close()
+	dev.VNI = 2
+	_, err = f.p.EnsureVXLAN(dev)
+	f.must(err)
+
+	// What the kernel said, in order, until the new device came.
+	var said []string
+	for done := false; !done; {
+		msgs, _, err := sock.Receive()
+		f.must(err)
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.RTM_DELROUTE:
+				r, ok := parseRoute(m.Data, nil)
+				if !ok {
+					t.Fatalf("an unreadable route deletion")
+				}
+				said = append(said, "route "+r.Dst.String())
+			case unix.RTM_DELNEXTHOP:
+				said = append(said, "nexthop")
+			case unix.RTM_DELLINK:
+				said = append(said, "link")
+			case unix.RTM_NEWLINK:
+				done = done || slices.Contains(said, "link")
+			}
+		}
+	}
+	t.Log(said)
+	link := slices.Index(said, "link")
+	for _, want := range []string{"route 10.1.0.0/24", "route 10.2.0.0/24", "nexthop"} {
+		if i := slices.Index(said, want); i < 0 || i > link {
+			t.Errorf("the kernel said %q: want %s deleted before the device", said, want)
+		}
+	}
+	if slices.Contains(said, "route 10.9.0.0/24") {
+		t.Errorf("the route through ul0 was deleted: %q", said)
+	}
+	if out, err := exec.Command("ip", "route", "show", "10.9.0.0/24").CombinedOutput(); err != nil || !strings.Contains(string(out), "nhid 9") {
+		t.Errorf("the route through ul0: %s %v; want it kept", out, err)
 	}
 }
