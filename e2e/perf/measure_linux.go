@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -73,7 +74,7 @@ func resetNode(n *cluster.Node) error {
 	}
 	// The routes go first: the kernel deletes a device's nexthop objects one by one and walks
 	// every route for each, which at 65,000 routes through them took 42 s (linux.Plane.drain).
-	if _, err := n.Exec("ip", "route", "flush", "root", network().String()); err != nil {
+	if err := deleteRoutes(n); err != nil {
 		return fmt.Errorf("resetting node %s: %w", n.Name, err)
 	}
 	// Either may be missing (an old kernel, no nft): then there is nothing of theirs either.
@@ -83,6 +84,9 @@ func resetNode(n *cluster.Node) error {
 		if _, err := n.Exec("ip", "link", "del", backend.VXLANDeviceName(vni)); err != nil {
 			return fmt.Errorf("resetting node %s: %w", n.Name, err)
 		}
+	}
+	if _, err := n.Exec("ip", "route", "flush", "root", network().String()); err != nil {
+		return fmt.Errorf("resetting node %s: %w", n.Name, err)
 	}
 	left, err := countRoutes(n.NS)
 	if err != nil {
@@ -287,4 +291,40 @@ func cpuTime(pid int) (time.Duration, error) {
 		sum += time.Duration(ns)
 	}
 	return sum, nil
+}
+
+// deleteRoutes deletes node n's IPv4 routes inside the cluster network by their prefixes, in
+// one `ip -batch`: `ip route flush` sends each route back as dumped, which the kernel refuses
+// (EINVAL) for a route through a nexthop object.
+func deleteRoutes(n *cluster.Node) error {
+	out, err := n.Exec("ip", "-4", "route", "show", "root", network().String())
+	if err != nil {
+		return err
+	}
+	var batch strings.Builder
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case slices.Contains([]string{"blackhole", "unreachable", "prohibit", "throw"}, f[0]) && len(f) > 1:
+			fmt.Fprintf(&batch, "route del %s %s\n", f[0], f[1])
+		default:
+			fmt.Fprintf(&batch, "route del %s\n", f[0])
+		}
+	}
+	if batch.Len() == 0 {
+		return nil
+	}
+	file, err := os.CreateTemp("", "weft-bench-routes-*.batch")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(file.Name())
+	_, err = file.WriteString(batch.String())
+	if err = errors.Join(err, file.Close()); err != nil {
+		return fmt.Errorf("writing the routes' deletions: %w", err)
+	}
+	// -force: a route gone meanwhile does not stop the rest.
+	_, err = n.Exec("ip", "-force", "-batch", file.Name())
+	return err
 }

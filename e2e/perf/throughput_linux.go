@@ -121,12 +121,6 @@ func (b *bench) tputCluster(daemon, netConf, dir string) (*cluster.Cluster, *tpu
 	return c, r, nil
 }
 
-func (b *bench) closeCluster(c *cluster.Cluster) {
-	if err := c.Close(); err != nil {
-		b.log.Warn("closing the cluster", "error", err)
-	}
-}
-
 // wireGuardNetConf is NetConf on the wireguard backend.
 const wireGuardNetConf = `{"Network":"10.0.0.0/8","SubnetLen":24,"SubnetMin":"10.255.252.0","SubnetMax":"10.255.255.0",` +
 	`"Backend":{"Type":"wireguard"}}`
