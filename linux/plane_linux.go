@@ -217,15 +217,7 @@ func (p *Plane) dumpKernel(dev string, family uint8, repair bool, expect int, si
 			}
 		}
 	}
-	routes, err := dump("routes", func() ([]kernelRoute, error) {
-		out := make([]kernelRoute, 0, expect+dumpSlack)
-		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
-			if r, ok := parseRoute(b, names); ok {
-				out = append(out, r)
-			}
-		})
-		return out, err
-	})
+	routes, err := p.dumpRoutes(family, names, expect+dumpSlack, nil)
 	if err != nil {
 		return s, err
 	}
@@ -291,6 +283,20 @@ func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 		return Changes{}, nil
 	}
 	return p.write(&pl, snap.vx)
+}
+
+// dumpRoutes dumps the main table's routes of family (AF_INET, AF_INET6), those keep takes
+// (nil: all), into a slice made for size; names are the interfaces by index.
+func (p *Plane) dumpRoutes(family uint8, names map[int]string, size int, keep func(kernelRoute) bool) ([]kernelRoute, error) {
+	return dump("routes", func() ([]kernelRoute, error) {
+		out := make([]kernelRoute, 0, size)
+		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
+			if r, ok := parseRoute(b, names); ok && (keep == nil || keep(r)) {
+				out = append(out, r)
+			}
+		})
+		return out, err
+	})
 }
 
 func (p *Plane) listNexthops(names map[int]string, expect int) ([]kernelNexthop, error) {

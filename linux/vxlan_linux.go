@@ -204,14 +204,13 @@ func (p *Plane) drain(link netlink.Link) error {
 		}
 	}
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		err := p.nl.dump(message{typ: unix.RTM_GETROUTE, body: rtmsg(family, 0, 0, 0, 0, 0, 0, 0)}, unix.RTM_NEWROUTE, func(b []byte) {
-			if r, ok := parseRoute(b, names); ok && !r.ProtoKernel && (r.Dev == name || through[r.NH]) {
-				pl.DelRoutes = append(pl.DelRoutes, r)
-			}
+		routes, err := p.dumpRoutes(family, names, len(through), func(r kernelRoute) bool {
+			return !r.ProtoKernel && (r.Dev == name || through[r.NH])
 		})
 		if err != nil {
-			return fmt.Errorf("listing the routes through %s: %w", name, err)
+			return err
 		}
+		pl.DelRoutes = append(pl.DelRoutes, routes...)
 	}
 	_, err = p.write(&pl, nil)
 	return err
