@@ -238,7 +238,7 @@ type daemon struct {
 
 	stored    subnet.LeaseAttrs // the own lease as the datastore last showed it
 	inStore   bool              // the own lease is in the datastore
-	synced    bool              // the first watch batch arrived
+	synced    bool              // the first whole watch batch arrived (subnet.Batch.Partial)
 	lastRenew time.Time
 	// A renewal runs beside the loop (renewer), which goes on applying the leases meanwhile:
 	// a datastore without a quorum holds one for its whole timeout. renewing says one is
@@ -562,7 +562,7 @@ func (d *daemon) leaseChanged() {
 // loop keeps the data plane converged until ctx is done. The goroutines it starts are
 // counted in wg.
 func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
-	events := make(chan []subnet.Event, 16)
+	events := make(chan subnet.Batch, 16)
 	watchDone := make(chan error, 1)
 	wg.Go(func() { watchDone <- d.sm.Watch(ctx, events) })
 	d.toRenew, d.renewed = make(chan subnet.Lease, 1), make(chan renewal, 1)
@@ -617,7 +617,6 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			return fmt.Errorf("lease watch ended: %w", err)
 		case batch := <-events:
 			d.take(batch)
-			d.synced = true
 			// Coalesce: a burst of events is one convergence.
 			for drained := false; !drained; {
 				select {
@@ -695,8 +694,12 @@ type seenAt struct {
 	keys int
 }
 
-// take folds a batch of lease events into every family's peer set.
-func (d *daemon) take(batch []subnet.Event) {
+// take folds a batch of lease events into every family's peer set. The node is synced from
+// the first whole batch on: partial ones (a listing streamed) fill the sets meanwhile, and no
+// convergence may take what they hold for every lease.
+func (d *daemon) take(b subnet.Batch) {
+	batch := b.Events
+	d.synced = d.synced || !b.Partial
 	now := time.Now()
 	d.viewStale = true
 	fresh := 0

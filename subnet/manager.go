@@ -24,12 +24,12 @@ type Manager interface {
 	// returned lease with the one they had to see whether anything changed.
 	Renew(ctx context.Context, own Lease) (Lease, error)
 	// Watch sends batches of lease events until ctx is done: first every lease as EventAdded
-	// (always one batch, maybe empty) as of one moment at or after the last Acquire (a
-	// manager may start from the listing its Acquire made, with the acquired lease in it),
-	// then every change since that moment. A gap in the datastore's
-	// history is bridged by sending the difference. It returns ctx's error, or an error
-	// that makes going on pointless.
-	Watch(ctx context.Context, out chan<- []Event) error
+	// as of one moment at or after the last Acquire (a manager may start from the listing its
+	// Acquire made, with the acquired lease in it), in one whole batch (always sent, maybe
+	// empty), which partial batches may come before (Batch.Partial); then every change since
+	// that moment. A gap in the datastore's history is bridged by sending the difference. It
+	// returns ctx's error, or an error that makes going on pointless.
+	Watch(ctx context.Context, out chan<- Batch) error
 	// Release gives the lease back. ErrNotSupported where the datastore has no such thing.
 	Release(ctx context.Context, own Lease) error
 }
@@ -91,23 +91,54 @@ func (e Event) LeaseKey() string {
 	return e.Lease.Key()
 }
 
-// Sender delivers one Watch's batches to its receiver as Manager.Watch promises: the first
-// batch goes out even when empty (the receiver then knows every lease, though there are
-// none), an empty one after it is dropped.
-type Sender struct {
-	Out  chan<- []Event
-	sent bool // the first batch went out
+// Batch is what a Watch sends at once: lease events, to be taken in order.
+type Batch struct {
+	Events []Event
+	// Partial marks a batch of the first listing that more of it follows: a datastore that
+	// streams its listing (the Kubernetes API) sends what came so far while the rest comes,
+	// so that the receiver takes those leases meanwhile. Until the whole batch that ends the
+	// listing, what the receiver holds is not every lease: a lease it does not hold yet is
+	// not gone, and nothing is to be removed for being absent. Only batches before the first
+	// whole one are partial; they may remove a lease an earlier one added.
+	Partial bool
 }
 
-// Send delivers evs on Out, unless it is empty and not the first, waiting for the receiver
-// until ctx is done.
+// Sender delivers one Watch's batches to its receiver as Manager.Watch promises: the first
+// whole batch goes out even when empty (the receiver then knows every lease, though there are
+// none), an empty one after it is dropped, as is an empty partial one.
+type Sender struct {
+	Out  chan<- Batch
+	sent bool // the first whole batch went out
+}
+
+// Send delivers evs on Out as a whole batch, unless it is empty and not the first, waiting
+// for the receiver until ctx is done.
 func (s *Sender) Send(ctx context.Context, evs []Event) error {
 	if len(evs) == 0 && s.sent {
 		return nil
 	}
+	if err := s.send(ctx, Batch{Events: evs}); err != nil {
+		return err
+	}
+	s.sent = true
+	return nil
+}
+
+// SendPartial delivers evs on Out as a partial batch of the first listing, unless it is
+// empty. It is an error once the first whole batch went out.
+func (s *Sender) SendPartial(ctx context.Context, evs []Event) error {
+	if s.sent {
+		return errors.New("a partial batch after the first listing's whole one")
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	return s.send(ctx, Batch{Events: evs, Partial: true})
+}
+
+func (s *Sender) send(ctx context.Context, b Batch) error {
 	select {
-	case s.Out <- evs:
-		s.sent = true
+	case s.Out <- b:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

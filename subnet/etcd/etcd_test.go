@@ -399,14 +399,14 @@ func TestStaleOwnLeaseUnderNewConfig(t *testing.T) {
 
 // watcher collects the state a Watch describes.
 type watcher struct {
-	ch    chan []subnet.Event
+	ch    chan subnet.Batch
 	state map[string]subnet.Lease
 	errc  chan error
 }
 
 func watch(t *testing.T, m *etcd.Manager) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{ch: make(chan []subnet.Event, 64), state: map[string]subnet.Lease{}, errc: make(chan error, 1)}
+	w := &watcher{ch: make(chan subnet.Batch, 64), state: map[string]subnet.Lease{}, errc: make(chan error, 1)}
 	go func() { w.errc <- m.Watch(ctx, w.ch) }()
 	t.Cleanup(func() {
 		cancel()
@@ -424,9 +424,12 @@ func (w *watcher) wait(t *testing.T, want ...string) []subnet.Event {
 	deadline := time.After(20 * time.Second)
 	for !w.is(want) {
 		select {
-		case evs := <-w.ch:
-			all = append(all, evs...)
-			for _, ev := range evs {
+		case b := <-w.ch:
+			if b.Partial {
+				t.Errorf("a partial batch; etcd's listing is sent whole")
+			}
+			all = append(all, b.Events...)
+			for _, ev := range b.Events {
 				if ev.Type == subnet.EventAdded {
 					w.state[ev.Lease.Key()] = ev.Lease
 				} else {

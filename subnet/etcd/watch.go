@@ -24,11 +24,11 @@ import (
 // Watch implements subnet.Manager. It lists the leases, then watches from the revision after
 // the listing. A broken watch resumes from the last revision it saw; when etcd has compacted
 // that history away, it lists again and sends the difference, so no change is ever missed.
-func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
+func (m *Manager) Watch(ctx context.Context, out chan<- subnet.Batch) error {
 	return newWatcher(m, out).run(ctx)
 }
 
-func newWatcher(m *Manager, out chan<- []subnet.Event) *watcher {
+func newWatcher(m *Manager, out chan<- subnet.Batch) *watcher {
 	w := &watcher{m: m, out: subnet.Sender{Out: out}, dir: m.subnetsDir(), seed: m.seed,
 		known:   hashindex.New(hashindex.String, func(k *knownLease) string { return k.key }),
 		skipped: map[string]int64{}, held: map[string]bool{}, minBackoff: minBackoff, maxBackoff: maxBackoff}

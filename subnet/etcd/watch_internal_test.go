@@ -107,7 +107,7 @@ func TestWatchResumesWhenQuorumReturns(t *testing.T) {
 		default:
 		}
 	}})
-	out := make(chan []subnet.Event, 16)
+	out := make(chan subnet.Batch, 16)
 	w := newWatcher(m, out)
 	w.minBackoff, w.maxBackoff = time.Hour, time.Hour
 	ctx, cancel := context.WithCancel(t.Context())
@@ -124,8 +124,11 @@ func TestWatchResumesWhenQuorumReturns(t *testing.T) {
 	receive := func(what string) []subnet.Event {
 		t.Helper()
 		select {
-		case evs := <-out:
-			return evs
+		case b := <-out:
+			if b.Partial {
+				t.Errorf("%s: a partial batch; etcd's listing is sent whole", what)
+			}
+			return b.Events
 		case <-bound.Done():
 			t.Fatalf("no %s within the test's bound", what)
 			return nil

@@ -11,7 +11,7 @@ import (
 type CacheRead func(node string) (l subnet.Lease, kept int, ok bool)
 
 // WatchWithCache is Watch that first hands the test a CacheRead of its cache.
-func (m *Manager) WatchWithCache(ctx context.Context, out chan<- []subnet.Event, read chan<- CacheRead) error {
+func (m *Manager) WatchWithCache(ctx context.Context, out chan<- subnet.Batch, read chan<- CacheRead) error {
 	cfg, err := m.GetConfig(ctx)
 	if err != nil {
 		return err

@@ -241,15 +241,15 @@ func peerAnnotations(prefix string, attrs subnet.LeaseAttrs) map[string]string {
 
 // watch runs m.Watch and gathers its batches.
 type watch struct {
-	ch      chan []subnet.Event
+	ch      chan subnet.Batch
 	state   map[string]subnet.Lease
-	batches int
-	events  []subnet.Event // every event after the first batch
+	batches int            // whole ones
+	events  []subnet.Event // every event after the first whole batch
 }
 
 func startWatch(t testing.TB, m subnet.Manager) *watch {
 	t.Helper()
-	w := &watch{ch: make(chan []subnet.Event, 16), state: map[string]subnet.Lease{}}
+	w := &watch{ch: make(chan subnet.Batch, 16), state: map[string]subnet.Lease{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Watch(ctx, w.ch) }()
@@ -264,26 +264,37 @@ func startWatch(t testing.TB, m subnet.Manager) *watch {
 	return w
 }
 
-// next applies one batch, failing after timeout.
+// next applies one whole batch, and the partial ones before it, failing after timeout. It
+// returns their events.
 func (w *watch) next(t testing.TB, timeout time.Duration, what string) []subnet.Event {
 	t.Helper()
-	select {
-	case evs := <-w.ch:
-		if w.batches > 0 {
-			w.events = append(w.events, evs...)
-		}
-		w.batches++
-		for _, ev := range evs {
-			if ev.Type == subnet.EventAdded {
-				w.state[ev.Lease.Key()] = ev.Lease
-			} else {
-				delete(w.state, ev.Lease.Key())
+	var evs []subnet.Event
+	deadline := time.After(timeout)
+	for {
+		select {
+		case b := <-w.ch:
+			if b.Partial && w.batches > 0 {
+				t.Errorf("a partial batch after the first whole one")
 			}
+			if w.batches > 0 {
+				w.events = append(w.events, b.Events...)
+			}
+			for _, ev := range b.Events {
+				if ev.Type == subnet.EventAdded {
+					w.state[ev.Lease.Key()] = ev.Lease
+				} else {
+					delete(w.state, ev.Lease.Key())
+				}
+			}
+			evs = append(evs, b.Events...)
+			if !b.Partial {
+				w.batches++
+				return evs
+			}
+		case <-deadline:
+			t.Fatalf("no watch batch with %s within %v; state %v", what, timeout, w.keys())
+			return nil
 		}
-		return evs
-	case <-time.After(timeout):
-		t.Fatalf("no watch batch with %s within %v; state %v", what, timeout, w.keys())
-		return nil
 	}
 }
 

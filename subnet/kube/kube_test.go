@@ -91,6 +91,7 @@ func TestKube(t *testing.T) {
 	t.Run("OwnMalformed", func(t *testing.T) { testOwnMalformed(t, c) })
 	t.Run("RBACEnforced", func(t *testing.T) { testRBACEnforced(t, c) })
 	t.Run("List", func(t *testing.T) { testList(t, c) })
+	t.Run("FirstListStreamed", func(t *testing.T) { testFirstListStreamed(t, c) })
 }
 
 func vxlanAttrs(ip string) subnet.LeaseAttrs {
@@ -397,17 +398,20 @@ func testCacheTrimmed(t *testing.T, c *cluster) {
 	}}, "status")
 
 	m, _ := c.newManager(t, "trim-observer", prefix, netConf)
-	ch := make(chan []subnet.Event, 16)
+	ch := make(chan subnet.Batch, 16)
 	reads := make(chan kube.CacheRead, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.WatchWithCache(ctx, ch, reads) }()
 	defer func() { cancel(); <-done }()
 	read := <-reads
-	select {
-	case <-ch:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no first batch")
+	for whole := false; !whole; {
+		select {
+		case b := <-ch:
+			whole = !b.Partial
+		case <-time.After(30 * time.Second):
+			t.Fatal("no first whole batch")
+		}
 	}
 	l, kept, ok := read("trim-peer")
 	if !ok {
@@ -713,17 +717,23 @@ func nodeLife(t *testing.T, rc *rest.Config, node string) {
 	now := time.Now()
 	t.Logf("PostEvent: %v", m.PostEvent(ctx, &corev1.Event{Type: corev1.EventTypeNormal, Reason: "LeaseAcquired", Message: "node life", Count: 1,
 		FirstTimestamp: metav1.NewTime(now), LastTimestamp: metav1.NewTime(now)}))
-	ch := make(chan []subnet.Event, 16)
+	ch := make(chan subnet.Batch, 16)
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer wcancel()
 	go func() {
 		if err == nil {
-			// A renewal after the first batch, as the daemon's loop does.
-			select {
-			case <-ch:
-				_, rerr := m.Renew(ctx, l)
-				t.Logf("Renew: %v", rerr)
-			case <-wctx.Done():
+			// A renewal after the first whole batch, as the daemon's loop does.
+			for {
+				select {
+				case b := <-ch:
+					if b.Partial {
+						continue
+					}
+					_, rerr := m.Renew(ctx, l)
+					t.Logf("Renew: %v", rerr)
+				case <-wctx.Done():
+				}
+				return
 			}
 		}
 	}()

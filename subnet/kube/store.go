@@ -178,7 +178,7 @@ type nodeStore struct {
 	// (24 bytes), and at 65,000 nodes its tables were half full.
 	nodes   hashindex.Index[string, *peerNode]
 	changed map[string]bool
-	listed  chan struct{} // closed by the first Replace: the first list is in
+	listed  chan struct{} // closed by the first Replace: the first list is in (isListed)
 }
 
 func newNodeStore(a annotations) *nodeStore {
@@ -187,9 +187,20 @@ func newNodeStore(a annotations) *nodeStore {
 }
 
 // Transformer makes the records the reflector's own store keeps of a streamed list
-// (cache.TransformingStore).
+// (cache.TransformingStore). Until the first list is in, each record is also filed here as it
+// comes, as Add files it: the watcher sends the leases streamed so far as partial batches,
+// and the receiver takes them, while the rest streams (65,000 Nodes take the API server 1.1
+// to 1.7 s). The Replace that ends the list finds them filed and notes only what differs.
+// A relist's stream is not filed: its newcomers would meet, as rivals for their podCIDRs,
+// nodes that are gone but not yet removed (Replace removes them).
 func (s *nodeStore) Transformer() cache.TransformFunc {
-	return func(obj any) (any, error) { return s.toRecord(obj) }
+	return func(obj any) (any, error) {
+		p, err := s.toRecord(obj)
+		if err == nil && !s.isListed() {
+			s.file(p)
+		}
+		return p, err
+	}
 }
 
 func (s *nodeStore) toRecord(obj any) (*peerNode, error) {
@@ -218,14 +229,19 @@ func (s *nodeStore) put(obj any) error {
 	if err != nil {
 		return err
 	}
+	s.file(p)
+	return nil
+}
+
+// file keeps p as its node's record, and notes the node if that changes its record.
+func (s *nodeStore) file(p *peerNode) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.nodes.Get(p.GetName()); ok && old.equal(p) {
-		return nil
+		return
 	}
 	s.nodes.Put(p)
 	s.note(p.GetName())
-	return nil
 }
 
 // Delete is a Node the watch sees deleted.
@@ -267,12 +283,22 @@ func (s *nodeStore) Replace(list []any, _ string) error {
 		}
 	}
 	s.nodes = fresh
-	select {
-	case <-s.listed:
-	default:
+	if !s.isListed() {
 		close(s.listed)
+		s.wake() // the list's whole batch goes out though nothing differs
 	}
 	return nil
+}
+
+// isListed reports whether the first list is in: a take after it holds all of that list
+// (Replace notes its changes and closes listed under one hold of s.mu).
+func (s *nodeStore) isListed() bool {
+	select {
+	case <-s.listed:
+		return true
+	default:
+		return false
+	}
 }
 
 // Resync does nothing: the reflector runs without a resync period.
@@ -281,6 +307,11 @@ func (s *nodeStore) Resync() error { return nil }
 // note marks a node as changed; s.mu is held. It must not block the reflector.
 func (s *nodeStore) note(name string) {
 	s.changed[name] = true
+	s.wake()
+}
+
+// wake tells the watcher there is something to take, without blocking.
+func (s *nodeStore) wake() {
 	select {
 	case s.kick <- struct{}{}:
 	default:

@@ -32,12 +32,13 @@ const busyPoll = time.Millisecond
 // Watch implements subnet.Manager with one client-go reflector on nodes. It fills the watch's
 // cache, which keeps a small record of each Node (peerNode) and notes the nodes whose record
 // changed; this goroutine turns the noted nodes into one batch of lease events whenever the
-// receiver is ready for one. The first batch, sent once the first list is in, holds every
-// lease. A broken connection is the reflector's business: it resumes (relisting when it
-// must) and only differences reach the receiver.
+// receiver is ready for one. While the first list streams, those are partial batches of the
+// Nodes streamed so far (nodeStore.Transformer); the first whole batch, sent once the list is
+// in, completes it. A broken connection is the reflector's business: it resumes (relisting
+// when it must) and only differences reach the receiver.
 //
 // Each call runs its own reflector; the daemon calls Watch once.
-func (m *Manager) Watch(ctx context.Context, out chan<- []subnet.Event) error {
+func (m *Manager) Watch(ctx context.Context, out chan<- subnet.Batch) error {
 	cfg, err := m.GetConfig(ctx)
 	if err != nil {
 		return err
@@ -54,7 +55,7 @@ type watcher struct {
 	refl  *cache.Reflector
 	store *nodeStore
 
-	synced atomic.Bool // the first list is in
+	synced atomic.Bool // the first whole batch is sent
 
 	// Owned by run's goroutine.
 	seed    maphash.Seed                      // of the attribute digests in known
@@ -149,7 +150,7 @@ func (s subnets) compare(o subnets) int {
 		bytes.Compare(s.v6[:], o.v6[:]), cmp.Compare(s.bits6, o.bits6))
 }
 
-func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- []subnet.Event) *watcher {
+func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- subnet.Batch) *watcher {
 	w := &watcher{
 		m: m, cfg: cfg, out: subnet.Sender{Out: out}, store: newNodeStore(m.ann),
 		seed: maphash.MakeSeed(), skipped: map[string]string{},
@@ -261,12 +262,6 @@ func (w *watcher) run(ctx context.Context) error {
 		<-done
 	}()
 
-	select {
-	case <-w.store.listed:
-		w.synced.Store(true)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	for {
 		if err := w.flush(ctx); err != nil {
 			return err
@@ -327,12 +322,15 @@ func (w *watcher) settle(ctx context.Context) error {
 
 // flush sends the events that bring the receiver up to date with the noted nodes: removals
 // first, so that a subnet that moved from one node to another is never seen twice (an empty
-// batch goes out only as the first: subnet.Sender).
+// batch goes out only as the first whole one: subnet.Sender). Until the first list is in, the
+// batch is partial.
 func (w *watcher) flush(ctx context.Context) error {
+	whole := w.store.isListed() // before the take, which then holds all of the list
 	names := w.store.take()
 	if w.known.Len() == 0 {
-		// The first batch holds every node: the indexes are made at their size at once,
-		// not grown through every power of two (the garbage counts in the start's peak).
+		// The first batch holds every node (or, while the list streams, every node streamed
+		// so far): the indexes are made at that size at once, not grown through every power
+		// of two from the smallest (the garbage counts in the start's peak).
 		w.known.Reserve(len(names))
 		w.claims.Reserve(len(names))
 	}
@@ -398,6 +396,10 @@ func (w *watcher) flush(ctx context.Context) error {
 	if len(removed) > 0 {
 		added = append(removed, added...)
 	}
+	if !whole {
+		return w.out.SendPartial(ctx, added)
+	}
+	w.synced.Store(true)
 	return w.out.Send(ctx, added)
 }
 

@@ -12,13 +12,10 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-// TestWatcherClaims runs the watcher's batches on a cache filled by hand, as the reflector
-// fills it, through the cases of two nodes on one podCIDR (TestKube/DuplicatePodCIDRs
-// runs them against the API server): a newcomer does not displace the holder, nor does the
-// deletion of a stale duplicate remove its lease; the next claimant takes the place of a
-// holder that goes; the own node comes first; a peer's malformed lease keeps its last good
-// one, the own node's is removed.
-func TestWatcherClaims(t *testing.T) {
+// offlineManager is a manager of node "me" whose API server is never reached, for a watcher
+// whose cache the test fills, and the network config it watches with.
+func offlineManager(t testing.TB) (*Manager, *subnet.Config) {
+	t.Helper()
 	m, err := New(Config{NodeName: "me", REST: &rest.Config{Host: "http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -27,10 +24,25 @@ func TestWatcherClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, cfg
+}
+
+// TestWatcherClaims runs the watcher's batches on a cache filled by hand, as the reflector
+// fills it, through the cases of two nodes on one podCIDR (TestKube/DuplicatePodCIDRs
+// runs them against the API server): a newcomer does not displace the holder, nor does the
+// deletion of a stale duplicate remove its lease; the next claimant takes the place of a
+// holder that goes; the own node comes first; a peer's malformed lease keeps its last good
+// one, the own node's is removed.
+func TestWatcherClaims(t *testing.T) {
+	m, cfg := offlineManager(t)
 	skips := map[string]int{}
 	m.onSkip = func(node string, _ error) { skips[node]++ }
-	out := make(chan []subnet.Event, 1)
+	out := make(chan subnet.Batch, 1)
 	w := m.newWatcher(cfg, out)
+	// The first list, empty, is in: the nodes come as the watch's events.
+	if err := w.store.Replace(nil, ""); err != nil {
+		t.Fatal(err)
+	}
 	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	node := func(name, cidr, ip string, age int) *corev1.Node {
 		return &corev1.Node{
@@ -59,8 +71,11 @@ func TestWatcherClaims(t *testing.T) {
 		}
 		got := ""
 		select {
-		case evs := <-out:
-			for _, e := range evs {
+		case b := <-out:
+			if b.Partial {
+				t.Errorf("%s: a partial batch after the first list", step)
+			}
+			for _, e := range b.Events {
 				got += fmt.Sprintf("%s %s %s;", e.Type, e.Lease.Key(), e.Lease.Attrs.PublicIP)
 			}
 		default:
@@ -120,5 +135,96 @@ func TestWatcherClaims(t *testing.T) {
 	// me, d (its last good lease) and e.
 	if w.known.Len() != 3 || w.claims.Len() != 3 {
 		t.Errorf("the watcher keeps %d nodes, %d claims; want 3, 3", w.known.Len(), w.claims.Len())
+	}
+}
+
+// TestWatcherPartialBatches drives the cache as the reflector's streamed list does (its own
+// store makes each record through the Transformer, and the list ends with a Replace of
+// them): the leases streamed so far go out as partial batches; the whole batch that ends the
+// list holds only what the list changed, and goes out even when that is nothing; a node
+// streamed by an attempt the list does not end with is removed; a relist's stream is not
+// filed before its Replace.
+func TestWatcherPartialBatches(t *testing.T) {
+	m, cfg := offlineManager(t)
+	node := func(name, cidr, ip string) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{m.ann.managed: "true", m.ann.backendType: "vxlan",
+				m.ann.backendData: `{"VNI":1,"VtepMAC":"c6:d2:32:00:00:01"}`, m.ann.publicIP: ip}},
+			Spec: corev1.NodeSpec{PodCIDR: cidr},
+		}
+	}
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale=%t", stale), func(t *testing.T) {
+			out := make(chan subnet.Batch, 1)
+			w := m.newWatcher(cfg, out)
+			tr := w.store.Transformer()
+			stream := func(ns ...*corev1.Node) []any {
+				t.Helper()
+				var recs []any
+				for _, n := range ns {
+					r, err := tr(n)
+					if err != nil {
+						t.Fatal(err)
+					}
+					recs = append(recs, r)
+				}
+				return recs
+			}
+			batch := func(step string, partial bool, want string) {
+				t.Helper()
+				if err := w.flush(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				got, sent := "", false
+				select {
+				case b := <-out:
+					sent = true
+					if b.Partial != partial {
+						t.Errorf("%s: partial %t, want %t", step, b.Partial, partial)
+					}
+					for _, e := range b.Events {
+						got += fmt.Sprintf("%s %s;", e.Type, e.Lease.Key())
+					}
+				default:
+				}
+				if got != want || !sent {
+					t.Errorf("%s: batch %q (sent %t), want %q", step, got, sent, want)
+				}
+			}
+
+			list := stream(node("a", "10.1.0.0/24", "192.0.2.1"))
+			batch("a streamed", true, "added 10.1.0.0-24;")
+			if stale {
+				// An attempt that streamed d broke off; the list ends with another.
+				stream(node("d", "10.4.0.0/24", "192.0.2.4"))
+				batch("d streamed", true, "added 10.4.0.0-24;")
+			}
+			list = append(list, stream(node("b", "10.2.0.0/24", "192.0.2.2"))...)
+			batch("b streamed", true, "added 10.2.0.0-24;")
+			if err := w.store.Replace(list, "1"); err != nil {
+				t.Fatal(err)
+			}
+			if stale {
+				batch("the list is in", false, "removed 10.4.0.0-24;")
+			} else {
+				batch("the list is in", false, "")
+			}
+
+			// A relist: its stream is not filed, its Replace brings the changes.
+			relist := stream(node("a", "10.1.0.0/24", "192.0.2.1"), node("c", "10.3.0.0/24", "192.0.2.3"))
+			if w.store.get("c") != nil {
+				t.Error("a relist's streamed node filed before its Replace")
+			}
+			if err := w.flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if len(out) != 0 {
+				t.Errorf("relist streamed: a batch %+v; the relist's Replace has not come", <-out)
+			}
+			if err := w.store.Replace(relist, "2"); err != nil {
+				t.Fatal(err)
+			}
+			batch("relisted", false, "removed 10.2.0.0-24;added 10.3.0.0-24;")
+		})
 	}
 }

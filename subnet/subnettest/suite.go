@@ -144,13 +144,14 @@ func snapshot(t *testing.T, m subnet.Manager) map[string]subnet.Lease {
 }
 
 type watch struct {
-	ch    chan []subnet.Event
+	ch    chan subnet.Batch
+	whole bool // the first whole batch came
 	state map[string]subnet.Lease
 }
 
 func startWatch(t *testing.T, m subnet.Manager) *watch {
 	c, cancel := context.WithCancel(t.Context())
-	w := &watch{ch: make(chan []subnet.Event, 16), state: map[string]subnet.Lease{}}
+	w := &watch{ch: make(chan subnet.Batch, 16), state: map[string]subnet.Lease{}}
 	done := make(chan error, 1)
 	go func() { done <- m.Watch(c, w.ch) }()
 	t.Cleanup(func() {
@@ -164,12 +165,28 @@ func startWatch(t *testing.T, m subnet.Manager) *watch {
 	return w
 }
 
-// next applies one batch to the watch's state and returns the state.
+// next applies one whole batch to the watch's state, and the partial ones before it, and
+// returns the state.
 func (w *watch) next(t *testing.T, what string) map[string]subnet.Lease {
 	t.Helper()
+	for {
+		b, ok := w.take(t, what)
+		if !ok || !b.Partial {
+			return w.state
+		}
+	}
+}
+
+// take applies one batch to the watch's state.
+func (w *watch) take(t *testing.T, what string) (subnet.Batch, bool) {
+	t.Helper()
 	select {
-	case evs := <-w.ch:
-		for _, ev := range evs {
+	case b := <-w.ch:
+		if b.Partial && w.whole {
+			t.Errorf("a partial batch after the first whole one")
+		}
+		w.whole = w.whole || !b.Partial
+		for _, ev := range b.Events {
 			switch ev.Type {
 			case subnet.EventAdded:
 				w.state[ev.Lease.Key()] = ev.Lease
@@ -180,10 +197,10 @@ func (w *watch) next(t *testing.T, what string) map[string]subnet.Lease {
 				delete(w.state, ev.Lease.Key())
 			}
 		}
-		return w.state
+		return b, true
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no watch batch for %s", what)
-		return nil
+		return subnet.Batch{}, false
 	}
 }
 
