@@ -47,13 +47,25 @@ func (m *model) reset(st *backend.State, nexthops, blackhole bool) {
 		m.dev = st.Device.Name
 	}
 	m.addrs = st.DeviceAddresses()
-	m.peers = make(map[[4]byte]hop, st.Peers.Len())
+	m.peers = refill(m.peers, st.Peers.Len())
 	m.other = map[netip.Prefix]backend.Peer{}
-	m.macs = make(map[backend.MAC][4]byte, st.Peers.Len())
+	m.macs = refill(m.macs, st.Peers.Len())
 	m.otherMACs = map[backend.MAC]netip.Prefix{}
 	for _, p := range st.Peers.All() {
 		m.learnLocked(p)
 	}
+}
+
+// refill is m emptied to hold about n entries: cleared, keeping its tables, where it held
+// between half and twice as many (a full Apply's model, made anew every time, was 6.8 MiB
+// of garbage at 65,000 peers, at the drift watch's first comparison after a cold start: the
+// start's second peak); else a new map made for n.
+func refill[K comparable, V any](m map[K]V, n int) map[K]V {
+	if m == nil || n < len(m)/2 || n > 2*len(m) {
+		return make(map[K]V, n)
+	}
+	clear(m)
+	return m
 }
 
 // hop is an IPv4 peer as the model keeps it.

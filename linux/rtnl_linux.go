@@ -22,6 +22,11 @@ type rtnl struct {
 	fd  int
 	seq uint32
 	buf []byte // for receiving; what a receive returns points into it
+	// msgs and out are kept from one call to the next: a dump of 65,000 peers' entries is
+	// thousands of receives, and a cold start's writes hundreds of thousands of messages,
+	// whose slices would otherwise be garbage at the start's peak.
+	msgs []syscall.NetlinkMessage // what receive returns, until the next receive
+	out  []byte                   // a batch of messages to send
 }
 
 // Constants the kernel's uapi has and golang.org/x/sys does not name.
@@ -65,12 +70,13 @@ type message struct {
 	body  []byte
 }
 
-func (r *rtnl) frame(m message, flags uint16, seq uint32) []byte {
-	b := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(m.body))
-	native.PutUint32(b[0:4], uint32(unix.NLMSG_HDRLEN+len(m.body)))
-	native.PutUint16(b[4:6], m.typ)
-	native.PutUint16(b[6:8], unix.NLM_F_REQUEST|m.flags|flags)
-	native.PutUint32(b[8:12], seq)
+// appendFrame appends m to b as a netlink message, with flags beyond m's and seq.
+func appendFrame(b []byte, m message, flags uint16, seq uint32) []byte {
+	b = native.AppendUint32(b, uint32(unix.NLMSG_HDRLEN+len(m.body)))
+	b = native.AppendUint16(b, m.typ)
+	b = native.AppendUint16(b, unix.NLM_F_REQUEST|m.flags|flags)
+	b = native.AppendUint32(b, seq)
+	b = native.AppendUint32(b, 0) // the port: the kernel's
 	return append(b, m.body...)
 }
 
@@ -83,15 +89,16 @@ func (r *rtnl) exec(msgs []message) []error {
 	for start := 0; start < len(msgs); start += batchSize {
 		end := min(start+batchSize, len(msgs))
 		first := r.seq + 1
-		var buf []byte
+		buf := r.out[:0]
 		for i, m := range msgs[start:end] {
 			r.seq++
 			var ack uint16
 			if start+i == end-1 {
 				ack = unix.NLM_F_ACK
 			}
-			buf = append(buf, r.frame(m, ack, r.seq)...)
+			buf = appendFrame(buf, m, ack, r.seq)
 		}
+		r.out = buf
 		last := r.seq
 		fail := func(err error) {
 			for i := start; i < end; i++ {
@@ -133,7 +140,8 @@ func ackError(data []byte) error {
 	return nil
 }
 
-// receive reads one answer; the messages point into r.buf, until the next receive.
+// receive reads one answer; the messages, and what they point into, are r's until the next
+// receive.
 func (r *rtnl) receive() ([]syscall.NetlinkMessage, error) {
 	for {
 		n, _, err := unix.Recvfrom(r.fd, r.buf, 0)
@@ -143,8 +151,26 @@ func (r *rtnl) receive() ([]syscall.NetlinkMessage, error) {
 		if err != nil {
 			return nil, err
 		}
-		return syscall.ParseNetlinkMessage(r.buf[:nlmAlign(n)])
+		r.msgs, err = parseMessages(r.msgs[:0], r.buf[:nlmAlign(n)])
+		return r.msgs, err
 	}
+}
+
+// parseMessages appends the netlink messages in b to msgs, their Data pointing into b, as
+// syscall.ParseNetlinkMessage reads them (which makes a slice for every call): a message
+// shorter than its header, or whose aligned length runs past b, is EINVAL; bytes after the
+// last message too few for a header are ignored.
+func parseMessages(msgs []syscall.NetlinkMessage, b []byte) ([]syscall.NetlinkMessage, error) {
+	for len(b) >= unix.NLMSG_HDRLEN {
+		h := syscall.NlMsghdr{Len: native.Uint32(b[0:4]), Type: native.Uint16(b[4:6]), Flags: native.Uint16(b[6:8]),
+			Seq: native.Uint32(b[8:12]), Pid: native.Uint32(b[12:16])}
+		if h.Len < unix.NLMSG_HDRLEN || uint64(nlmAlign(int(h.Len))) > uint64(len(b)) {
+			return msgs[:0], syscall.EINVAL
+		}
+		msgs = append(msgs, syscall.NetlinkMessage{Header: h, Data: b[unix.NLMSG_HDRLEN:h.Len]})
+		b = b[nlmAlign(int(h.Len)):]
+	}
+	return msgs, nil
 }
 
 func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
@@ -155,7 +181,8 @@ func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_AL
 func (r *rtnl) dump(m message, typ uint16, f func(body []byte)) error {
 	r.seq++
 	seq := r.seq
-	if err := unix.Sendto(r.fd, r.frame(m, unix.NLM_F_DUMP, seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	r.out = appendFrame(r.out[:0], m, unix.NLM_F_DUMP, seq)
+	if err := unix.Sendto(r.fd, r.out, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("netlink send: %w", err)
 	}
 	interrupted := false
