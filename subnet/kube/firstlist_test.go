@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +113,39 @@ func (b *heldBody) Read(p []byte) (int, error) {
 func (b *heldBody) Close() error {
 	b.once.Do(func() { close(b.closed) })
 	return b.ReadCloser.Close()
+}
+
+// TestWatchWithoutStreamedLists: an API server that does not stream lists (before 1.32, or
+// with the WatchList feature off) has the reflector list instead; the first batch is then
+// one whole batch, as before streamed lists, and changes follow.
+func TestWatchWithoutStreamedLists(t *testing.T) {
+	c := newCluster(t, "--feature-gates=WatchList=false")
+	const prefix = "liststream.weft.test"
+	createNode(t, c.admin, "listed-a", peerAnnotations(prefix, vxlanAttrs("192.0.2.51")), "10.42.51.0/24")
+	createNode(t, c.admin, "listed-b", peerAnnotations(prefix, vxlanAttrs("192.0.2.52")), "10.42.52.0/24")
+	var restarts atomic.Int64
+	log, _ := testLogger(t)
+	m, err := kube.New(kube.Config{REST: c.weft, AnnotationPrefix: prefix, NetConfPath: writeNetConf(t, netConf), NodeName: "listed-observer", Logger: log,
+		OnWatchRestart: func(error) { restarts.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatch(t, m)
+	select {
+	case b := <-w.ch:
+		if b.Partial || len(b.Events) != 2 {
+			t.Fatalf("first batch: partial %t with %d events, want the whole list's 2", b.Partial, len(b.Events))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no first batch")
+	}
+	w.batches++
+	createNode(t, c.admin, "listed-c", peerAnnotations(prefix, vxlanAttrs("192.0.2.53")), "10.42.53.0/24")
+	w.until(t, "the node created after the list", func(s map[string]subnet.Lease) bool {
+		return s["10.42.53.0-24"].Attrs.PublicIP == netip.MustParseAddr("192.0.2.53")
+	})
+	// The streamed list the server refuses is no interruption of the watch.
+	if n := restarts.Load(); n != 0 {
+		t.Errorf("%d watch restarts counted", n)
+	}
 }

@@ -235,10 +235,14 @@ func (m *Manager) waitReachable(ctx context.Context) error {
 }
 
 // called notes how a list or watch call of the reflector went. A failure is logged here,
-// because client-go retries a refused connection without telling the error handler.
+// because client-go retries a refused connection without telling the error handler. An API
+// server that does not stream lists (before 1.32, or with the WatchList feature off) refuses
+// the streamed list as invalid, and the reflector lists instead: no interruption.
 func (w *watcher) called(err error, list bool) {
 	w.m.reachable(err)
 	switch {
+	case err != nil && list && apierrors.IsInvalid(err):
+		w.m.log.Info("the API server does not stream lists; listing the nodes instead", "err", err)
 	case err != nil && w.m.onWatchRestart != nil:
 		w.m.onWatchRestart(err)
 		fallthrough
