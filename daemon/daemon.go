@@ -672,9 +672,11 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 				watchDrift()
 			}
 		}
-		if d.viewStale {
+		if d.viewStale && d.synced {
 			// After the convergence, so that a peer the view shows is one the data plane
-			// was given, and copying the sets delays no event.
+			// was given, and copying the sets delays no event. Not for the partial batches
+			// of a streamed listing: nothing is applied before its end, and a copy of the
+			// growing sets after each would cost the start what it saved.
 			d.publish()
 		}
 	}

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/weftnet/weft/backend"
+	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/subnet/etcd"
 )
@@ -74,10 +77,20 @@ func TestPartialBatchesWaitForTheWhole(t *testing.T) {
 	}
 	sm := &streamedManager{partials: make(chan struct{}), release: make(chan struct{})}
 	plane := &fakePlane{mac: backend.MAC{0x0e, 1, 2, 3, 4, 5}}
+	port := freePort(t)
 	startNodeOn(t, func(log *slog.Logger) subnet.Manager {
 		sm.Manager = etcd.New(cli, etcd.Options{Logger: log})
 		return sm
-	}, t.TempDir(), plane, func(*Config) {})
+	}, t.TempDir(), plane, func(c *Config) { c.HealthzPort = port })
+	programmed := func() int {
+		t.Helper()
+		code, body := get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+		var st status.Node
+		if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
+			t.Fatalf("/status: %d %v\n%s", code, err, body)
+		}
+		return len(st.Peers)
+	}
 
 	select {
 	case <-sm.partials:
@@ -89,6 +102,9 @@ func TestPartialBatchesWaitForTheWhole(t *testing.T) {
 	if st, n := plane.last(); n != 0 {
 		t.Fatalf("applied %d times (last: %d peers) before the listing's whole batch", n, len(st.peers))
 	}
+	if n := programmed(); n != 0 {
+		t.Errorf("/status shows %d peers programmed before the listing's whole batch", n)
+	}
 	close(sm.release)
 	eventually(t, "the first convergence", func() bool { _, n := plane.last(); return n > 0 })
 	plane.mu.Lock()
@@ -97,4 +113,5 @@ func TestPartialBatchesWaitForTheWhole(t *testing.T) {
 	if !first.full || len(first.peers) != peers {
 		t.Errorf("the first Apply: full %t with %d peers, want a full one with all %d", first.full, len(first.peers), peers)
 	}
+	eventually(t, "/status to show the peers", func() bool { return programmed() == peers })
 }
