@@ -346,7 +346,7 @@ func (w *watcher) flush(ctx context.Context) error {
 	mark := func(key subnets, holderGone bool) { keys[key] = keys[key] || holderGone }
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known.Get(name)
-		l, st := w.current(name)
+		l, st, held := w.current(name)
 		if st == kept && name == w.m.node {
 			// Peers keep the last good lease of a node whose annotations went bad; its own
 			// daemon must hear that they did, as a removal, to write them again: peers that
@@ -364,9 +364,9 @@ func (w *watcher) flush(ctx context.Context) error {
 				// Out of its key's claimants while its key changes.
 				w.claims.Remove(old)
 				mark(old.sn, old.held)
-				old.told = now
+				old.name, old.told = held, now
 			} else {
-				old = &tracked{name: name, told: now}
+				old = &tracked{name: held, told: now}
 				w.known.Put(old)
 			}
 			w.claims.Add(old)
@@ -496,10 +496,11 @@ func (w *watcher) holder(key subnets, read *batch) (*tracked, bool) {
 	})
 	for _, c := range ranked {
 		if !read.has(c.name) && !c.held {
-			l, st := w.current(c.name)
+			l, st, held := w.current(c.name)
 			if st != present || subnetsOf(l.Subnet, l.IPv6Subnet) != key {
 				continue
 			}
+			c.name = held
 			// Read since the batch's nodes were taken, the record may be newer than
 			// what known has: known takes what the receiver is sent (of the same key,
 			// which claims holds it by).
@@ -539,11 +540,22 @@ const (
 	kept                      // a malformed lease: the receiver keeps what it knows
 )
 
-// current is the lease the node called name holds now, from the cache. A node whose lease
-// cannot be read is reported once per problem and keeps the last good lease the receiver
-// knows: a bad write does not make peers forget the node.
-func (w *watcher) current(name string) (subnet.Lease, leaseState) {
+// current is the lease the node called name holds now, from the cache, and the name as its
+// record holds it: what the watcher keeps of the node names it by that string, so that a
+// record the node has replaced is not kept alive by a name in it. A node whose lease cannot
+// be read is reported once per problem and keeps the last good lease the receiver knows: a
+// bad write does not make peers forget the node.
+func (w *watcher) current(name string) (subnet.Lease, leaseState, string) {
 	p := w.store.get(name)
+	if p != nil {
+		name = p.GetName()
+	}
+	l, st := w.read(name, p)
+	return l, st, name
+}
+
+// read is the lease of p, the record of the node called name (nil: none), as current reads it.
+func (w *watcher) read(name string, p *peerNode) (subnet.Lease, leaseState) {
 	if p == nil {
 		delete(w.skipped, name)
 		return subnet.Lease{}, absent

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +136,17 @@ func TestWatcherClaims(t *testing.T) {
 	// me, d (its last good lease) and e.
 	if w.known.Len() != 3 || w.claims.Len() != 3 {
 		t.Errorf("the watcher keeps %d nodes, %d claims; want 3, 3", w.known.Len(), w.claims.Len())
+	}
+
+	// What the watcher keeps of a node names it by the string of its current record: the
+	// records it replaced are not kept alive by a name in them.
+	add(node("me", "10.2.0.0/24", "192.0.2.8", 10))
+	batch("the own node's address changed again", ev(added, "10.2.0.0-24", "192.0.2.8"))
+	for _, n := range []string{"me", "e"} {
+		tr, ok := w.known.Get(n)
+		if !ok || unsafe.StringData(tr.name) != unsafe.StringData(w.store.get(n).GetName()) {
+			t.Errorf("the watcher names %s by a string other than its current record's", n)
+		}
 	}
 }
 
