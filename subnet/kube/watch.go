@@ -346,7 +346,7 @@ func (w *watcher) flush(ctx context.Context) error {
 	mark := func(key subnets, holderGone bool) { keys[key] = keys[key] || holderGone }
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known.Get(name)
-		l, st, held := w.current(name)
+		l, st, recName := w.current(name)
 		if st == kept && name == w.m.node {
 			// Peers keep the last good lease of a node whose annotations went bad; its own
 			// daemon must hear that they did, as a removal, to write them again: peers that
@@ -364,9 +364,9 @@ func (w *watcher) flush(ctx context.Context) error {
 				// Out of its key's claimants while its key changes.
 				w.claims.Remove(old)
 				mark(old.sn, old.held)
-				old.name, old.told = held, now
+				old.name, old.told = recName, now
 			} else {
-				old = &tracked{name: held, told: now}
+				old = &tracked{name: recName, told: now}
 				w.known.Put(old)
 			}
 			w.claims.Add(old)
@@ -496,11 +496,11 @@ func (w *watcher) holder(key subnets, read *batch) (*tracked, bool) {
 	})
 	for _, c := range ranked {
 		if !read.has(c.name) && !c.held {
-			l, st, held := w.current(c.name)
+			l, st, recName := w.current(c.name)
 			if st != present || subnetsOf(l.Subnet, l.IPv6Subnet) != key {
 				continue
 			}
-			c.name = held
+			c.name = recName
 			// Read since the batch's nodes were taken, the record may be newer than
 			// what known has: known takes what the receiver is sent (of the same key,
 			// which claims holds it by).
