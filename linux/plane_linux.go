@@ -191,16 +191,14 @@ type snapshot struct {
 // grown to it, which at 65,000 peers held twice the routes' 9 MiB while the last growth
 // copied them.
 func (p *Plane) dumpKernel(dev string, family uint8, repair bool, expect int, sink kernelSink) (snapshot, error) {
-	links, err := dump("links", p.h.LinkList)
+	links, names, err := p.interfaces()
 	if err != nil {
 		return snapshot{}, err
 	}
 	s := snapshot{index: make(map[string]int, len(links))}
-	names := make(map[int]string, len(links))
 	for _, l := range links {
 		a := l.Attrs()
 		s.index[a.Name] = a.Index
-		names[a.Index] = a.Name
 		if dev != "" && a.Name == dev {
 			s.vx = l
 		}
@@ -283,6 +281,19 @@ func (p *Plane) reconcile(st Want, owned Ownership) (Changes, error) {
 		return Changes{}, nil
 	}
 	return p.write(&pl, snap.vx)
+}
+
+// interfaces lists the namespace's interfaces, and their names by index.
+func (p *Plane) interfaces() ([]netlink.Link, map[int]string, error) {
+	links, err := dump("links", p.h.LinkList)
+	if err != nil {
+		return nil, nil, err
+	}
+	names := make(map[int]string, len(links))
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	return links, names, nil
 }
 
 // dumpRoutes dumps the main table's routes of family (AF_INET, AF_INET6), those keep takes

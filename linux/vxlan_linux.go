@@ -180,13 +180,9 @@ func randomMAC() (backend.MAC, error) {
 // its network (a pod's sandbox, a CNI plugin). Routes first, then the objects, then the
 // device: BenchmarkReplaceVXLAN20k takes 0.27 s, against 6.0 s without.
 func (p *Plane) drain(link netlink.Link) error {
-	links, err := dump("links", p.h.LinkList)
+	_, names, err := p.interfaces()
 	if err != nil {
 		return err
-	}
-	names := make(map[int]string, len(links))
-	for _, l := range links {
-		names[l.Attrs().Index] = l.Attrs().Name
 	}
 	name := link.Attrs().Name
 	var pl plan
