@@ -290,8 +290,9 @@ func (s *nodeStore) Replace(list []any, _ string) error {
 	return nil
 }
 
-// isListed reports whether the first list is in: a take after it holds all of that list
-// (Replace notes its changes and closes listed under one hold of s.mu).
+// isListed reports whether the first list is in. Whether a take holds all of that list is
+// take's to say: read apart from the take, it may be false for a take that then waits for
+// the list's Replace, and holds it.
 func (s *nodeStore) isListed() bool {
 	select {
 	case <-s.listed:
@@ -318,13 +319,15 @@ func (s *nodeStore) wake() {
 	}
 }
 
-// take returns the nodes noted as changed since the last take.
-func (s *nodeStore) take() map[string]bool {
+// take returns the nodes noted as changed since the last take, and whether the first list
+// is in: then they hold all of it. Both are read under the lock Replace notes and closes
+// listed under, so a take that waited for a Replace is known to hold its list.
+func (s *nodeStore) take() (names map[string]bool, listed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names := s.changed
+	names = s.changed
 	s.changed = map[string]bool{}
-	return names
+	return names, s.isListed()
 }
 
 // get returns the record of the node called name; nil when there is none.

@@ -76,11 +76,15 @@ func TestRecord(t *testing.T) {
 func TestNodeStore(t *testing.T) {
 	a := storeAnnotations(t)
 	s := newNodeStore(a)
-	noted := func(want ...string) {
+	// noted takes the nodes noted, which must be want, and says whether the take holds all of
+	// the first list.
+	noted := func(want ...string) bool {
 		t.Helper()
-		if got := slices.Sorted(maps.Keys(s.take())); !slices.Equal(got, want) {
+		names, listed := s.take()
+		if got := slices.Sorted(maps.Keys(names)); !slices.Equal(got, want) {
 			t.Errorf("noted %v, want %v", got, want)
 		}
+		return listed
 	}
 	must := func(err error) {
 		t.Helper()
@@ -117,13 +121,19 @@ func TestNodeStore(t *testing.T) {
 	if _, err := tr(cache.DeletedFinalStateUnknown{Key: "n1"}); err == nil {
 		t.Error("a tombstone was taken for a Node")
 	}
+	// What the stream brought so far is filed, and taken as part of the list.
+	if noted("n1", "n2") {
+		t.Error("a take before the first list's Replace holds all of the list")
+	}
 	must(s.Replace([]any{r1, n2}, "10"))
 	select {
 	case <-s.listed:
 	default:
 		t.Fatal("not listed after the first list")
 	}
-	noted("n1", "n2")
+	if !noted() {
+		t.Error("a take after the first list's Replace does not hold all of it")
+	}
 	if s.get("n1") == nil || s.get("n3") != nil {
 		t.Errorf("cache after the list: n1 %v, n3 %v", s.get("n1"), s.get("n3"))
 	}

@@ -329,8 +329,7 @@ func (w *watcher) settle(ctx context.Context) error {
 // batch goes out only as the first whole one: subnet.Sender). Until the first list is in, the
 // batch is partial.
 func (w *watcher) flush(ctx context.Context) error {
-	whole := w.store.isListed() // before the take, which then holds all of the list
-	names := w.store.take()
+	names, whole := w.store.take()
 	if w.known.Len() == 0 {
 		// The first batch holds every node (or, while the list streams, every node streamed
 		// so far): the indexes are made at that size at once, not grown through every power
