@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -273,15 +274,15 @@ func (s *Server) Stop(t testing.TB) {
 }
 
 // Freeze stops the API server's process (SIGSTOP) and leaves every connection open: a hung
-// server, or a path that drops every packet, looks so to clients. Thaw undoes it; Stop and
-// the test's end kill a frozen server as any other.
+// server, or a path that drops every packet, looks so to clients. It returns once every
+// thread of the server has stopped. Thaw undoes it; Stop and the test's end kill a frozen
+// server as any other.
 func (s *Server) Freeze(t testing.TB) {
 	t.Helper()
-	stop, _, err := freezeSignals()
-	if err != nil {
+	if _, _, err := freezeSignals(); err != nil {
 		t.Skip(err)
 	}
-	if err := s.signal(stop); err != nil {
+	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,7 +305,19 @@ func (s *Server) Pause() error {
 	if err != nil {
 		return err
 	}
-	return s.signal(stop)
+	if err := s.signal(stop); err != nil {
+		return err
+	}
+	// The kernel stops a process's threads one by one as each next runs, after the signal
+	// is sent: meanwhile one that runs on another CPU answers requests, as a CI machine under
+	// load showed (a probe answered after Freeze returned).
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return errors.New("kubetest: the API server stopped while being frozen")
+	}
+	return waitStopped(cmd.Process.Pid, 10*time.Second)
 }
 
 // Resume is Thaw for servers made by Launch, the error returned.
