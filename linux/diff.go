@@ -27,13 +27,13 @@ func (c Changes) String() string {
 
 // Route is a route to a peer's subnet.
 type Route struct {
-	Dst    netip.Prefix
-	Gw     netip.Addr
-	Dev    string // outgoing interface by name
-	Onlink bool   // the gateway is reachable on Dev without a route to it (VXLAN)
+	Dst netip.Prefix
+	Gw  netip.Addr
+	Dev string // outgoing interface by name
 	// NH is the nexthop object the route goes through (Gw on Dev, see Nexthop); 0 for a
 	// plain route.
-	NH uint32
+	NH     uint32
+	Onlink bool // the gateway is reachable on Dev without a route to it (VXLAN)
 	// Blackhole: a route of type blackhole, with no device or gateway (--ip-blackhole-route's
 	// to the node's own subnet).
 	Blackhole bool
@@ -284,11 +284,11 @@ type kernelRoute struct {
 // rawRoute is what a delete must name of a dumped route so that the kernel deletes exactly
 // it: left out, the kernel matches loosely (a priority of 0 matches any route to the same
 // destination).
+// Its gateway and nexthop object are the route's own (Route.Gw, Route.NH). Small, for a dump
+// holds one a route: at 65,000 peers every byte here is 64 KiB.
 type rawRoute struct {
 	Family, Tos, Table, Protocol, Scope, Type uint8
-	LinkIndex                                 int
-	Gw                                        netip.Addr
-	NH                                        uint32
+	LinkIndex                                 int32
 }
 
 // kernelNeighbor is a neighbour of the VXLAN device as dumped.
@@ -466,30 +466,28 @@ func sameRoute(k kernelRoute, w Route) bool {
 // plane's family (v6) are looked at: the other family's plane owns the others. (weft makes
 // IPv4 ones only; one without a gateway counts as IPv4's.)
 func diffNexthops(want list[Nexthop], have []kernelNexthop, v6 bool) (set list[Nexthop], del []int) {
-	byID := make(map[uint32]int, len(have))
+	byID := make(map[uint32]int32, len(have))
 	for i, h := range have {
 		if ownsNexthop(h.ID) && (h.Gw.IsValid() && h.Gw.Is6()) == v6 {
-			byID[h.ID] = i
+			byID[h.ID] = int32(i)
 		}
 	}
-	// wanted finds the objects held that none wants: none to find at a cold start.
-	var wanted map[uint32]bool
-	if len(byID) > 0 {
-		wanted = make(map[uint32]bool, want.Len())
-	}
+	// wanted marks, by their index in have, the objects held that one wants.
+	wanted := make([]bool, len(have))
 	var setting []int32
 	for j, w := range want.all() {
-		if wanted != nil {
-			wanted[w.ID] = true
+		i, ok := byID[w.ID]
+		if ok {
+			wanted[i] = true
 		}
-		if i, ok := byID[w.ID]; ok && !have[i].Other && have[i].Nexthop == w {
+		if ok && !have[i].Other && have[i].Nexthop == w {
 			continue
 		}
 		setting = append(setting, int32(j))
 	}
-	for id, i := range byID {
-		if !wanted[id] {
-			del = append(del, i)
+	for _, i := range byID {
+		if !wanted[i] {
+			del = append(del, int(i))
 		}
 	}
 	slices.Sort(del)
@@ -497,15 +495,16 @@ func diffNexthops(want list[Nexthop], have []kernelNexthop, v6 bool) (set list[N
 }
 
 // groups are the indexes of dumped entries by key, in dump order, chained through one slice
-// rather than a slice per key: there is almost always one entry per key.
+// rather than a slice per key: there is almost always one entry per key. Indexes are int32:
+// no dump holds 2^31 entries, and the map's entries are smaller.
 type groups[K comparable] struct {
-	first map[K]int
-	next  []int
+	first map[K]int32
+	next  []int32
 }
 
 // groupBy groups the indexes of have by key; entries key refuses are left out.
 func groupBy[T any, K comparable](have []T, key func(T) (K, bool)) groups[K] {
-	g := groups[K]{first: make(map[K]int, len(have)), next: make([]int, len(have))}
+	g := groups[K]{first: make(map[K]int32, len(have)), next: make([]int32, len(have))}
 	for i := len(have) - 1; i >= 0; i-- {
 		k, ok := key(have[i])
 		if !ok {
@@ -515,7 +514,7 @@ func groupBy[T any, K comparable](have []T, key func(T) (K, bool)) groups[K] {
 		if j, ok := g.first[k]; ok {
 			g.next[i] = j
 		}
-		g.first[k] = i
+		g.first[k] = int32(i)
 	}
 	return g
 }
@@ -527,18 +526,39 @@ func (g groups[K]) of(k K, into []int) []int {
 		return into
 	}
 	for ; i >= 0; i = g.next[i] {
-		into = append(into, i)
+		into = append(into, int(i))
 	}
 	return into
 }
 
+// addrKey is an address as a map key: 17 bytes without a pointer, where a netip.Addr takes 24
+// with one (its zone's), so that a map of 65,000 is smaller and the GC need not scan it. The
+// addresses a diff compares have no zone.
+type addrKey struct {
+	a   [16]byte
+	is4 bool // an IPv4 address, not the IPv4-mapped IPv6 one
+}
+
+func keyOfAddr(a netip.Addr) addrKey { return addrKey{a: a.As16(), is4: a.Is4()} }
+
+// prefixKey is a prefix as a map key, as addrKey is an address; bits is 255 for an invalid
+// prefix.
+type prefixKey struct {
+	addrKey
+	bits uint8
+}
+
+func keyOfPrefix(p netip.Prefix) prefixKey {
+	return prefixKey{addrKey: keyOfAddr(p.Addr()), bits: uint8(p.Bits())}
+}
+
 func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bool) (set list[Route], del []int) {
-	byDst := groupBy(have, func(r kernelRoute) (netip.Prefix, bool) { return r.Dst.Masked(), owned(r) })
-	wanted := make(map[netip.Prefix]bool, want.Len())
+	byDst := groupBy(have, func(r kernelRoute) (prefixKey, bool) { return keyOfPrefix(r.Dst.Masked()), owned(r) })
+	wanted := make(map[prefixKey]bool, want.Len())
 	var setting []int32
 	var cands []int
 	for j, w := range want.all() {
-		dst := w.Dst.Masked()
+		dst := keyOfPrefix(w.Dst.Masked())
 		if wanted[dst] {
 			continue // one route per destination; the backend never asks for two
 		}
@@ -551,7 +571,7 @@ func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bo
 		for j, i := range cands {
 			// A replace overwrites the route of the default metric in place (no gap), so that
 			// one must not be deleted after it: the delete would hit the new route.
-			if j == keep || keep < 0 && have[i].Metric == defaultMetric(dst) {
+			if j == keep || keep < 0 && have[i].Metric == defaultMetric(w.Dst) {
 				continue
 			}
 			del = append(del, i)
@@ -569,34 +589,32 @@ func diffRoutes(want list[Route], have []kernelRoute, owned func(kernelRoute) bo
 // diffNeighbors: the permanent neighbours of the overlay device vx are ours; the kernel holds
 // one a device and address, so they are found by address alone.
 func diffNeighbors(want list[Neighbor], have []kernelNeighbor, vx string) (set list[Neighbor], del []int) {
-	owned := make(map[netip.Addr]int, len(have))
+	owned := make(map[addrKey]int32, len(have))
 	for i, n := range have {
 		if n.Dev == vx && n.Permanent {
-			owned[n.IP] = i
+			owned[keyOfAddr(n.IP)] = int32(i)
 		}
 	}
-	// wanted finds the neighbours held that none wants: none to find at a cold start.
-	var wanted map[netip.Addr]bool
-	if len(owned) > 0 {
-		wanted = make(map[netip.Addr]bool, want.Len())
-	}
+	// wanted marks, by their index in have, the neighbours held that one wants.
+	wanted := make([]bool, len(have))
 	var setting []int32
 	for j, w := range want.all() {
 		if w.Dev != vx { // none of the device's: it is found among none held
 			setting = append(setting, int32(j))
 			continue
 		}
-		if wanted != nil {
-			wanted[w.IP] = true
+		i, ok := owned[keyOfAddr(w.IP)]
+		if ok {
+			wanted[i] = true
 		}
-		if i, ok := owned[w.IP]; ok && have[i].MAC == w.MAC {
+		if ok && have[i].MAC == w.MAC {
 			continue
 		}
 		setting = append(setting, int32(j))
 	}
-	for a, i := range owned {
-		if !wanted[a] {
-			del = append(del, i)
+	for _, i := range owned {
+		if !wanted[i] {
+			del = append(del, int(i))
 		}
 	}
 	slices.Sort(del)

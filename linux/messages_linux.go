@@ -62,14 +62,14 @@ func routeDel(k kernelRoute) message {
 	b = attr(b, unix.RTA_DST, dst.Addr().AsSlice())
 	b = attr(b, unix.RTA_TABLE, u32(uint32(r.Table)))
 	b = attr(b, unix.RTA_PRIORITY, u32(uint32(k.Metric)))
-	if r.NH != 0 {
-		b = attr(b, rtaNHID, u32(r.NH))
+	if k.NH != 0 {
+		b = attr(b, rtaNHID, u32(k.NH))
 	} else {
 		if r.LinkIndex != 0 {
 			b = attr(b, unix.RTA_OIF, u32(uint32(r.LinkIndex)))
 		}
-		if r.Gw.IsValid() {
-			b = attr(b, unix.RTA_GATEWAY, r.Gw.AsSlice())
+		if k.Gw.IsValid() {
+			b = attr(b, unix.RTA_GATEWAY, k.Gw.AsSlice())
 		}
 	}
 	return message{typ: unix.RTM_DELROUTE, body: b}
@@ -79,7 +79,7 @@ func routeDel(k kernelRoute) message {
 func routeDelOwn(r Route, link int) message {
 	k := kernelRoute{Route: r, Metric: defaultMetric(r.Dst), raw: rawRoute{
 		Family: uint8(familyOf(r.Dst.Addr())), Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BOOT,
-		Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST, LinkIndex: link, Gw: r.Gw, NH: r.NH,
+		Scope: unix.RT_SCOPE_UNIVERSE, Type: unix.RTN_UNICAST, LinkIndex: int32(link),
 	}}
 	if !r.Gw.IsValid() && r.NH == 0 {
 		k.raw.Scope = unix.RT_SCOPE_LINK
@@ -175,7 +175,7 @@ func parseRoute(body []byte, names map[int]string) (kernelRoute, bool) {
 		case t == rtaNHID && len(v) == 4:
 			k.NH = native.Uint32(v)
 		case t == unix.RTA_OIF && len(v) == 4:
-			k.raw.LinkIndex = int(native.Uint32(v))
+			k.raw.LinkIndex = int32(native.Uint32(v))
 		case t == unix.RTA_MULTIPATH:
 			multipath = true
 		}
@@ -186,10 +186,9 @@ func parseRoute(body []byte, names map[int]string) (kernelRoute, bool) {
 	k.Dst = netip.PrefixFrom(dst, int(dstLen))
 	k.Onlink = flags&unix.RTNH_F_ONLINK != 0
 	if typ == unix.RTN_UNICAST && !multipath {
-		k.Dev = names[k.raw.LinkIndex]
+		k.Dev = names[int(k.raw.LinkIndex)]
 	}
 	k.Blackhole = typ == unix.RTN_BLACKHOLE
-	k.raw.Gw, k.raw.NH = k.Gw, k.NH
 	return k, true
 }
 
