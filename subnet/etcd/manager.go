@@ -323,10 +323,12 @@ func (m *Manager) listOp() clientv3.Op { return clientv3.OpGet(m.subnetsDir(), c
 const DefaultListPage = 5000
 
 // listPages lists the leases, all as of one revision, in responses of Options.ListPage
-// key-values at most, each turned into entries (parsed when parse is true) before the next
-// is asked for: in one response, at 65,000 leases, 16 MiB of protobuf and then 24 MiB of
-// key-values would be held at once, with the entries made of them. A listing whose revision
-// is compacted away before its last page starts again.
+// key-values at most, each turned into entries (parsed when parse is true) while the next is
+// on its way: in one response, at 65,000 leases, 16 MiB of protobuf and then 24 MiB of
+// key-values would be held at once, with the entries made of them; asked for one after the
+// other's parse, etcd would wait for the parse and the parse for etcd (at 65,000 leases, a
+// quarter of a second each). A listing whose revision is compacted away before its last page
+// starts again.
 func (m *Manager) listPages(ctx context.Context, parse bool) (*listing, error) {
 	for {
 		ls, err := m.listAt(ctx, parse)
@@ -340,20 +342,38 @@ func (m *Manager) listPages(ctx context.Context, parse bool) (*listing, error) {
 	}
 }
 
+// page is a response of a listing, or why there is none.
+type page struct {
+	resp *clientv3.GetResponse
+	err  error
+}
+
+// listAt lists the leases from the first page's revision on; see listPages. Each page is
+// asked for as soon as the last key of the one before is known, and received before listAt
+// returns: no request outlives it.
 func (m *Manager) listAt(ctx context.Context, parse bool) (*listing, error) {
 	dir := m.subnetsDir()
 	end := clientv3.GetPrefixRangeEnd(dir)
-	from, rev := dir, int64(0)
-	ls := &listing{}
-	for {
+	fetch := func(from string, rev int64) <-chan page {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(m.opts.ListPage))}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, from, opts...) })
-		if err != nil {
-			return nil, err
+		next := make(chan page, 1)
+		go func() {
+			resp, err := call(ctx, m.large(), func(ctx context.Context) (*clientv3.GetResponse, error) { return m.cli.Get(ctx, from, opts...) })
+			next <- page{resp, err}
+		}()
+		return next
+	}
+	rev := int64(0)
+	ls := &listing{}
+	for next := fetch(dir, 0); ; {
+		p := <-next
+		if p.err != nil {
+			return nil, p.err
 		}
+		resp := p.resp
 		if rev == 0 {
 			// Room for all and one more, the own lease handOwn appends: grown by append,
 			// the entries would be copied into a slice of twice their size.
@@ -361,6 +381,10 @@ func (m *Manager) listAt(ctx context.Context, parse bool) (*listing, error) {
 			if parse {
 				ls.slots = make([]subnet.Event, 0, resp.Count+1)
 			}
+		}
+		more := resp.More && len(resp.Kvs) > 0
+		if more {
+			next = fetch(string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00", rev)
 		}
 		for _, kv := range resp.Kvs {
 			e := m.unparsed(kv)
@@ -370,11 +394,10 @@ func (m *Manager) listAt(ctx context.Context, parse bool) (*listing, error) {
 			}
 			ls.entries = append(ls.entries, e)
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		if !more {
 			ls.rev = rev
 			return ls, nil
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
 
