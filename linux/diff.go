@@ -283,9 +283,8 @@ type kernelRoute struct {
 
 // rawRoute is what a delete must name of a dumped route so that the kernel deletes exactly
 // it: left out, the kernel matches loosely (a priority of 0 matches any route to the same
-// destination).
-// Its gateway and nexthop object are the route's own (Route.Gw, Route.NH). Small, for a dump
-// holds one a route: at 65,000 peers every byte here is 64 KiB.
+// destination). Its gateway and nexthop object are the route's own (Route.Gw, Route.NH). It
+// is kept small: a dump holds one per route, and at 65,000 peers each byte here is 64 KiB.
 type rawRoute struct {
 	Family, Tos, Table, Protocol, Scope, Type uint8
 	LinkIndex                                 int32

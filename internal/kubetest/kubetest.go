@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -294,7 +293,7 @@ func (s *Server) Thaw(t testing.TB) {
 	if err != nil {
 		t.Skip(err)
 	}
-	if err := s.signal(cont); err != nil {
+	if _, err := s.signal(cont); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -305,19 +304,14 @@ func (s *Server) Pause() error {
 	if err != nil {
 		return err
 	}
-	if err := s.signal(stop); err != nil {
+	pid, err := s.signal(stop)
+	if err != nil {
 		return err
 	}
 	// The kernel stops a process's threads one by one as each next runs, after the signal
 	// is sent: meanwhile one that runs on another CPU answers requests, as a CI machine under
 	// load showed (a probe answered after Freeze returned).
-	s.mu.Lock()
-	cmd := s.cmd
-	s.mu.Unlock()
-	if cmd == nil {
-		return errors.New("kubetest: the API server stopped while being frozen")
-	}
-	return waitStopped(cmd.Process.Pid, 10*time.Second)
+	return waitStopped(pid, 10*time.Second)
 }
 
 // Resume is Thaw for servers made by Launch, the error returned.
@@ -326,20 +320,22 @@ func (s *Server) Resume() error {
 	if err != nil {
 		return err
 	}
-	return s.signal(cont)
+	_, err = s.signal(cont)
+	return err
 }
 
-func (s *Server) signal(sig os.Signal) error {
+// signal sends sig to the API server's process, and returns its pid.
+func (s *Server) signal(sig os.Signal) (int, error) {
 	s.mu.Lock()
 	cmd := s.cmd
 	s.mu.Unlock()
 	if cmd == nil {
-		return fmt.Errorf("kubetest: %v to a stopped API server", sig)
+		return 0, fmt.Errorf("kubetest: %v to a stopped API server", sig)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("kubetest: %v to the API server (pid %d): %w", sig, cmd.Process.Pid, err)
+		return 0, fmt.Errorf("kubetest: %v to the API server (pid %d): %w", sig, cmd.Process.Pid, err)
 	}
-	return nil
+	return cmd.Process.Pid, nil
 }
 
 // Restart starts the API server again on the same port and etcd, stopping it
