@@ -215,6 +215,17 @@ type Plane interface {
 	Capabilities() Capabilities
 }
 
+// MACChanger is a Plane that can give its overlay device a new VTEP MAC in place. The daemon
+// asks for one when an older peer lease claims the node's MAC: every node then programs that
+// lease and skips the node's, which is cut off from its peers until its MAC changes (a device
+// made again with the MAC of a lease someone else had written, a cloned VM's device).
+type MACChanger interface {
+	// ChangeMAC gives the State's overlay device a new random MAC, keeping the device, and
+	// returns it. The next Apply must be a full one: the system may drop entries of the
+	// device with its old address (Linux drops its neighbours).
+	ChangeMAC(ctx context.Context, st *State) (MAC, error)
+}
+
 // SubnetKeeper is a Plane whose device outlives weftd and serves one subnet, so that a lease
 // on another replaces it (an HNS network, whose every re-creation blinks the host's NIC).
 // Held returns the subnets of the device it finds for st's network, invalid ones if it finds

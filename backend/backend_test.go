@@ -22,6 +22,13 @@ func lease(sn, ip, data string) subnet.Lease {
 
 func vxData(mac string) string { return `{"VNI":1,"VtepMAC":"` + mac + `"}` }
 
+// agedLease is a vxlan lease of VTEP MAC mac, of age created (subnet.Lease.Created).
+func agedLease(sn, ip, mac string, created int64) subnet.Lease {
+	l := lease(sn, ip, vxData(mac))
+	l.Created = created
+	return l
+}
+
 func newBackend(t testing.TB, conf string) *Backend {
 	t.Helper()
 	cfg, err := subnet.ParseConfig([]byte(conf))
@@ -216,14 +223,11 @@ func TestClaims(t *testing.T) {
 // merely skipped. The count follows puts, removes and own-lease changes.
 func TestContests(t *testing.T) {
 	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
-	own := lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01"))
-	own.Created = 50
+	own := agedLease("10.244.1.0/24", "192.0.2.10", "0e:00:00:00:00:01", 50)
 	s := NewSet(b, own, false)
 	var r Result
-	older := lease("10.244.7.0/24", "192.0.2.10", vxData("0e:00:00:00:00:07")) // this node's IP
-	older.Created = 10
-	younger := lease("10.244.8.0/24", "192.0.2.18", vxData("0e:00:00:00:00:01")) // this node's MAC
-	younger.Created = 90
+	older := agedLease("10.244.7.0/24", "192.0.2.10", "0e:00:00:00:00:07", 10)   // this node's IP
+	younger := agedLease("10.244.8.0/24", "192.0.2.18", "0e:00:00:00:00:01", 90) // this node's MAC
 	s.Put(older, &r)
 	s.Put(younger, &r)
 	if s.Contesting() != 1 || s.State().Peers.Len() != 0 || len(r.Skipped) != 2 {
@@ -253,6 +257,76 @@ func TestContests(t *testing.T) {
 	s.SetOwn(own, &r)
 	if s.Contesting() != 0 {
 		t.Errorf("own lease of unknown age: contesting %d", s.Contesting())
+	}
+	if s.MACContested() {
+		t.Error("MACContested with no lease older than the own one")
+	}
+}
+
+// TestContestsOfTheSameAge: leases of one age (a Node's creation time has whole seconds:
+// nodes registered together) are ordered by subnet, then key, as the peers order them: one of
+// a lower subnet that claims the own VTEP MAC contests it, one of a higher subnet does not.
+func TestContestsOfTheSameAge(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := agedLease("10.244.3.0/24", "192.0.2.13", "0e:00:00:00:00:01", 50)
+	s := NewSet(b, own, false)
+	var r Result
+	higher := agedLease("10.244.4.0/24", "192.0.2.14", "0e:00:00:00:00:01", 50)
+	s.Put(higher, &r)
+	if s.Contesting() != 0 || s.MACContested() {
+		t.Errorf("a lease as old, of a higher subnet: contesting %d, MACContested %t; want neither", s.Contesting(), s.MACContested())
+	}
+	lower := agedLease("10.244.1.0/24", "192.0.2.11", "0e:00:00:00:00:01", 50)
+	r = Result{}
+	s.Put(lower, &r)
+	if s.Contesting() != 1 || !s.MACContested() {
+		t.Errorf("a lease as old, of a lower subnet: contesting %d, MACContested %t; want 1, true", s.Contesting(), s.MACContested())
+	}
+	if len(r.Skipped) != 1 || !r.Skipped[0].Contests || !strings.Contains(r.Skipped[0].Reason, "as old") {
+		t.Errorf("skipped %+v; want the lower one, contesting, saying it is as old", r.Skipped)
+	}
+}
+
+// TestMACContested: an older peer lease that claims the own VTEP MAC, and nothing else of the
+// own lease, contests the MAC: the node can end that by taking another MAC. A contest of the
+// public IP does not; a new own MAC, or the older lease's going, ends it.
+func TestMACContested(t *testing.T) {
+	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+	own := agedLease("10.244.1.0/24", "192.0.2.10", "0e:00:00:00:00:01", 50)
+	s := NewSet(b, own, false)
+	var r Result
+	ip := agedLease("10.244.7.0/24", "192.0.2.10", "0e:00:00:00:00:07", 10) // this node's IP
+	s.Put(ip, &r)
+	if s.Contesting() != 1 || s.MACContested() {
+		t.Fatalf("an older lease with the own public IP: contesting %d, MACContested %t; want 1, false", s.Contesting(), s.MACContested())
+	}
+	mac := agedLease("10.244.8.0/24", "192.0.2.18", "0e:00:00:00:00:01", 20) // this node's MAC
+	s.Put(mac, &r)
+	if !s.MACContested() {
+		t.Fatal("an older lease with the own VTEP MAC: not MACContested")
+	}
+	if _, ok := maps.Collect(s.State().Peers.All())[mac.Key()]; ok {
+		t.Fatalf("the older lease with the own VTEP MAC is programmed: %s", render(s.State()))
+	}
+	// The node takes another MAC: the older lease is programmed, nothing contests the MAC.
+	own.Attrs.BackendData = json.RawMessage(vxData("0e:00:00:00:00:99"))
+	r = Result{}
+	s.SetOwn(own, &r)
+	if s.MACContested() || s.Contesting() != 1 {
+		t.Errorf("after a new own MAC: MACContested %t, contesting %d; want false, 1", s.MACContested(), s.Contesting())
+	}
+	if _, ok := maps.Collect(s.State().Peers.All())[mac.Key()]; !ok {
+		t.Errorf("after a new own MAC, the older lease is not programmed: %s", render(s.State()))
+	}
+	// Back to the contested MAC, then the older lease goes.
+	own.Attrs.BackendData = json.RawMessage(vxData("0e:00:00:00:00:01"))
+	s.SetOwn(own, &r)
+	if !s.MACContested() {
+		t.Error("the own MAC claimed again by the older lease: not MACContested")
+	}
+	s.Remove(mac.Key(), &r)
+	if s.MACContested() {
+		t.Error("MACContested after the older lease went")
 	}
 }
 
@@ -340,14 +414,18 @@ func TestSetIncremental(t *testing.T) {
 				if state := maps.Collect(s.State().Peers.All()); !maps.Equal(programmed, state) || s.State().Peers.Len() != len(state) {
 					t.Fatalf("seed %d: the changes lead to\n%v\nthe state is\n%v (Len %d)", seed, programmed, state, s.State().Peers.Len())
 				}
-				contesting := 0
+				contesting, macs := 0, 0
 				for _, p := range s.Peers() {
 					if p.Skipped != nil && p.Skipped.Contests {
 						contesting++
+						if p.Skipped.Code == SkipDuplicateMAC {
+							macs++
+						}
 					}
 				}
-				if s.Contesting() != contesting {
-					t.Fatalf("seed %d: Contesting() %d, the peers say %d", seed, s.Contesting(), contesting)
+				if s.Contesting() != contesting || s.MACContested() != (macs > 0) {
+					t.Fatalf("seed %d: Contesting() %d, MACContested() %t; the peers say %d, %d of them for the MAC",
+						seed, s.Contesting(), s.MACContested(), contesting, macs)
 				}
 			}
 		}

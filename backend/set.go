@@ -35,6 +35,9 @@ type Set struct {
 	entries    hashindex.Index[string, *entry]
 	on         int // entries programmed
 	contesting int // entries whose self Skipped Contests: older claims of the own lease's
+	// contestingMAC: those of them that claim the own VTEP MAC (and no more of the own
+	// lease than that).
+	contestingMAC int
 	// The claims' subnets all have the config's length, so the first address names one.
 	// Addresses are keyed by their 16 bytes (addrKey).
 	bySubnet claims[[16]byte]
@@ -351,20 +354,31 @@ func (s *Set) settle(e *entry, touched *touchList) {
 	}
 }
 
-// setSelf sets e.self, keeping the count of contesting entries.
+// setSelf sets e.self, keeping the counts of contesting entries.
 func (s *Set) setSelf(e *entry, self *Skipped) {
 	if e.self != nil && e.self.Contests {
 		s.contesting--
+		if e.self.Code == SkipDuplicateMAC {
+			s.contestingMAC--
+		}
 	}
 	e.self = self
 	if self != nil && self.Contests {
 		s.contesting++
+		if self.Code == SkipDuplicateMAC {
+			s.contestingMAC++
+		}
 	}
 }
 
 // Contesting is how many peer leases claim the own lease's subnet, public IP or VTEP MAC and
 // are older than it: this node is the newcomer to those claims.
 func (s *Set) Contesting() int { return s.contesting }
+
+// MACContested reports whether an older peer lease claims the own lease's VTEP MAC (and
+// neither its subnet nor its public IP, which come first): every node programs that lease
+// and skips this node's, which a new MAC of the node's own device would end.
+func (s *Set) MACContested() bool { return s.contestingMAC > 0 }
 
 // unclaim takes e out of the claim indexes; the entries that shared a claim with it are
 // added to touched.
@@ -386,7 +400,14 @@ func (s *Set) unclaim(e *entry, touched *touchList) {
 // before orders the claimants of one thing: the first wins. The older claim comes first (an
 // unknown age counts as the newest), then subnet order, then key order.
 func before(a, b *entry) int {
-	return cmp.Or(age(a.created, b.created), a.peer().Subnet.Addr().Compare(b.peer().Subnet.Addr()), strings.Compare(a.key, b.key))
+	return claimOrder(a.created, b.created, a.peer().Subnet.Addr(), b.peer().Subnet.Addr(), a.key, b.key)
+}
+
+// claimOrder orders two leases that claim one thing, the one that keeps it first: the older
+// (age), then the lower subnet address, then the lower key. Every node orders them the same,
+// the node whose lease one of them is too.
+func claimOrder(aCreated, bCreated int64, aSubnet, bSubnet netip.Addr, aKey, bKey string) int {
+	return cmp.Or(age(aCreated, bCreated), aSubnet.Compare(bSubnet), strings.Compare(aKey, bKey))
 }
 
 // age compares two Created values, zero (unknown) last.

@@ -374,12 +374,17 @@ func (b *Backend) ownClaims(own subnet.Lease) ownClaims {
 }
 
 // against checks a candidate that passed translate, of age created, against the node's own
-// lease.
+// lease. A clashing lease that the peers order before the own one (claimOrder: older, or as
+// old and of a lower subnet; not when the own lease's age is unknown) contests it.
 func (o ownClaims) against(key string, c candidate, created int64) *Skipped {
 	sk := o.clash(key, c)
-	if sk != nil && age(created, o.created) < 0 && o.created != 0 {
+	if sk != nil && o.created != 0 && claimOrder(created, o.created, c.peer.Subnet.Addr(), o.subnet.Addr(), key, o.key) < 0 {
 		sk.Contests = true
-		sk.Reason += "; that lease is the older: this node is the newcomer"
+		if age(created, o.created) < 0 {
+			sk.Reason += "; that lease is the older: this node is the newcomer"
+		} else {
+			sk.Reason += "; that lease is as old and comes first (its subnet or key): every node programs it, not this one"
+		}
 	}
 	return sk
 }

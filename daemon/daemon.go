@@ -648,6 +648,9 @@ func (d *daemon) loop(ctx context.Context, wg *sync.WaitGroup) error {
 			d.finishRenew(r)
 			renew.Reset(d.renewIn())
 		}
+		if d.synced {
+			d.healMACs(ctx)
+		}
 		inStore := d.inStore && d.stored.Equal(d.own.Attrs)
 		d.health.update(func(h *health) { h.synced, h.ownInStore = d.synced, inStore })
 		if wait := ownRenewGap - time.Since(d.lastRenew); d.synced && !inStore && wait < 0 {
@@ -742,6 +745,11 @@ func (d *daemon) noteSkipped(skipped []backend.Skipped) {
 	for _, s := range skipped {
 		d.m.skipped.WithLabelValues(s.Code).Inc()
 		d.events.PeerSkipped(s.Code, s.Key)
+		if s.Contests && s.Code == backend.SkipDuplicateMAC && d.changesMAC(s.Family) {
+			d.log.Warn("an older lease claims this node's VTEP MAC: this node is the newcomer (its device made again with a MAC someone else wrote into its lease, a cloned VM?); it takes a new MAC",
+				"lease", s.Key, "family", s.Family, "reason", s.Reason)
+			continue
+		}
 		if s.Contests {
 			d.log.Error("an older lease claims what this node's lease claims: this node is the newcomer (a cloned VM, a copied config?); it keeps its claim, the other nodes program the older lease",
 				"lease", s.Key, "family", s.Family, "reason", s.Reason)
@@ -989,6 +997,43 @@ func (d *daemon) recreateDevice(ctx context.Context, fp *familyPath) error {
 		return err
 	}
 	d.wireGuardStatus()
+	d.publishMAC(fp, mac)
+	return nil
+}
+
+// healMACs gives a family's overlay device a new VTEP MAC when an older peer lease claims the
+// one the node publishes (familyPath.HealMAC), and publishes it: the peers then program the
+// node again, and the older lease too.
+func (d *daemon) healMACs(ctx context.Context) {
+	for _, fp := range d.paths {
+		mac, changed, err := fp.HealMAC(ctx, time.Now())
+		if err != nil {
+			d.log.Error("giving the overlay device a new VTEP MAC failed", "family", fp.fam(), "err", err)
+			continue
+		}
+		if changed {
+			d.log.Warn("gave the overlay device a new VTEP MAC, which the lease publishes: an older peer lease claimed the one before, so every node skipped this one",
+				"family", fp.fam(), "mac", mac)
+			d.publishMAC(fp, mac)
+		}
+	}
+}
+
+// changesMAC reports whether the family's plane gives its device a new VTEP MAC when an older
+// lease claims the node's (familyPath.HealMAC).
+func (d *daemon) changesMAC(fam backend.Family) bool {
+	for _, fp := range d.paths {
+		if fp.fam() == fam {
+			_, ok := fp.plane.(backend.MACChanger)
+			return ok
+		}
+	}
+	return false
+}
+
+// publishMAC makes mac the family's VTEP MAC in the own lease, and has the lease published,
+// unless it is so already.
+func (d *daemon) publishMAC(fp *familyPath, mac backend.MAC) {
 	attrs := d.own.Attrs
 	fp.AddAttrs(&attrs, mac)
 	if !attrs.Equal(d.own.Attrs) {
@@ -997,5 +1042,4 @@ func (d *daemon) recreateDevice(ctx context.Context, fp *familyPath) error {
 		d.setOwn(l)
 		d.startRenew() // Renew sees attributes differing from the stored ones and publishes ours
 	}
-	return nil
 }

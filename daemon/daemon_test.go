@@ -201,6 +201,11 @@ func startNodeWith(t *testing.T, cli *clientv3.Client, dir string, plane *fakePl
 
 // startNodeOn is startNodeWith on the datastore that manager makes.
 func startNodeOn(t *testing.T, manager func(*slog.Logger) subnet.Manager, dir string, plane *fakePlane, tweak func(*Config)) *testNode {
+	return startNodeAs(t, manager, dir, plane, plane, tweak)
+}
+
+// startNodeAs is startNodeOn with the daemon given as its plane as, which wraps plane.
+func startNodeAs(t *testing.T, manager func(*slog.Logger) subnet.Manager, dir string, plane *fakePlane, as backend.Plane, tweak func(*Config)) *testNode {
 	cfg := DefaultConfig()
 	cfg.SubnetFile = filepath.Join(dir, "subnet.env")
 	cfg.HealthzPort = 0
@@ -213,7 +218,7 @@ func startNodeOn(t *testing.T, manager func(*slog.Logger) subnet.Manager, dir st
 	go func() {
 		n.done <- RunWith(ctx, cfg, log, Deps{
 			Manager:    manager(log),
-			Plane:      plane,
+			Plane:      as,
 			Interfaces: func() ([]netif.Interface, error) { return testIfaces, nil },
 			DefaultIf:  func() (string, error) { return "eth0", nil },
 		})
@@ -902,6 +907,73 @@ func TestDaemonContestedOwnLease(t *testing.T) {
 	eventually(t, "ready once the older lease went", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
 	if _, body := get(base + "/metrics"); !strings.Contains(body, "weft_own_lease_contested 0") {
 		t.Errorf("metrics lack weft_own_lease_contested 0")
+	}
+}
+
+// macChangingPlane is a fakePlane that can give its device a new VTEP MAC
+// (backend.MACChanger), as the netlink plane does; it counts the changes.
+type macChangingPlane struct {
+	*fakePlane
+	changes atomic.Int32
+	applied atomic.Int32 // Applies made before the last change
+}
+
+func (p *macChangingPlane) ChangeMAC(_ context.Context, st *backend.State) (backend.MAC, error) {
+	if st.Device == nil {
+		return backend.MAC{}, errors.New("no device")
+	}
+	n := p.changes.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.applied.Store(int32(len(p.states)))
+	p.mac = backend.MAC{0x0e, 0xcc, 0, 0, 0, byte(n)}
+	return p.mac, nil
+}
+
+// TestDaemonNewMACWhenContested: where the plane can give the device a new MAC, a lease older
+// than the node's own that claims its VTEP MAC (the device was made again with the MAC of a
+// lease someone else had written) makes the node take a new one, once, and publish it: the
+// older lease is then programmed beside the others, and the node is ready. (Every node
+// programs the older lease and skips the node's: keeping its claim would cut it off.)
+func TestDaemonNewMACWhenContested(t *testing.T) {
+	cli := vxlanEtcd(t)
+	putPeer(t, cli, "10.244.9.0-24", "192.0.2.19", "0e:01:00:00:00:00") // this node's VTEP MAC, there first
+	putPeer(t, cli, "10.244.3.0-24", "192.0.2.13", "0e:00:00:00:00:03")
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	plane := &macChangingPlane{fakePlane: &fakePlane{mac: backend.MAC{0x0e, 1}}}
+	startNodeAs(t, func(log *slog.Logger) subnet.Manager { return etcd.New(cli, etcd.Options{Logger: log}) },
+		t.TempDir(), plane.fakePlane, plane, func(c *Config) { c.HealthzPort = port })
+	published := func() string {
+		resp, err := cli.Get(t.Context(), etcd.DefaultPrefix+"/subnets/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if strings.Contains(string(kv.Value), `"192.0.2.10"`) {
+				return string(kv.Value)
+			}
+		}
+		return ""
+	}
+	eventually(t, "the new MAC published", func() bool { return strings.Contains(published(), "0e:cc:00:00:00:01") })
+	eventually(t, "the older lease programmed", func() bool {
+		st, _ := plane.last()
+		return fmt.Sprint(routes(st)) == "[10.244.3.0/24 10.244.9.0/24]"
+	})
+	eventually(t, "ready", func() bool { code, _ := get(base + "/readyz"); return code == http.StatusOK })
+	if _, body := get(base + "/metrics"); !strings.Contains(body, "weft_own_lease_contested 0") {
+		t.Errorf("metrics lack weft_own_lease_contested 0")
+	}
+	plane.mu.Lock()
+	if i := int(plane.applied.Load()); i >= len(plane.states) || !plane.states[i].full {
+		t.Errorf("the Apply after the change of MAC (of %d, the change after %d) is not a full one", len(plane.states), i)
+	}
+	plane.mu.Unlock()
+	// A resync later, nothing contests the new MAC: it stays.
+	time.Sleep(1500 * time.Millisecond)
+	if n := plane.changes.Load(); n != 1 {
+		t.Errorf("the MAC changed %d times; want once", n)
 	}
 }
 

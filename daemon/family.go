@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/probe"
@@ -32,6 +33,8 @@ type familyPath struct {
 	// family's own subnet).
 	full    bool
 	drifted atomic.Bool // the plane reported drift; Drifted makes the next Apply full
+
+	macChanged time.Time // when HealMAC last gave the device a new MAC
 
 	prober *probe.Prober // probes the peers through the plane; nil when probes are off
 	// transport checks TCP and UDP to the overlay peers; nil when probes are off or the
@@ -202,6 +205,29 @@ func (fp *familyPath) Apply(ctx context.Context) (backend.Changes, error) {
 		fp.cfg.log.Debug("family converged", "family", fp.fam(), "changes", changes.String(), "full", u.Full)
 	}
 	return changes, err
+}
+
+// macChangeGap is the least time between two new VTEP MACs of a family (HealMAC): a writer
+// that copied each new MAC into an older lease would cost a change a minute, not a storm.
+const macChangeGap = time.Minute
+
+// HealMAC gives the family's overlay device a new VTEP MAC when an older peer lease claims the
+// one the node publishes (backend.Set.MACContested), where the plane can (backend.MACChanger),
+// at most once in macChangeGap; it returns the MAC, which the caller publishes, and whether
+// it changed it. The next Apply is full (backend.MACChanger). Every node programs the older lease and skips this node's meanwhile: the node
+// is cut off from its peers until it has another MAC.
+func (fp *familyPath) HealMAC(ctx context.Context, now time.Time) (backend.MAC, bool, error) {
+	ch, ok := fp.plane.(backend.MACChanger)
+	if !ok || fp.set == nil || !fp.set.MACContested() || now.Sub(fp.macChanged) < macChangeGap {
+		return backend.MAC{}, false, nil
+	}
+	fp.macChanged = now
+	fp.full = true // whatever the outcome: the system may have dropped entries of the device
+	mac, err := ch.ChangeMAC(ctx, fp.set.State())
+	if err != nil {
+		return backend.MAC{}, false, fmt.Errorf("data plane (%s): %w", fp.fam(), err)
+	}
+	return mac, true, nil
 }
 
 // Remake makes the family's overlay device again after Apply found it gone, with the VTEP MAC

@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -160,6 +161,36 @@ func upError(dev string, port int, err error) error {
 		return fmt.Errorf("setting VXLAN device %s up: UDP port %d is already bound by another program (ss -ulpn names it): %w", dev, port, err)
 	}
 	return fmt.Errorf("setting VXLAN device %s up: %w", dev, err)
+}
+
+var _ backend.MACChanger = (*Plane)(nil)
+
+// ChangeMAC gives st's VXLAN device a new random MAC in place (backend.MACChanger): the
+// kernel changes a VXLAN device's address while it is up, keeping its routes and FDB entries
+// but dropping its neighbours, permanent ones too, as for any device whose address changes:
+// the full Apply that must follow writes them again.
+func (p *Plane) ChangeMAC(ctx context.Context, st *backend.State) (backend.MAC, error) {
+	if st.Device == nil {
+		return backend.MAC{}, errors.New("changing the VTEP MAC: the State has no VXLAN device")
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.MAC{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := st.Device.Name
+	l, err := p.h.LinkByName(name)
+	if err != nil {
+		return backend.MAC{}, fmt.Errorf("looking up VXLAN device %s: %w", name, err)
+	}
+	mac, err := randomMAC()
+	if err != nil {
+		return backend.MAC{}, fmt.Errorf("choosing a MAC for VXLAN device %s: %w", name, err)
+	}
+	if err := p.h.LinkSetHardwareAddr(l, mac.HardwareAddr()); err != nil {
+		return backend.MAC{}, fmt.Errorf("setting the MAC of VXLAN device %s to %s: %w", name, mac, err)
+	}
+	return mac, nil
 }
 
 // randomMAC returns a locally administered unicast MAC.

@@ -122,3 +122,42 @@ func TestEnsureVXLANDrainsBeforeReplacing(t *testing.T) {
 		t.Errorf("the route through ul0: %s %v; want it kept", out, err)
 	}
 }
+
+// TestChangeMAC: the VXLAN device takes a new random MAC in place, up, with its routes and FDB
+// entries kept; the kernel drops its neighbours (as for any change of a device's address),
+// which the full Apply after it writes again. A State without a device is refused.
+func TestChangeMAC(t *testing.T) {
+	f := newFixture(t, testLog(t))
+	st := testState(t, true)
+	old, err := f.p.Prepare(t.Context(), st)
+	f.must(err)
+	st.Peers = backend.PeerMap{"a": {
+		Subnet:   pfx("10.244.2.0/24"),
+		PublicIP: ip("192.168.50.2"),
+		VTEPMAC:  backend.MAC{0xaa, 0, 0, 0, 0, 2},
+	}}
+	f.apply(st, backend.Update{Full: true})
+	index := f.link(vx).Attrs().Index
+	routes, neighs, fdb := f.routes(), f.neighbors(vx), f.fdb(vx)
+
+	mac, err := f.p.ChangeMAC(t.Context(), st)
+	f.must(err)
+	l := f.link(vx)
+	if got := macOf(l.Attrs().HardwareAddr); got != mac || mac == old || !mac.IsUsable() || mac[0]&2 == 0 {
+		t.Errorf("the device has MAC %s, ChangeMAC said %s (before: %s); want a new, usable, locally administered one", got, mac, old)
+	}
+	if l.Attrs().Index != index || l.Attrs().Flags&net.FlagUp == 0 {
+		t.Errorf("the device: index %d (was %d), flags %v; want the same device, up", l.Attrs().Index, index, l.Attrs().Flags)
+	}
+	checkList(t, "routes", f.routes(), routes...)
+	checkList(t, "FDB", f.fdb(vx), fdb...)
+	if c := f.apply(st, backend.Update{Full: true}); c.Total() != len(neighs) {
+		t.Errorf("the full Apply after ChangeMAC wrote %v; want the %d neighbours the kernel dropped", c, len(neighs))
+	}
+	checkList(t, "neighbours", f.neighbors(vx), neighs...)
+	f.converged(st, "after ChangeMAC and a full Apply")
+
+	if _, err := f.p.ChangeMAC(t.Context(), testState(t, false)); err == nil {
+		t.Error("ChangeMAC of a State without a device: no error")
+	}
+}

@@ -276,6 +276,11 @@ func (r *runner) tamper(rec *record, until time.Time) {
 		default:
 			r.mu.Lock()
 			mac := r.macs[other]
+			if r.cfg.Backend == "vxlan" {
+				// Where the victim's claim comes first (the older Node), the other node's
+				// weftd gives its device a new MAC rather than stay skipped by every peer.
+				r.newMAC[other] = true
+			}
 			r.mu.Unlock()
 			key, value = annBackendData, r.backendData(mac)
 			if r.cfg.Backend != "vxlan" {

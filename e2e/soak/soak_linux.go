@@ -1213,31 +1213,48 @@ func (r *runner) checkOwnLease(i int, n *cluster.Node, leases map[netip.Prefix]l
 		r.violate("n%d: the lease of its subnet %s names IPv6 subnet %s and public IPv6 %s; want %s and %s",
 			i+1, r.subnets[i], l.sn6, l.publicIP6, r.subnets6[i], n.IP6)
 	case r.cfg.Backend == "vxlan":
-		r.sameMAC(i, vxlanDevice, l.mac, r.macs, r.newMAC)
+		claimed := func(mac func(lease) string) func(string) bool {
+			return func(m string) bool {
+				for sn, o := range leases {
+					if sn != r.subnets[i] && m != "" && mac(o) == m {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		r.sameMAC(i, vxlanDevice, l.mac, r.macs, r.newMAC, claimed(func(o lease) string { return o.mac }))
 		if r.cfg.DualStack {
-			r.sameMAC(i, vxlan6Device, l.mac6, r.macs6, r.newMAC6)
+			r.sameMAC(i, vxlan6Device, l.mac6, r.macs6, r.newMAC6, claimed(func(o lease) string { return o.mac6 }))
 		}
 	}
 }
 
 // sameMAC checks that node i's lease still publishes the VTEP MAC it did for dev (macs[i]),
-// unless a new one is allowed (allow[i]: the device went with weftd down or starting).
-func (r *runner) sameMAC(i int, dev, mac string, macs []string, allow []bool) {
+// unless a new one is allowed: allow[i], the device went with weftd down or starting (which
+// makes it again with the MAC its lease publishes, whoever wrote that), or another node's
+// annotations were tampered with to claim its MAC; or claimed, another lease publishes the
+// MAC it had (weftd takes a new one when that lease comes first).
+func (r *runner) sameMAC(i int, dev, mac string, macs []string, allow []bool, claimed func(mac string) bool) {
 	r.mu.Lock()
 	was, allowed := macs[i], allow[i]
 	if mac == was {
 		r.mu.Unlock()
 		return
 	}
-	if allowed {
+	contested := !allowed && claimed(was)
+	if allowed || contested {
 		r.rep.MACChanges++
 	}
 	// Each change is reported once.
 	macs[i], allow[i] = mac, false
 	r.mu.Unlock()
-	if allowed {
-		r.log.Logf("soak: n%d: %s's VTEP MAC %s -> %s: the device was deleted with its weftd down or starting", i+1, dev, was, mac)
-	} else {
+	switch {
+	case allowed:
+		r.log.Logf("soak: n%d: %s's VTEP MAC %s -> %s: a new one was allowed (the device deleted with its weftd down or starting, or its MAC impersonated)", i+1, dev, was, mac)
+	case contested:
+		r.log.Logf("soak: n%d: %s's VTEP MAC %s -> %s: another lease claimed %s", i+1, dev, was, mac, was)
+	default:
 		r.violate("n%d: its lease's VTEP MAC of %s changed from %s to %s while its weftd ran", i+1, dev, was, mac)
 	}
 }
