@@ -100,7 +100,7 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "pings: %d runs; untouched %d sent, %d lost; touched by a fault %d sent, %d lost\n",
 		r.PingRuns, r.PingsSent, r.PingsLost, r.TouchedSent, r.TouchedLost)
 	fmt.Fprintf(&b, "lost in touched runs, by the faults touching them: %s\n", counts(r.TouchedLostBy))
-	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes (device deleted with weftd down or starting): %d\n",
+	fmt.Fprintf(&b, "weftd peaks: RSS %d MiB (%d at the start), goroutines %d (%d), fds %d (%d); VTEP MAC changes (allowed: a device deleted with weftd down or starting, a MAC claimed by another lease): %d\n",
 		r.PeakRSS>>20, r.BaseRSS>>20, r.PeakGoroutines, r.BaseGoroutines, r.PeakFDs, r.BaseFDs, r.MACChanges)
 	fmt.Fprintf(&b, "datastore writes: churn %d, hostile %d, a node's own annotations tampered with %d; etcd compactions %d; samples with the datastore unreachable: %d\n",
 		r.ChurnWrites, r.HostileWrite, r.TamperWrites, r.Compactions, r.DatastoreUnreachableSamples)
