@@ -746,7 +746,7 @@ func (d *daemon) noteSkipped(skipped []backend.Skipped) {
 		d.m.skipped.WithLabelValues(s.Code).Inc()
 		d.events.PeerSkipped(s.Code, s.Key)
 		if s.Contests && s.Code == backend.SkipDuplicateMAC && d.changesMAC(s.Family) {
-			d.log.Warn("an older lease claims this node's VTEP MAC: this node is the newcomer (its device made again with a MAC someone else wrote into its lease, a cloned VM?); it takes a new MAC",
+			d.log.Warn("a lease that comes first claims this node's VTEP MAC: this node is the newcomer (its device made again with a MAC someone else wrote into its lease, a cloned VM?); it takes a new MAC",
 				"lease", s.Key, "family", s.Family, "reason", s.Reason)
 			continue
 		}
@@ -1001,9 +1001,9 @@ func (d *daemon) recreateDevice(ctx context.Context, fp *familyPath) error {
 	return nil
 }
 
-// healMACs gives a family's overlay device a new VTEP MAC when an older peer lease claims the
-// one the node publishes (familyPath.HealMAC), and publishes it: the peers then program the
-// node again, and the older lease too.
+// healMACs gives a family's overlay device a new VTEP MAC when a peer lease that comes first
+// claims the one the node publishes (familyPath.HealMAC), and publishes it: the peers then
+// program the node again, and the other lease too.
 func (d *daemon) healMACs(ctx context.Context) {
 	for _, fp := range d.paths {
 		mac, changed, err := fp.HealMAC(ctx, time.Now())
@@ -1012,23 +1012,18 @@ func (d *daemon) healMACs(ctx context.Context) {
 			continue
 		}
 		if changed {
-			d.log.Warn("gave the overlay device a new VTEP MAC, which the lease publishes: an older peer lease claimed the one before, so every node skipped this one",
+			d.log.Warn("gave the overlay device a new VTEP MAC, which the lease publishes: a peer lease that comes first claimed the one before, so every node skipped this one",
 				"family", fp.fam(), "mac", mac)
 			d.publishMAC(fp, mac)
 		}
 	}
 }
 
-// changesMAC reports whether the family's plane gives its device a new VTEP MAC when an older
-// lease claims the node's (familyPath.HealMAC).
+// changesMAC reports whether the family's plane gives its device a new VTEP MAC when a lease
+// that comes first claims the node's (familyPath.HealMAC).
 func (d *daemon) changesMAC(fam backend.Family) bool {
-	for _, fp := range d.paths {
-		if fp.fam() == fam {
-			_, ok := fp.plane.(backend.MACChanger)
-			return ok
-		}
-	}
-	return false
+	i := slices.IndexFunc(d.paths, func(fp *familyPath) bool { return fp.fam() == fam })
+	return i >= 0 && d.paths[i].ChangesMAC()
 }
 
 // publishMAC makes mac the family's VTEP MAC in the own lease, and has the lease published,

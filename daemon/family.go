@@ -211,23 +211,29 @@ func (fp *familyPath) Apply(ctx context.Context) (backend.Changes, error) {
 // that copied each new MAC into an older lease would cost a change a minute, not a storm.
 const macChangeGap = time.Minute
 
-// HealMAC gives the family's overlay device a new VTEP MAC when an older peer lease claims the
-// one the node publishes (backend.Set.MACContested), where the plane can (backend.MACChanger),
-// at most once in macChangeGap; it returns the MAC, which the caller publishes, and whether
-// it changed it. The next Apply is full (backend.MACChanger). Every node programs the older lease and skips this node's meanwhile: the node
-// is cut off from its peers until it has another MAC.
+// HealMAC gives the family's overlay device a new VTEP MAC when a peer lease that comes
+// first (older) claims the one the node publishes (backend.Set.MACContested), where the plane
+// can (ChangesMAC), at most once in macChangeGap; it returns the MAC, which the caller
+// publishes, and whether it changed it. The next Apply is full (backend.MACChanger). Every
+// node programs the other lease and skips this node's meanwhile: the node is cut off from its
+// peers until it has another MAC.
 func (fp *familyPath) HealMAC(ctx context.Context, now time.Time) (backend.MAC, bool, error) {
-	ch, ok := fp.plane.(backend.MACChanger)
-	if !ok || fp.set == nil || !fp.set.MACContested() || now.Sub(fp.macChanged) < macChangeGap {
+	if !fp.ChangesMAC() || fp.set == nil || !fp.set.MACContested() || now.Sub(fp.macChanged) < macChangeGap {
 		return backend.MAC{}, false, nil
 	}
 	fp.macChanged = now
 	fp.full = true // whatever the outcome: the system may have dropped entries of the device
-	mac, err := ch.ChangeMAC(ctx, fp.set.State())
+	mac, err := fp.plane.(backend.MACChanger).ChangeMAC(ctx, fp.set.State())
 	if err != nil {
 		return backend.MAC{}, false, fmt.Errorf("data plane (%s): %w", fp.fam(), err)
 	}
 	return mac, true, nil
+}
+
+// ChangesMAC reports whether the family's plane can give its device a new VTEP MAC (HealMAC).
+func (fp *familyPath) ChangesMAC() bool {
+	_, ok := fp.plane.(backend.MACChanger)
+	return ok
 }
 
 // Remake makes the family's overlay device again after Apply found it gone, with the VTEP MAC
