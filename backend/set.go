@@ -34,7 +34,7 @@ type Set struct {
 	// leases: 11 to 21 bytes a lease each rather than 30 to 40).
 	entries    hashindex.Index[string, *entry]
 	on         int // entries programmed
-	contesting int // entries whose self Skipped Contests: older claims of the own lease's
+	contesting int // entries whose self Skipped Contests: claims of the own lease's that come first
 	// contestingMAC: those of them that claim the own VTEP MAC (and no more of the own
 	// lease than that).
 	contestingMAC int
@@ -372,12 +372,14 @@ func (s *Set) setSelf(e *entry, self *Skipped) {
 }
 
 // Contesting is how many peer leases claim the own lease's subnet, public IP or VTEP MAC and
-// are older than it: this node is the newcomer to those claims.
+// come before it (claimOrder: older, or as old and of a lower subnet): this node is the
+// newcomer to those claims.
 func (s *Set) Contesting() int { return s.contesting }
 
-// MACContested reports whether an older peer lease claims the own lease's VTEP MAC (and
-// neither its subnet nor its public IP, which come first): every node programs that lease
-// and skips this node's, which a new MAC of the node's own device would end.
+// MACContested reports whether a peer lease that comes before the own one (claimOrder)
+// claims the own lease's VTEP MAC (and neither its subnet nor its public IP, which are
+// checked first): every node programs that lease and skips this node's, which a new MAC of
+// the node's own device would end.
 func (s *Set) MACContested() bool { return s.contestingMAC > 0 }
 
 // unclaim takes e out of the claim indexes; the entries that shared a claim with it are
