@@ -38,13 +38,13 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatalf("the run had errors: %q", rep.Errors)
 	}
 	// Cold start (subnet.env, first route, all routes, the kernel's floor and all routes'
-	// ratio to it), RSS, peak RSS and their ratio, p50 and p99 and those of etcd's delivery
+	// ratio to it, etcd's listing and all routes' ratio to the two floors), RSS, peak RSS and their ratio, p50 and p99 and those of etcd's delivery
 	// (the floor), bulk join; throughput with the offload on and off and their ratio, eight
 	// streams at once and the request/response round trip over VXLAN and over host-gw,
 	// host-gw's one stream and VXLAN's ratio to it, between two pods on one node, and over
 	// WireGuard.
-	if len(rep.Rows) != 24 {
-		t.Errorf("%d figures, want 24: %+v", len(rep.Rows), rep.Rows)
+	if len(rep.Rows) != 26 {
+		t.Errorf("%d figures, want 26: %+v", len(rep.Rows), rep.Rows)
 	}
 	for _, row := range rep.Rows {
 		v, ok := row.Values[perf.Weftd]

@@ -111,6 +111,12 @@ func figFloor(n int) figure {
 func figFloorRatio(n int) figure {
 	return figure{groupCold, n, 4, "cold start, " + count(n) + " peers: all routes / the kernel's floor", Factor, false}
 }
+func figListFloor(n int) figure {
+	return figure{groupCold, n, 5, "cold start, " + count(n) + " peers: etcd's listing of the leases, to a client that decodes none (the datastore's floor)", Duration, true}
+}
+func figFloorsRatio(n int) figure {
+	return figure{groupCold, n, 6, "cold start, " + count(n) + " peers: all routes / (the datastore's floor + the kernel's floor)", Factor, false}
+}
 func figRSS(n int) figure {
 	return figure{groupRSS, n, 0, "RSS after settling, " + count(n) + " peers", Memory, false}
 }
@@ -146,6 +152,9 @@ func figKubePeak(n int) figure {
 }
 func figKubeStream(n int) figure {
 	return figure{groupKube, n, 4, "Kubernetes mode, " + count(n) + " Nodes: the API server's streamed list of them, to a client that decodes no Node (the datastore's floor)", Duration, true}
+}
+func figKubeFloorsRatio(n int) figure {
+	return figure{groupKube, n, 5, "Kubernetes mode, " + count(n) + " Nodes: all routes / (the datastore's floor + the kernel's floor)", Factor, false}
 }
 func figKubeStorm(n, k int) figure {
 	return figure{groupKube, n, 3, "Kubernetes mode, " + count(n) + " Nodes: CPU per Node update (" + count(k) + " label changes)", Duration, false}

@@ -43,6 +43,9 @@ type floor struct {
 	each     [4]time.Duration
 	sends    int
 	nexthops bool // the routes went through nexthop objects
+	// device is how long the VXLAN device took to make, address and bring up, before the
+	// writes (not in took): a cold start after the device was deleted pays it too.
+	device time.Duration
 }
 
 // request is one netlink request: its type and flags beyond NLM_F_REQUEST, and its body.
@@ -65,7 +68,7 @@ func kernelFloor(n int) (floor, error) {
 		return floor{}, fmt.Errorf("kernel floor: netlink handle: %w", err)
 	}
 	defer h.Close()
-	vx, err := floorDevices(h)
+	vx, device, err := floorDevices(h)
 	if err != nil {
 		return floor{}, err
 	}
@@ -79,7 +82,7 @@ func kernelFloor(n int) (floor, error) {
 	}()
 	w := &floorWriter{fd: fd, buf: make([]byte, 1<<16)}
 
-	f := floor{nexthops: true}
+	f := floor{nexthops: true, device: device}
 	start := time.Now()
 	lap := start
 	timed := func(k int, err error) error {
@@ -176,26 +179,28 @@ func floorNamespace() (netns.NsHandle, int, error) {
 }
 
 // floorDevices makes the namespace's underlay (one end of a veth pair, with an address) and the VXLAN
-// device over it, as weftd makes it, both up; it returns the device's index.
-func floorDevices(h *netlink.Handle) (int, error) {
+// device over it, as weftd makes it, both up; it returns the device's index and how long the
+// VXLAN device took (made, addressed and up).
+func floorDevices(h *netlink.Handle) (int, time.Duration, error) {
 	under := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "under0"}, PeerName: "under1"}
 	if err := h.LinkAdd(under); err != nil {
-		return 0, fmt.Errorf("kernel floor: adding the underlay: %w", err)
+		return 0, 0, fmt.Errorf("kernel floor: adding the underlay: %w", err)
 	}
 	uaddr := &net.IPNet{IP: net.IPv4(192, 0, 2, 1), Mask: net.CIDRMask(24, 32)}
 	if err := errors.Join(h.AddrAdd(under, &netlink.Addr{IPNet: uaddr}), h.LinkSetUp(under)); err != nil {
-		return 0, fmt.Errorf("kernel floor: setting up the underlay: %w", err)
+		return 0, 0, fmt.Errorf("kernel floor: setting up the underlay: %w", err)
 	}
+	start := time.Now()
 	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: backend.VXLANDeviceName(vni), MTU: 1450},
 		VxlanId: vni, VtepDevIndex: under.Index, SrcAddr: uaddr.IP, Port: 8472}
 	if err := h.LinkAdd(vx); err != nil {
-		return 0, fmt.Errorf("kernel floor: adding the VXLAN device: %w", err)
+		return 0, 0, fmt.Errorf("kernel floor: adding the VXLAN device: %w", err)
 	}
 	own := &net.IPNet{IP: floorOwn().Addr().AsSlice(), Mask: net.CIDRMask(floorOwn().Bits(), 32)}
 	if err := errors.Join(h.AddrAdd(vx, &netlink.Addr{IPNet: own}), h.LinkSetUp(vx)); err != nil {
-		return 0, fmt.Errorf("kernel floor: setting up the VXLAN device: %w", err)
+		return 0, 0, fmt.Errorf("kernel floor: setting up the VXLAN device: %w", err)
 	}
-	return vx.Index, nil
+	return vx.Index, time.Since(start), nil
 }
 
 // The requests, in the kernel's layout (rtnetlink(7); include/uapi/linux/nexthop.h).

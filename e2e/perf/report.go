@@ -42,6 +42,22 @@ func timedOut(d time.Duration) Value { return Value{N: d.Seconds(), AtLeast: tru
 // missing is a value that could not be measured.
 func missing(format string, args ...any) Value { return Value{Missing: fmt.Sprintf(format, args...)} }
 
+// sum is a+b, missing unless both are measurements.
+func sum(a, b Value) Value {
+	if a.Missing != "" || b.Missing != "" || a.AtLeast || b.AtLeast {
+		return missing("no sum")
+	}
+	return Value{N: a.N + b.N}
+}
+
+// ratio is a/b, missing unless both are measurements.
+func ratio(a, b Value) Value {
+	if a.Missing != "" || b.Missing != "" || a.AtLeast || b.AtLeast || b.N <= 0 {
+		return missing("no ratio")
+	}
+	return Value{N: a.N / b.N}
+}
+
 // compareValues orders values best first: measurements, then bounds, then missing ones.
 func compareValues(a, b Value) int {
 	rank := func(v Value) int {

@@ -32,6 +32,19 @@ func TestRatio(t *testing.T) {
 	}
 }
 
+// TestSumOfFloors: the floors' sum, and so the ratio to it, is there only when both floors
+// are measurements.
+func TestSumOfFloors(t *testing.T) {
+	if got := ratio(Value{N: 3}, sum(Value{N: 1}, Value{N: 0.5})); got != (Value{N: 2}) {
+		t.Errorf("3 s / (1 s + 0.5 s) = %+v, want 2", got)
+	}
+	for _, floor := range []Value{missing("failed"), timedOut(time.Second)} {
+		if got := ratio(Value{N: 3}, sum(Value{N: 1}, floor)); got.Missing == "" {
+			t.Errorf("3 s / (1 s + %+v) = %+v, want no ratio", floor, got)
+		}
+	}
+}
+
 func TestMedianCountsFailuresAsWorst(t *testing.T) {
 	got := median([]Value{missing("failed"), {N: 3}, {N: 1}})
 	if got != (Value{N: 3}) {

@@ -155,12 +155,12 @@ func (b *bench) runEtcd(ctx context.Context) error {
 			reps = cfg.Reps
 		}
 		for rep := range reps {
-			fl := missing("not measured")
+			fl, ls := missing("not measured"), missing("not measured")
 			if cold {
-				fl = b.floor(n)
+				fl, ls = b.floor(n), b.listFloor(ctx, peers, n)
 			}
 			for _, d := range b.daemonOrder(rep) {
-				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1, fl); err != nil {
+				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1, fl, ls); err != nil {
 					return err
 				}
 			}
@@ -196,7 +196,7 @@ func (b *bench) floor(n int) Value {
 		b.fail("the kernel's floor with %d peers: %v", n, err)
 		v = missing("failed")
 	} else {
-		b.log.Info("the kernel's floor", "peers", n, "took", v.Format(Duration), "sends", f.sends, "nexthop_objects", f.nexthops,
+		b.log.Info("the kernel's floor", "peers", n, "took", v.Format(Duration), "sends", f.sends, "nexthop_objects", f.nexthops, "device", f.device.Round(10*time.Microsecond),
 			"fdb", f.each[0].Round(time.Millisecond), "neighbours", f.each[1].Round(time.Millisecond),
 			"nexthops", f.each[2].Round(time.Millisecond), "routes", f.each[3].Round(time.Millisecond))
 	}
@@ -206,17 +206,33 @@ func (b *bench) floor(n int) Value {
 	return v
 }
 
-// ratio is a/b, missing unless both are measurements.
-func ratio(a, b Value) Value {
-	if a.Missing != "" || b.Missing != "" || a.AtLeast || b.AtLeast || b.N <= 0 {
-		return missing("no ratio")
+// listFloor measures etcd's listing of the n peers' leases (etcdPeers.listAll) and records it
+// for every daemon.
+func (b *bench) listFloor(ctx context.Context, peers *etcdPeers, n int) Value {
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	took, got, err := peers.listAll(lctx)
+	cancel()
+	v := seconds(took)
+	switch {
+	case err != nil:
+		b.fail("etcd's listing of %d leases: %v", n, err)
+		v = missing("failed")
+	case got < n:
+		b.fail("etcd's listing of %d leases: it sent %d", n, got)
+		v = missing("failed")
+	default:
+		b.log.Info("etcd's listing", "leases", got, "took", v.Format(Duration))
 	}
-	return Value{N: a.N / b.N}
+	for _, d := range b.cfg.Daemons() {
+		b.figs.add(figListFloor(n), d, v)
+	}
+	return v
 }
 
-// etcdRun is one cold start of a daemon with n peers, recorded if cold (with its ratio to
-// the kernel's floor fl), followed by the event latency if withEvents.
-func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int, cold, withEvents bool, fl Value) error {
+// etcdRun is one cold start of a daemon with n peers, recorded if cold (with its ratios to
+// the kernel's floor fl and to the sum of the floors, fl and etcd's listing ls), followed by
+// the event latency if withEvents.
+func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeers, daemon string, n int, cold, withEvents bool, fl, ls Value) error {
 	r, err := b.startDaemon(daemon, peerSet(1, n))
 	if err != nil {
 		return err
@@ -227,6 +243,7 @@ func (b *bench) etcdRun(ctx context.Context, c *cluster.Cluster, peers *etcdPeer
 		b.figs.add(figFirst(n), daemon, res.first)
 		b.figs.add(figAll(n), daemon, res.all)
 		b.figs.add(figFloorRatio(n), daemon, ratio(res.all, fl))
+		b.figs.add(figFloorsRatio(n), daemon, ratio(res.all, sum(fl, ls)))
 		b.figs.add(figRSS(n), daemon, res.rss)
 		b.figs.add(figPeak(n), daemon, res.peak)
 		b.figs.add(figPeakRatio(n), daemon, ratio(res.peak, res.rss))
@@ -349,6 +366,7 @@ func (b *bench) runKube(ctx context.Context) error {
 		}
 		have = n
 		b.log.Info("the API server holds the peers' Nodes", "peers", n)
+		all := map[string][]Value{} // by daemon: its times to all routes
 		for rep := range b.cfg.Reps {
 			for _, d := range b.daemonOrder(rep) {
 				if err := b.datastore(ctx, "resetting the node's own Node", func(ctx context.Context) error {
@@ -362,6 +380,7 @@ func (b *bench) runKube(ctx context.Context) error {
 				}
 				res := r.coldStart(ctx)
 				b.figs.add(figKubeAll(n), d, res.all)
+				all[d] = append(all[d], res.all)
 				b.figs.add(figKubeRSS(n), d, res.rss)
 				b.figs.add(figKubePeak(n), d, res.peak)
 				if storm := min(n, kubeStormMax); res.ok {
@@ -372,14 +391,31 @@ func (b *bench) runKube(ctx context.Context) error {
 		}
 		// After the daemons: a stream before them warms the API server for the first daemon
 		// (at 65,000 Nodes weftd then took 2.98 s to all routes, against 3.73 s without).
-		b.kubeStream(ctx, srv.Admin(), n)
+		stream := b.kubeStream(ctx, srv.Admin(), n)
+		b.kubeFloorsRatio(n, stream, all)
 	}
 	return nil
 }
 
+// kubeFloorsRatio records the ratio of each Kubernetes-mode time to all routes (all, by
+// daemon) to the sum of the floors: the API server's stream and the kernel's floor for n
+// peers, measured here when the etcd-mode figures have none.
+func (b *bench) kubeFloorsRatio(n int, stream Value, all map[string][]Value) {
+	first := b.cfg.Daemons()[0]
+	fl := b.figs.median(figFloor(n), first)
+	if !b.figs.has(figFloor(n), first) {
+		fl = b.floor(n)
+	}
+	for d, times := range all {
+		for _, t := range times {
+			b.figs.add(figKubeFloorsRatio(n), d, ratio(t, sum(stream, fl)))
+		}
+	}
+}
+
 // kubeStream measures how long the API server takes to stream n Nodes to a client that keeps
-// nothing (streamNodes), and records it for every daemon.
-func (b *bench) kubeStream(ctx context.Context, admin *rest.Config, n int) {
+// nothing (streamNodes), records it for every daemon and returns it.
+func (b *bench) kubeStream(ctx context.Context, admin *rest.Config, n int) Value {
 	var v Value
 	got, err := streamNodes(ctx, admin)
 	switch {
@@ -396,6 +432,7 @@ func (b *bench) kubeStream(ctx context.Context, admin *rest.Config, n int) {
 	for _, d := range b.cfg.Daemons() {
 		b.figs.add(figKubeStream(n), d, v)
 	}
+	return v
 }
 
 // closeCluster closes c, the node under test emptied first (resetNode): a namespace destroyed
