@@ -563,6 +563,71 @@ func FuzzDecodeVXLANData(f *testing.F) {
 	})
 }
 
+// FuzzScanVXLANData: wherever scanVXLANData reads backend data, encoding/json reads it too,
+// the same.
+func FuzzScanVXLANData(f *testing.F) {
+	for _, s := range []string{
+		`{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}`, `{"VNI":4294967295,"VtepMAC":"x"}`, `{"VNI":4294967296,"VtepMAC":"x"}`,
+		`{"VNI":01,"VtepMAC":"x"}`, `{"VNI":1e3,"VtepMAC":"x"}`, `{"VNI":1,"VtepMAC":"a\"b"}`, `{"VtepMAC":"x","VNI":1}`,
+		`{"VNI":1,"VtepMAC":"x"} `, `{"vni":1,"VtepMAC":"x"}`, "{\"VNI\":1,\"VtepMAC\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var fast wireVXLANData
+		if !scanVXLANData(raw, &fast) {
+			return
+		}
+		var slow wireVXLANData
+		if err := json.Unmarshal(raw, &slow); err != nil || slow != fast {
+			t.Fatalf("%q: scanVXLANData read %+v, encoding/json %+v (%v)", raw, fast, slow, err)
+		}
+	})
+}
+
+// TestScanVXLANData: the backend data nodes write is read by scanVXLANData; what it leaves
+// to encoding/json (other key orders and cases, whitespace, a VNI too large) is read as
+// before.
+func TestScanVXLANData(t *testing.T) {
+	mac := MAC{0xc6, 0xd2, 0x32, 0x6f, 0x8f, 0x44}
+	for _, d := range []VXLANData{{VNI: 1, VtepMAC: mac}, {VNI: 4096, VtepMAC: mac}, {VNI: 1<<32 - 1, VtepMAC: mac}} {
+		var w wireVXLANData
+		if raw := d.Encode(); !scanVXLANData(raw, &w) || w != (wireVXLANData{VNI: d.VNI, VtepMAC: mac.String()}) {
+			t.Errorf("%s: scanVXLANData read %+v", raw, w)
+		}
+	}
+	for _, tc := range []struct {
+		raw  string
+		want VXLANData
+		err  bool
+	}{
+		{raw: `{"VtepMAC":"c6:d2:32:6f:8f:44","VNI":7}`, want: VXLANData{VNI: 7, VtepMAC: mac}},
+		{raw: `{ "vni": 7, "vtepmac": "c6:d2:32:6f:8f:44" }`, want: VXLANData{VNI: 7, VtepMAC: mac}},
+		{raw: `{"VNI":4294967296,"VtepMAC":"c6:d2:32:6f:8f:44"}`, err: true},
+		{raw: `{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"`, err: true},
+	} {
+		var w wireVXLANData
+		if scanVXLANData([]byte(tc.raw), &w) {
+			t.Errorf("%s: read by scanVXLANData, want it left to encoding/json", tc.raw)
+		}
+		got, err := DecodeVXLANData(json.RawMessage(tc.raw))
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v, error %t", tc.raw, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// BenchmarkDecodeVXLANData is one peer's backend data, read.
+func BenchmarkDecodeVXLANData(b *testing.B) {
+	raw := VXLANData{VNI: 1, VtepMAC: MAC{2, 0x57, 0x46, 0, 3, 0x1b}}.Encode()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeVXLANData(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // TestMTU: Backend.MTU is the underlay MTU, as flanneld reads it; the overlay gets 50 less.
 func TestMTU(t *testing.T) {
 	if got := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`).MTU(); got != 1450 {

@@ -159,8 +159,11 @@ func (a *LeaseAttrs) UnmarshalJSON(data []byte) error {
 		return fmt.Errorf("lease attributes: %d bytes, over the %d-byte limit", len(data), MaxAttrsSize)
 	}
 	var w wireAttrs
-	if err := json.Unmarshal(data, &w); err != nil {
-		return fmt.Errorf("lease attributes: %w", err)
+	if !scanAttrs(data, &w) {
+		w = wireAttrs{}
+		if err := json.Unmarshal(data, &w); err != nil {
+			return fmt.Errorf("lease attributes: %w", err)
+		}
 	}
 	var out LeaseAttrs
 	if w.PublicIP != "" {
