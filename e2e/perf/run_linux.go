@@ -190,7 +190,7 @@ func (b *bench) datastore(ctx context.Context, what string, fn func(ctx context.
 
 // floor measures the kernel's floor for n peers and records it for every daemon.
 func (b *bench) floor(n int) Value {
-	f, err := kernelFloor(n)
+	f, err := kernelFloor(n, b.log)
 	v := seconds(f.took)
 	if err != nil {
 		b.fail("the kernel's floor with %d peers: %v", n, err)

@@ -48,6 +48,12 @@ func watchRoutes(nsName string, network netip.Prefix, log *slog.Logger) (*routeW
 	if err != nil {
 		return nil, fmt.Errorf("opening network namespace %s: %w", nsName, err)
 	}
+	return watchRoutesIn(h, network, log)
+}
+
+// watchRoutesIn starts watching the routes inside network of the namespace h, which it
+// closes when it is closed (or fails to start).
+func watchRoutesIn(h netns.NsHandle, network netip.Prefix, log *slog.Logger) (*routeWatch, error) {
 	w := &routeWatch{
 		ns: h, network: network, log: log,
 		present: make(map[netip.Prefix]time.Time),
