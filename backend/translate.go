@@ -62,9 +62,9 @@ func DecodeVXLANData(raw json.RawMessage) (VXLANData, error) {
 // flanneld and weftd write it, {"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}: those two keys in
 // that order, no whitespace, a VNI of decimal digits that fits, a MAC of printable ASCII
 // without escapes. Every node reads every peer's at start-up (65,000 in the largest
-// clusters), and encoding/json took 1 µs for each. It returns false for anything else,
-// which encoding/json is to read; where it returns true, encoding/json reads the same
-// (FuzzScanVXLANData).
+// clusters), and encoding/json took 1.3 µs and 7 allocations for each (this, 0.27 µs and 3:
+// BenchmarkDecodeVXLANData). It returns false for anything else, which encoding/json is to
+// read; where it returns true, encoding/json reads the same (FuzzScanVXLANData).
 func scanVXLANData(raw []byte, w *wireVXLANData) bool {
 	const vni, mac = `{"VNI":`, `,"VtepMAC":"`
 	s, ok := bytes.CutPrefix(raw, []byte(vni))
