@@ -30,8 +30,9 @@ const (
 	// The names of the Node objects of no node: the churn's and the hostile writer's.
 	churnNodePrefix   = "churn-"
 	hostileNodePrefix = "hostile-"
-	// restoreTimeout bounds the wait for a tampered node's weftd to write its annotations
-	// back: it may be stopped or frozen by other faults meanwhile.
+	// restoreTimeout bounds the wait for what a node's weftd restores (its annotations
+	// tampered with, a route deleted): it may be stopped or frozen by other faults meanwhile,
+	// or unable to finish starting while the datastore does not answer.
 	restoreTimeout = time.Minute
 )
 

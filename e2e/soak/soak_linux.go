@@ -708,6 +708,14 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 			return false
 		}
 		hold()
+		// The route comes back when the node's weftd next converges: at once while it runs,
+		// later when it is stopped or frozen, or still starting (it cannot finish while the
+		// datastore does not answer, and until then the kernel keeps what the last weftd left,
+		// less the route). The fault lasts until then: its pings are touched by it. A route
+		// to a node that is not one of the soak's may rightly never come back.
+		if slices.Contains(r.subnets, rt.dst) {
+			r.waitRoute(n, rt.dst, rec)
+		}
 	case MTUChange:
 		n := r.nodes[f.Nodes[0]]
 		// Down to IPv6's minimum under the overlay: 1280, and VXLAN's 70 bytes over IPv6 in
@@ -1529,6 +1537,21 @@ type route struct {
 
 // routesOf lists the node's routes into the pod network of a family, but the ones to its own
 // subnet (cni0's).
+// waitRoute waits, for at most restoreTimeout, until node n has a route to dst again, and
+// notes in rec how long that took.
+func (r *runner) waitRoute(n *cluster.Node, dst netip.Prefix, rec *record) {
+	ended := time.Now()
+	for time.Since(ended) < restoreTimeout {
+		routes, err := routesOf(n, false)
+		if err == nil && slices.ContainsFunc(routes, func(rt route) bool { return rt.dst == dst }) {
+			rec.note += fmt.Sprintf("; restored %v after", time.Since(ended).Round(time.Millisecond))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rec.note += fmt.Sprintf("; not restored %v after", restoreTimeout)
+}
+
 func routesOf(n *cluster.Node, v6 bool) ([]route, error) {
 	family, pods := "-4", netip.MustParsePrefix(network)
 	if v6 {
