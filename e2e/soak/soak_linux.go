@@ -1535,8 +1535,6 @@ type route struct {
 	dev     string
 }
 
-// routesOf lists the node's routes into the pod network of a family, but the ones to its own
-// subnet (cni0's).
 // waitRoute waits, for at most restoreTimeout, until node n has a route to dst again, and
 // notes in rec how long that took.
 func (r *runner) waitRoute(n *cluster.Node, dst netip.Prefix, rec *record) {
@@ -1552,6 +1550,8 @@ func (r *runner) waitRoute(n *cluster.Node, dst netip.Prefix, rec *record) {
 	rec.note += fmt.Sprintf("; not restored %v after", restoreTimeout)
 }
 
+// routesOf lists the node's routes into the pod network of a family, but the ones to its own
+// subnet (cni0's).
 func routesOf(n *cluster.Node, v6 bool) ([]route, error) {
 	family, pods := "-4", netip.MustParsePrefix(network)
 	if v6 {
