@@ -21,6 +21,9 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 export GOFLAGS := -buildvcs=false
+# The build tags of weft's own programs: internal/buildinfo.Tags says why (not in GOFLAGS, so
+# that the tools built from other projects' modules, flanneld among them, build as theirs do).
+TAGS     := grpcnotrace
 
 .PHONY: all build image test unit e2e cross wine lint bench fuzz demo deps conformance soak clean
 
@@ -30,9 +33,9 @@ all: build
 build:
 	$(GO) build $(PKGS)
 	GOOS=windows $(GO) build $(PKGS)
-	$(GO) build -o $(BIN)/weftd ./cmd/weftd
-	$(GO) build -o $(BIN)/weft ./cmd/weft
-	$(GO) build -o $(BIN)/weftctl ./cmd/weftctl
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weft ./cmd/weft
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weftctl ./cmd/weftctl
 
 ## image: the Linux image, an OCI image layout in $(IMAGE), built without a container engine
 ## (dist/image: weftd, weftctl and the weft CNI plugin, static, and nothing else). It prints the
@@ -138,7 +141,7 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 	@if [ "$$(id -u)" -ne 0 ]; then echo "bench: weftd beside flanneld needs root (network namespaces): not run"; exit 0; fi; \
 	set -e; \
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/weftd-bench ./cmd/weftd; \
+	CGO_ENABLED=0 $(GO) build -tags=$(TAGS) -trimpath -ldflags="-s -w" -o $(BIN)/weftd-bench ./cmd/weftd; \
 	$(GO) build -o $(BIN)/weft-bench ./e2e/bench; \
 	tools/flannel/install-flanneld.sh .cache/flannel/bin; \
 	tools/flannel/install-deps.sh; \
@@ -158,9 +161,9 @@ fuzz:
 ## demo: three weftd nodes with two pods each in network namespaces, and their pings (root).
 ## make demo DEMOFLAGS="--keep --backend=host-gw" keeps it running and says how to look around.
 demo:
-	$(GO) build -o $(BIN)/weftd ./cmd/weftd
-	$(GO) build -o $(BIN)/weft ./cmd/weft
-	$(GO) build -o $(BIN)/weftctl ./cmd/weftctl
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weftd ./cmd/weftd
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weft ./cmd/weft
+	$(GO) build -tags=$(TAGS) -o $(BIN)/weftctl ./cmd/weftctl
 	$(GO) build -o $(BIN)/weft-demo ./e2e/demo
 	tools/install-cni.sh $(CNI_BIN)
 	tools/install-e2e-deps.sh

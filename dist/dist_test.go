@@ -38,6 +38,7 @@ import (
 	"github.com/weftnet/weft/cni/install"
 	"github.com/weftnet/weft/dist/image"
 	"github.com/weftnet/weft/internal/atomicfile"
+	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/internal/kubetest"
 	"github.com/weftnet/weft/linux"
 	"github.com/weftnet/weft/subnet"
@@ -1318,6 +1319,9 @@ func TestDockerfile(t *testing.T) {
 			}
 			if !strings.Contains(in.args, "-o /out/") {
 				t.Errorf("%s: go build does not write to /out/", where)
+			}
+			if !strings.Contains(in.args, "-tags="+buildinfo.Tags+" ") {
+				t.Errorf("%s: go build without -tags=%s (buildinfo.Tags)", where, buildinfo.Tags)
 			}
 		case "COPY":
 			copyInto(t, where, in.args, cur, built, ignore)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/buildinfo"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnsfile"
@@ -46,7 +47,7 @@ func buildWindowsPrograms(t *testing.T, repo string) string {
 			dir  string
 			args []string
 		}{
-			{repo, []string{"-o", outDir, "./cmd/weftd", "./cmd/weft"}},
+			{repo, []string{"-tags=" + buildinfo.Tags, "-o", outDir, "./cmd/weftd", "./cmd/weft"}},
 			{filepath.Join(repo, "tools"), []string{"-mod=readonly", "-o", outDir,
 				"github.com/containernetworking/plugins/plugins/main/windows/win-overlay",
 				"github.com/containernetworking/plugins/plugins/main/windows/win-bridge",

@@ -233,7 +233,7 @@ func readable(dir string) error {
 
 // compile builds the binaries for linux/arch into dir, static and stamped.
 func compile(ctx context.Context, o Options, arch, dir string) error {
-	args := []string{"build", "-trimpath", "-buildvcs=false",
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-tags=" + buildinfo.Tags,
 		"-ldflags=-s -w -X " + buildinfo.VersionVar + "=" + o.Version,
 		"-o", dir + string(filepath.Separator)}
 	for _, b := range Binaries() {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/weftnet/weft/internal/buildinfo"
 )
 
 // cniPlugins are the plugin binaries AddPod runs.
@@ -90,12 +92,12 @@ func PreparePing(repo string) error {
 }
 
 // Build builds the Go package pkg of the repository (such as "./cmd/weftd") into dir, with
-// the race detector if race (the tests' own setting, so that a data race in the daemon fails
+// weft's build tags (buildinfo.Tags) and the race detector if race (the tests' own setting, so that a data race in the daemon fails
 // them too), and returns the binary's path.
 func Build(repo, dir, pkg string, race bool) (string, error) {
 	bin := filepath.Join(dir, filepath.Base(pkg))
 	start := time.Now()
-	args := []string{"build", "-o", bin}
+	args := []string{"build", "-tags=" + buildinfo.Tags, "-o", bin}
 	if race {
 		args = append(args, "-race")
 	}

@@ -15,6 +15,15 @@ import (
 //	go build -ldflags="-X github.com/weftnet/weft/internal/buildinfo.stamp=v0.1.0" ./cmd/weftd
 const VersionVar = "github.com/weftnet/weft/internal/buildinfo.stamp"
 
+// Tags are the build tags of weft's programs as released (`make build`, `make bench`, dist/image,
+// the Dockerfile) and as the end-to-end tests build them, for go build's -tags flag.
+// grpcnotrace leaves grpc's golang.org/x/net/trace out (and with it /debug/requests, which
+// weft never serves): its html/template calls methods by name through reflect, which makes
+// the linker keep every exported method of every type that might be reached. Without it
+// weftd is 23.8 MB rather than 29.6, and runs in 3.6 MiB less memory at any size, the
+// binary's pages being part of its RSS (make bench, 1k and 20k peers).
+const Tags = "grpcnotrace"
+
 // stamp is set by the linker only (see VersionVar): nothing assigns it at run time, so it
 // is a constant of the binary, not state.
 var stamp string
