@@ -102,19 +102,65 @@ func (c *claims[K]) first(e *entry) *entry {
 // (translate skips a public IP with one, whose zone /status then does not show).
 type entry struct {
 	key     string
-	created int64    // subnet.Lease.Created: the claim's age
-	sn, ip  [16]byte // the candidate's subnet address and public IP (addrKey)
-	wg      *WireGuardPeer
-	skip    *Skipped // the candidate's: why translate rules it out
-	self    *Skipped // why translate or the own lease rule it out; nil if usable
-	lost    *Skipped // why it lost a claim to another peer; nil if it did not
-	said    *Skipped // the skip last reported in a Result, so that each is reported once
-	vtep    MAC      // the candidate's peer's VTEPMAC
-	mac     MAC      // the VTEP MAC it claims (candidate.mac)
-	bits    uint8    // of the subnet
-	addrs   uint8    // which of sn and ip are valid, and IPv4 (the addr flags)
-	claimed bool     // registered in the claim indexes
-	on      bool     // programmed: its peer is in the State
+	created int64      // subnet.Lease.Created: the claim's age
+	sn, ip  [16]byte   // the candidate's subnet address and public IP (addrKey)
+	more    *entryMore // what few entries have; nil for one that has none of it (rare, setSkip)
+	vtep    MAC        // the candidate's peer's VTEPMAC
+	mac     MAC        // the VTEP MAC it claims (candidate.mac)
+	bits    uint8      // of the subnet
+	addrs   uint8      // which of sn and ip are valid, and IPv4 (the addr flags)
+	claimed bool       // registered in the claim indexes
+	on      bool       // programmed: its peer is in the State
+}
+
+// entryMore is what an entry holds only in a WireGuard network or when it is skipped: kept
+// apart, the entries of a VXLAN or host-gw network's usable leases, nearly all of them, take
+// the allocator's 80-byte class rather than 112 (65,000 leases: 2 MiB). Each entry has its own.
+type entryMore struct {
+	wg   *WireGuardPeer
+	skip *Skipped // the candidate's: why translate rules it out
+	self *Skipped // why translate or the own lease rule it out; nil if usable
+	lost *Skipped // why it lost a claim to another peer; nil if it did not
+	said *Skipped // the skip last reported in a Result, so that each is reported once
+}
+
+// rare is what e holds apart (entryMore), zero if nothing.
+func (e *entry) rare() entryMore {
+	if e.more == nil {
+		return entryMore{}
+	}
+	return *e.more
+}
+
+// The skips of an entry that change after it is made (entryMore's self, lost and said).
+type skipField uint8
+
+const (
+	selfField skipField = iota
+	lostField
+	saidField
+)
+
+// setSkip sets one of e's skips to v, making e.more for it if need be and dropping it once it
+// holds nothing.
+func (e *entry) setSkip(f skipField, v *Skipped) {
+	if e.more == nil {
+		if v == nil {
+			return
+		}
+		e.more = new(entryMore)
+	}
+	switch f {
+	case selfField:
+		e.more.self = v
+	case lostField:
+		e.more.lost = v
+	case saidField:
+		e.more.said = v
+	}
+	if *e.more == (entryMore{}) {
+		e.more = nil
+	}
 }
 
 // The flags of entry.addrs.
@@ -128,8 +174,11 @@ const (
 // newEntry is the entry of the lease key, of age created, that translate made c of.
 func newEntry(key string, created int64, c candidate) *entry {
 	p := c.peer
-	e := &entry{key: key, created: created, sn: addrKey(p.Subnet.Addr()), ip: addrKey(p.PublicIP), wg: p.WireGuard,
-		skip: c.skip, vtep: p.VTEPMAC, mac: c.mac, bits: uint8(max(p.Subnet.Bits(), 0))}
+	e := &entry{key: key, created: created, sn: addrKey(p.Subnet.Addr()), ip: addrKey(p.PublicIP),
+		vtep: p.VTEPMAC, mac: c.mac, bits: uint8(max(p.Subnet.Bits(), 0))}
+	if p.WireGuard != nil || c.skip != nil {
+		e.more = &entryMore{wg: p.WireGuard, skip: c.skip}
+	}
 	for _, f := range [...]struct {
 		a           netip.Addr
 		valid, four uint8
@@ -161,26 +210,30 @@ func (e *entry) peer() Peer {
 	if e.addrs&snValid != 0 {
 		sn = netip.PrefixFrom(e.addrOf(e.sn, snValid, sn4), int(e.bits))
 	}
-	return Peer{Subnet: sn, PublicIP: e.addrOf(e.ip, ipValid, ip4), VTEPMAC: e.vtep, WireGuard: e.wg}
+	return Peer{Subnet: sn, PublicIP: e.addrOf(e.ip, ipValid, ip4), VTEPMAC: e.vtep, WireGuard: e.rare().wg}
 }
 
 // candidate is the candidate the entry was made of.
-func (e *entry) candidate() candidate { return candidate{peer: e.peer(), mac: e.mac, skip: e.skip} }
+func (e *entry) candidate() candidate {
+	return candidate{peer: e.peer(), mac: e.mac, skip: e.rare().skip}
+}
 
 // wgKey is the WireGuard public key the entry claims (candidate.key).
 func (e *entry) wgKey() Key {
-	if e.wg == nil {
+	wg := e.rare().wg
+	if wg == nil {
 		return Key{}
 	}
-	return e.wg.Key
+	return wg.Key
 }
 
 // skipped is why the entry is not programmed, or nil.
 func (e *entry) skipped() *Skipped {
-	if e.self != nil {
-		return e.self
+	m := e.rare()
+	if m.self != nil {
+		return m.self
 	}
-	return e.lost
+	return m.lost
 }
 
 // NewSet returns an empty Set for a node holding own.
@@ -253,22 +306,22 @@ func (s *Set) PutKeyed(key string, l subnet.Lease, r *Result) {
 	var touched touchList
 	e := newEntry(key, l.Created, s.b.translate(key, l))
 	old := s.entry(key)
-	if old != nil && old.on && e.skip != nil && unreadable(e.skip.Code) {
+	if skip := e.rare().skip; old != nil && old.on && skip != nil && unreadable(skip.Code) {
 		// A programmed peer's new value that cannot be read keeps what it programmed, as
 		// flanneld does (it skips such an event): flanneld.exe republishes its lease without a
 		// VtepMAC on every start until HNS has its network again, and a peer dropped then is
 		// cut off until the good value returns.
-		if old.said == nil || *old.said != *e.skip {
-			skip := *e.skip
-			skip.Reason += "; its last good value stays programmed"
-			r.Skipped = append(r.Skipped, skip)
-			old.said = e.skip
+		if said := old.rare().said; said == nil || *said != *skip {
+			kept := *skip
+			kept.Reason += "; its last good value stays programmed"
+			r.Skipped = append(r.Skipped, kept)
+			old.setSkip(saidField, skip)
 		}
 		return
 	}
 	if old != nil {
 		s.unclaim(old, &touched)
-		e.said = old.said
+		e.setSkip(saidField, old.rare().said)
 		if old.on {
 			s.on--
 		}
@@ -335,12 +388,12 @@ func (t *touchList) add(e *entry) {
 // the entries sharing a claim with it are added to touched.
 func (s *Set) settle(e *entry, touched *touchList) {
 	touched.add(e)
-	self := e.skip
+	self := e.rare().skip
 	if self == nil {
 		self = s.claim.against(e.key, e.candidate(), e.created)
 	}
 	s.setSelf(e, self)
-	if e.self != nil {
+	if self != nil {
 		return
 	}
 	e.claimed = true
@@ -356,13 +409,13 @@ func (s *Set) settle(e *entry, touched *touchList) {
 
 // setSelf sets e.self, keeping the counts of contesting entries.
 func (s *Set) setSelf(e *entry, self *Skipped) {
-	if e.self != nil && e.self.Contests {
+	if was := e.rare().self; was != nil && was.Contests {
 		s.contesting--
-		if e.self.Code == SkipDuplicateMAC {
+		if was.Code == SkipDuplicateMAC {
 			s.contestingMAC--
 		}
 	}
-	e.self = self
+	e.setSkip(selfField, self)
 	if self != nil && self.Contests {
 		s.contesting++
 		if self.Code == SkipDuplicateMAC {
@@ -461,15 +514,16 @@ func (s *Set) resolve(touched touchList, r *Result, replaced *entry) {
 		if s.entry(e.key) != e {
 			continue // replaced or removed meanwhile
 		}
-		e.lost = nil
-		if e.self == nil {
-			e.lost = s.rival(e)
+		var lost *Skipped
+		if e.rare().self == nil {
+			lost = s.rival(e)
 		}
+		e.setSkip(lostField, lost)
 		now := e.skipped()
-		if now != nil && (e.said == nil || *e.said != *now) {
+		if said := e.rare().said; now != nil && (said == nil || *said != *now) {
 			r.Skipped = append(r.Skipped, *now)
 		}
-		e.said = now
+		e.setSkip(saidField, now)
 		had, old := e.on, e.peer()
 		if replaced != nil && replaced.key == e.key {
 			had, old = replaced.on, replaced.peer()
@@ -558,8 +612,8 @@ func (sn Snapshot) All() iter.Seq[PeerInfo] {
 		for _, p := range sn.peers {
 			e := p.e
 			typ := sn.typ
-			if e.skip != nil && e.skip.Code == SkipBackendType {
-				typ = e.skip.typ
+			if skip := e.rare().skip; skip != nil && skip.Code == SkipBackendType {
+				typ = skip.typ
 			}
 			peer := e.peer()
 			if !yield(PeerInfo{Key: e.key, Subnet: peer.Subnet, PublicIP: peer.PublicIP,
