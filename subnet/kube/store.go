@@ -31,9 +31,9 @@ type peerNode struct {
 	created int64 // the lease's age: nodeAge
 	// The fields, each a 2-byte big-endian length plus one (0: absent) and the value: the
 	// name; the number of podCIDRs in one byte, and each (nodeCIDRs); the watched
-	// annotations' values (annotations.watched), in order. A value over subnet.MaxAttrsSize
-	// is cut to one byte over, which is refused as it was (jsonValue); names and podCIDRs
-	// the API server keeps far shorter.
+	// annotations' values (annotations.watched), in order, those in a form compact.go names
+	// in that form. A value over subnet.MaxAttrsSize is cut to one byte over, which is
+	// refused as it was (jsonValue); names and podCIDRs the API server keeps far shorter.
 	data string
 }
 
@@ -78,11 +78,18 @@ func (f *recordFields[S]) record(created int64) *peerNode {
 	for _, c := range cidrs {
 		size += 2 + min(len(c), maxValue)
 	}
+	var forms [numWatched]byte // of the values kept in a compact form (compactOf), else 0
+	var payloads [numWatched][10]byte
 	for i, v := range f.vals {
-		if f.has[i] {
+		size += 2
+		if !f.has[i] {
+			continue
+		}
+		if forms[i], payloads[i] = compactOf(v); forms[i] != 0 {
+			size += compactSize(forms[i])
+		} else {
 			size += min(len(v), maxValue)
 		}
-		size += 2
 	}
 	var b strings.Builder
 	b.Grow(size) // the one allocation, of the size it takes
@@ -107,7 +114,13 @@ func (f *recordFields[S]) record(created int64) *peerNode {
 		put(c, true)
 	}
 	for i, v := range f.vals {
-		put(v, f.has[i])
+		if forms[i] == 0 {
+			put(v, f.has[i])
+			continue
+		}
+		b.WriteByte(compactBit | forms[i])
+		b.WriteByte(0)
+		b.Write(payloads[i][:compactSize(forms[i])])
 	}
 	return &peerNode{created: created, data: b.String()}
 }
@@ -148,15 +161,33 @@ func (p *peerNode) lookup(a annotations) lookup {
 	return func(key string) (string, bool) {
 		s := p.annotationFields()
 		for _, k := range a.watched() {
-			var v string
-			var ok bool
-			v, ok, s = field(s)
 			if k == key {
+				v, ok, _ := valueField(s)
 				return v, ok
 			}
+			s = skipValue(s)
 		}
 		return "", false
 	}
+}
+
+// valueField is field for an annotation's value, which may be in a compact form.
+func valueField(s string) (v string, ok bool, rest string) {
+	if s[0]&compactBit == 0 {
+		return field(s)
+	}
+	form := s[0] &^ compactBit
+	n := 2 + compactSize(form)
+	return expand(form, s[2:n]), true, s[n:]
+}
+
+// skipValue is what follows an annotation's value.
+func skipValue(s string) string {
+	if s[0]&compactBit != 0 {
+		return s[2+compactSize(s[0]&^compactBit):]
+	}
+	_, _, rest := field(s)
+	return rest
 }
 
 // equal reports whether two records hold the same.

@@ -15,7 +15,7 @@ import (
 	"github.com/weftnet/weft/subnet"
 )
 
-func storeAnnotations(t *testing.T) annotations {
+func storeAnnotations(t testing.TB) annotations {
 	a, err := newAnnotations(DefaultAnnotationPrefix)
 	if err != nil {
 		t.Fatal(err)
