@@ -69,16 +69,21 @@ type watcher struct {
 	claims hashindex.Index[subnets, *tracked]
 }
 
-// tracked is a node whose good lease the watcher read: its name, as the cache's record has
-// it, and what the watcher keeps of the lease. One allocation of 64 bytes a node, held by
-// its name (known) and by its subnets (claims) in two indexes of 9-byte slots: 100 bytes a
-// node at 65,000, where two Go maps, of the told by name and of the first claimant's name by
-// subnets, took about 200 (their slots hold key and value, and at 65,000 they were half
-// full: 128 tables of 1,024).
+// tracked is a node whose good lease the watcher read: the cache's record it read it from
+// (which names the node), and what the watcher keeps of the lease. One allocation of 48
+// bytes a node, held by its name (known) and by its subnets (claims) in two indexes of 9-byte
+// slots: 84 bytes a node at 65,000, where two Go maps, of the told by name and of the first
+// claimant's name by subnets, took about 200 (their slots hold key and value, and at 65,000
+// they were half full: 128 tables of 1,024). The record is the one the cache holds once the
+// watcher has read the node's latest; until then, and while the node's latest cannot be read
+// (kept), it is the one the watcher last read (a name string of its own made tracked 64 bytes).
 type tracked struct {
-	name string
+	rec *peerNode
 	told
 }
+
+// name is the node's name.
+func (t *tracked) name() string { return t.rec.GetName() }
 
 // hashSubnets hashes subnets as their bytes (maphash.Comparable would move them to the heap).
 func hashSubnets(seed maphash.Seed, s subnets) uint64 {
@@ -154,7 +159,7 @@ func (m *Manager) newWatcher(cfg *subnet.Config, out chan<- subnet.Batch) *watch
 	w := &watcher{
 		m: m, cfg: cfg, out: subnet.Sender{Out: out}, store: newNodeStore(m.ann),
 		seed: maphash.MakeSeed(), skipped: map[string]string{},
-		known:  hashindex.New(hashindex.String, func(t *tracked) string { return t.name }),
+		known:  hashindex.New(hashindex.String, (*tracked).name),
 		claims: hashindex.New(hashSubnets, func(t *tracked) subnets { return t.sn }),
 	}
 	// The reflector's list and watch calls are seen on their way: whether they fail says
@@ -345,7 +350,7 @@ func (w *watcher) flush(ctx context.Context) error {
 	mark := func(key subnets, holderGone bool) { keys[key] = keys[key] || holderGone }
 	for _, name := range slices.Sorted(maps.Keys(names)) {
 		old, had := w.known.Get(name)
-		l, st, recName := w.current(name)
+		l, st, rec := w.current(name)
 		if st == kept && name == w.m.node {
 			// Peers keep the last good lease of a node whose annotations went bad; its own
 			// daemon must hear that they did, as a removal, to write them again: peers that
@@ -357,15 +362,16 @@ func (w *watcher) flush(ctx context.Context) error {
 		case st == present:
 			now := w.told(l)
 			if had && now.same(old.told) {
+				old.rec = rec // the record read, not one the cache has dropped
 				continue
 			}
 			if had {
 				// Out of its key's claimants while its key changes.
 				w.claims.Remove(old)
 				mark(old.sn, old.held)
-				old.name, old.told = recName, now
+				old.rec, old.told = rec, now
 			} else {
-				old = &tracked{name: recName, told: now}
+				old = &tracked{rec: rec, told: now}
 				w.known.Put(old)
 			}
 			w.claims.Add(old)
@@ -388,7 +394,7 @@ func (w *watcher) flush(ctx context.Context) error {
 				prev.held = false
 			}
 			h.held = true
-			read.send(h.name)
+			read.send(h.name())
 		case keys[key]:
 			// Its holder changed or went, and no claimant can take its place. (A holder
 			// that did not change would have kept it.)
@@ -484,29 +490,29 @@ func (w *watcher) holder(key subnets, read *batch) (*tracked, bool) {
 	}
 	slices.SortFunc(ranked, func(a, b *tracked) int {
 		switch {
-		case a.name == w.m.node:
+		case a.name() == w.m.node:
 			return -1
-		case b.name == w.m.node:
+		case b.name() == w.m.node:
 			return 1
 		case a.created != b.created:
 			return cmp.Compare(a.created, b.created)
 		}
-		return cmp.Compare(a.name, b.name)
+		return cmp.Compare(a.name(), b.name())
 	})
 	for _, c := range ranked {
-		if !read.has(c.name) && !c.held {
-			l, st, recName := w.current(c.name)
+		if !read.has(c.name()) && !c.held {
+			l, st, rec := w.current(c.name())
 			if st != present || subnetsOf(l.Subnet, l.IPv6Subnet) != key {
 				continue
 			}
-			c.name = recName
+			c.rec = rec
 			// Read since the batch's nodes were taken, the record may be newer than
 			// what known has: known takes what the receiver is sent (of the same key,
 			// which claims holds it by).
-			read.add(c.name, l)
+			read.add(c.name(), l)
 			c.told = w.told(l)
 		}
-		w.skipOthers(key, ranked, c.name)
+		w.skipOthers(key, ranked, c.name())
 		return c, true
 	}
 	return nil, false
@@ -515,7 +521,7 @@ func (w *watcher) holder(key subnets, read *batch) (*tracked, bool) {
 // skipOthers reports, once each, the claimants of key that holder keeps out.
 func (w *watcher) skipOthers(key subnets, claimants []*tracked, holder string) {
 	for _, c := range claimants {
-		n := c.name
+		n := c.name()
 		if n == holder {
 			continue
 		}
@@ -539,18 +545,17 @@ const (
 	kept                      // a malformed lease: the receiver keeps what it knows
 )
 
-// current is the lease the node called name holds now, from the cache, and the name as its
-// record holds it: what the watcher keeps of the node names it by that string, so that a
-// record the node has replaced is not kept alive by a name in it. A node whose lease cannot
-// be read is reported once per problem and keeps the last good lease the receiver knows: a
-// bad write does not make peers forget the node.
-func (w *watcher) current(name string) (subnet.Lease, leaseState, string) {
+// current is the lease the node called name holds now, from the cache, and the cache's
+// record of it (nil if none), which the watcher keeps in tracked to name the node. A node
+// whose lease cannot be read is reported once per problem and keeps the last good lease the
+// receiver knows: a bad write does not make peers forget the node.
+func (w *watcher) current(name string) (subnet.Lease, leaseState, *peerNode) {
 	p := w.store.get(name)
 	if p != nil {
-		name = p.GetName()
+		name = p.GetName() // the skipped map keeps no string of a record the cache dropped
 	}
 	l, st := w.read(name, p)
-	return l, st, name
+	return l, st, p
 }
 
 // read is the lease of p, the record of the node called name (nil: none), as current reads it.

@@ -98,7 +98,7 @@ func BenchmarkKubeWatchListing(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		w.known = hashindex.New(hashindex.String, func(t *tracked) string { return t.name })
+		w.known = hashindex.New(hashindex.String, (*tracked).name)
 		w.claims = hashindex.New(hashSubnets, func(t *tracked) subnets { return t.sn })
 		for i := range benchNodes {
 			w.store.changed[fmt.Sprintf("node-%05d", i)] = true

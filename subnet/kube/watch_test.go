@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,14 +137,18 @@ func TestWatcherClaims(t *testing.T) {
 		t.Errorf("the watcher keeps %d nodes, %d claims; want 3, 3", w.known.Len(), w.claims.Len())
 	}
 
-	// What the watcher keeps of a node names it by the string of its current record: the
-	// records it replaced are not kept alive by a name in them.
+	// What the watcher keeps of a node is the cache's current record once it has read it:
+	// the records the cache replaced are not kept alive, nor one whose change left the lease
+	// as it was.
 	add(node("me", "10.2.0.0/24", "192.0.2.8", 10))
 	batch("the own node's address changed again", ev(added, "10.2.0.0-24", "192.0.2.8"))
+	e := node("e", "10.3.0.0/24", "192.0.2.7", 30)
+	e.Annotations[m.ann.publicIPv6] = "2001:db8::7" // watched, not in an IPv4 network's lease
+	add(e)
+	batch("a change of e that leaves its lease as it was", "")
 	for _, n := range []string{"me", "e"} {
-		tr, ok := w.known.Get(n)
-		if !ok || unsafe.StringData(tr.name) != unsafe.StringData(w.store.get(n).GetName()) {
-			t.Errorf("the watcher names %s by a string other than its current record's", n)
+		if tr, ok := w.known.Get(n); !ok || tr.rec != w.store.get(n) {
+			t.Errorf("the watcher keeps a record of %s other than the cache's", n)
 		}
 	}
 }
