@@ -162,8 +162,7 @@ func (p *peerNode) lookup(a annotations) lookup {
 		s := p.annotationFields()
 		for _, k := range a.watched() {
 			if k == key {
-				v, ok, _ := valueField(s)
-				return v, ok
+				return value(s)
 			}
 			s = skipValue(s)
 		}
@@ -171,14 +170,14 @@ func (p *peerNode) lookup(a annotations) lookup {
 	}
 }
 
-// valueField is field for an annotation's value, which may be in a compact form.
-func valueField(s string) (v string, ok bool, rest string) {
+// value reads the annotation's value that s starts with, which may be in a compact form.
+func value(s string) (v string, ok bool) {
 	if s[0]&compactBit == 0 {
-		return field(s)
+		v, ok, _ = field(s)
+		return v, ok
 	}
 	form := s[0] &^ compactBit
-	n := 2 + compactSize(form)
-	return expand(form, s[2:n]), true, s[n:]
+	return expand(form, s[2:2+compactSize(form)]), true
 }
 
 // skipValue is what follows an annotation's value.
