@@ -12,7 +12,7 @@ HELM_BIN := .cache/helm/bin
 CONTAINERD_BIN := .cache/containerd/bin
 # The Kubernetes programs e2e/kubecluster's cluster runs (kube-apiserver alone serves the
 # Kubernetes-mode tests), built once from tools/kube's module and cached with a stamp.
-KUBE_PROGRAMS := kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl
+KUBE_PROGRAMS := kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl kube-proxy.exe
 IMAGE    ?= .cache/image/weft
 IMAGE_ARCH ?= amd64
 # The image's version (its tag and every binary's --version) and time, both from the

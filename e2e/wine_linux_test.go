@@ -119,7 +119,8 @@ type wineNode struct {
 	hns        *hnstest.HNS
 	host       *hnstest.Host // host-gw's simulated host, or nil
 	srv        *hnssim.Server
-	env        []string // Wine's environment for the node's programs
+	env        []string        // Wine's environment for the node's programs
+	version    windows.Version // the HNS version serveHNS's HNS reports; zero: hnstest's default
 }
 
 // newWineNode adds node name to c with a Wine prefix of its own; serveHNS gives it an HNS.
@@ -142,7 +143,7 @@ func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode 
 // writes).
 func (w *wineNode) serveHNS(host *hnstest.Host) {
 	w.t.Helper()
-	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond, Host: host})
+	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond, Host: host, Version: w.version})
 	w.host = host
 	l, err := w.Listen("127.0.0.1:0")
 	if err != nil {

@@ -269,6 +269,8 @@ func (s *Server) hnsCall(r request) answer {
 		return s.v1EndpointStats(id)
 	case collection == "accelnet" && id == "":
 		return s.v1AccelNet(method, r.b)
+	case collection == "policylists":
+		return s.policyListCall(method, id, sub)
 	}
 	return v1OK(nil).withError(fmt.Sprintf("%s %s is not simulated", r.a, r.id))
 }

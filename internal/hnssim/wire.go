@@ -159,8 +159,11 @@
 //     them made; every v2 type hcn writes has the field, no v1 type has); a document with
 //     one is read by the v2 schema. An endpoint's VirtualNetwork (or VirtualNetworkName)
 //     must be the network whose handle the call is given.
-//   - Not simulated: endpoint updates (POST /endpoints/<id>), policy lists
-//     (/policylists/), v1 namespaces (/namespaces/).
+//   - GET /policylists/ and /policylists/<id> answer the load balancers as v1's policy
+//     lists, one ELB policy a port mapping, and DELETE /policylists/<id> deletes one
+//     (policylists.go says where that comes from).
+//   - Not simulated: endpoint updates (POST /endpoints/<id>), policy lists made through v1
+//     (POST /policylists/), v1 namespaces (/namespaces/).
 //
 // # The host's IP stack (IP Helper)
 //

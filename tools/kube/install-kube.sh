@@ -6,7 +6,9 @@
 # kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl) and
 # agnhost, the e2e tests' Swiss-army program (test/images/agnhost); without
 # one, kube-apiserver, which the Kubernetes-mode tests (internal/kubetest) run.
-# e2e/kubecluster's cluster needs them all.
+# e2e/kubecluster's cluster needs them all. A PROGRAM named with .exe is built
+# for Windows (GOOS=windows): kube-proxy.exe, which e2e's Windows node runs
+# under Wine against the simulated HNS.
 #
 # A cold kube-apiserver takes 6 to 8 minutes and about 2 GB of memory on 2
 # cores; each other program adds a few minutes, so each is built once: a stamp
@@ -40,8 +42,9 @@ ldflags="-s -X $vpkg.gitVersion=$version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$
 # with a version of its own, by another.
 stale=""
 stale_pkgs=""
+windows=""
 for prog in "$@"; do
-	pkg=$(sed -n "s|^[[:space:]]*\(k8s.io/kubernetes/.*/$prog\)\$|\1|p" "$here/go.mod")
+	pkg=$(sed -n "s|^[[:space:]]*\(k8s.io/kubernetes/.*/${prog%.exe}\)\$|\1|p" "$here/go.mod")
 	if [ -z "$pkg" ]; then
 		echo "install-kube: $prog is not a tool of $here/go.mod" >&2
 		exit 2
@@ -52,6 +55,10 @@ for prog in "$@"; do
 	fi
 	if [ "$prog" = agnhost ]; then
 		build_agnhost=$pkg
+		continue
+	fi
+	if [ "$prog" != "${prog%.exe}" ]; then
+		windows="$windows $prog"
 		continue
 	fi
 	stale="$stale $prog"
@@ -82,6 +89,16 @@ if [ -n "$stale" ]; then
 	install_built $stale
 	echo "install-kube:$stale built in $(($(date +%s) - start)) s"
 fi
+for prog in $windows; do
+	echo "install-kube: building $prog $version for Windows into $dir (minutes, once)"
+	start=$(date +%s)
+	pkg=$(sed -n "s|^[[:space:]]*\(k8s.io/kubernetes/.*/${prog%.exe}\)\$|\1|p" "$here/go.mod")
+	rm -rf "$tmp" && mkdir -p "$tmp"
+	(cd "$here" && GOOS=windows GOARCH=amd64 CGO_ENABLED=0 nice go build -mod=readonly -trimpath \
+		-ldflags="$ldflags" -o "$tmp/$prog" "$pkg")
+	install_built "$prog"
+	echo "install-kube: $prog built in $(($(date +%s) - start)) s"
+done
 if [ -n "${build_agnhost:-}" ]; then
 	echo "install-kube: building agnhost into $dir (minutes, once)"
 	start=$(date +%s)

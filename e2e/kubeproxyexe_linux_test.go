@@ -1,0 +1,756 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/internal/hnssim"
+	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnsfile"
+)
+
+// windowsServer is a Windows Server release, by the HNS version it reports: what hcsshim's
+// and hnslib's feature tables (hcn/hcnglobals.go) gate kube-proxy's load balancers on.
+type windowsServer struct {
+	name string
+	hns  windows.Version
+}
+
+// windowsServers are the releases the kube-proxy scene runs at. The numbers come from
+// reports, not from a Windows machine: 2019 (build 17763) reported 9.3 (kubernetes issue
+// 93304) and, patched, 9.5 (kubernetes pull 137530); 2025 reported 15.4 (kubernetes issue
+// 131466, where HcnModifyLoadBalancer answered success without changing the endpoints, so
+// hnslib v0.1.x asks for 15.5 before it modifies in place). No report of 2022's (build
+// 20348) number was found: 14.0 is taken, the first version with every feature hcsshim
+// v0.15.0 names below 2025's NetworkACL (15.0); that it is 2022's is unverified.
+var windowsServers = []windowsServer{
+	{"2019", windows.Version{Major: 9, Minor: 5}},
+	{"2022", windows.Version{Major: 14, Minor: 0}},
+	{"2025", windows.Version{Major: 15, Minor: 4}},
+}
+
+// kubeProxyExe returns kube-proxy.exe, which tools/kube/install-kube.sh builds for Windows
+// (`make deps` does), or skips the test without it.
+func kubeProxyExe(t *testing.T, repo string) string {
+	t.Helper()
+	exe := filepath.Join(repo, ".cache", "kube", "bin", "kube-proxy.exe")
+	if _, err := os.Stat(exe); err != nil {
+		t.Skipf("kube-proxy.exe missing (tools/kube/install-kube.sh .cache/kube/bin kube-proxy.exe builds it): %v", err)
+	}
+	return exe
+}
+
+// proxyService is a Service of the scene and the pods behind it.
+type proxyService struct {
+	name     string
+	protocol corev1.Protocol
+	port     int32 // the Service's port
+	target   int32 // the pods'
+	nodePort bool
+	affinity bool // sessionAffinity: ClientIP
+	local    bool // externalTrafficPolicy: Local
+	backends []proxyBackend
+
+	clusterIP netip.Addr // the API server's
+	nodePortN int32      // the API server's
+}
+
+// proxyBackend is one pod behind a Service: its address and the node it runs on.
+type proxyBackend struct {
+	ip   netip.Addr
+	node string
+}
+
+// kubeProxyScene is a Windows node in a Kubernetes-mode cluster: weftd.exe in Kubernetes
+// mode and the real kube-proxy.exe (kernelspace) under Wine, on the simulated HNS, beside
+// Linux nodes running weftd.
+type kubeProxyScene struct {
+	t        *testing.T
+	kc       *kubeCluster
+	w        *wineNode
+	linux    map[string]*cluster.Node
+	weftdArg []string
+	network  string
+	overlay  bool
+	dsr      bool
+	vip      netip.Addr // weft's source VIP (overlay)
+	podIP    netip.Addr // the Windows pod's
+	proxyExe string
+	proxy    *exec.Cmd
+	proxyLog string
+	services []*proxyService
+}
+
+// proxyNamespace holds the scene's Services.
+const proxyNamespace = "default"
+
+// TestKubeProxyExeUnderWine: Services on the Windows node. In a Kubernetes-mode netns
+// cluster with two Linux nodes running weftd, a Windows node runs weftd.exe in Kubernetes
+// mode under Wine (its Node registered as the kubelet registers a Windows node: the label
+// kubernetes.io/os=windows, its podCIDR and InternalIP; kubelet.exe cannot run here) and
+// the real kube-proxy.exe of the Kubernetes version tools/kube pins, in kernelspace mode, as
+// a Windows node starts it (the network's name, the source VIP weftd.exe wrote to
+// sourceVip.json), both against the simulated HNS. A Windows pod is made as containerd makes
+// it (wincni.exe, win-overlay.exe). Test Services have endpoints on the Linux nodes, on the
+// Windows pod and on both. Checked in HNS for every Service, the API server's own among
+// them, after each step: kube-proxy's ClusterIP and NodePort load balancers with their
+// frontends, ports, source VIP and flags; each backend on a Linux node a remote endpoint
+// whose provider address is that node's IP, read by kube-proxy from weft's
+// RemoteSubnetRoute policies; the Windows pod's own endpoint; weft's source VIP as
+// kube-proxy's and no pod's. Steps: a pod moves to another Linux node, a node joins, a
+// node leaves and comes back, weftd.exe restarts (and runs a full Apply every few
+// seconds throughout), kube-proxy.exe restarts: the load balancers and endpoints follow,
+// and neither program undoes the other's objects (the HNS writes each restart costs are
+// logged). It runs at the HNS versions of Windows Server 2019, 2022 and 2025, with and
+// without DSR.
+func TestKubeProxyExeUnderWine(t *testing.T) {
+	bins, repo := needWine(t)
+	needKubeAPIServer(t)
+	exe := kubeProxyExe(t, repo)
+	programs := buildWindowsPrograms(t, repo)
+	for _, ws := range windowsServers {
+		// 2019 without DSR, as sig-windows-tools' overlay DaemonSet starts it; the later
+		// ones with --enable-dsr.
+		dsr := ws.name != "2019"
+		t.Run(fmt.Sprintf("vxlan/%s/dsr=%v", ws.name, dsr), func(t *testing.T) {
+			s := newKubeProxyScene(t, bins, repo, programs, exe, ws.hns, dsr)
+			s.run()
+		})
+	}
+}
+
+// newKubeProxyScene starts the cluster, the Windows node with its pod and kube-proxy.exe.
+func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, v windows.Version, dsr bool) *kubeProxyScene {
+	t.Helper()
+	s := &kubeProxyScene{t: t, proxyExe: exe, dsr: dsr, overlay: true, network: "flannel.4096", linux: map[string]*cluster.Node{}}
+	s.kc = newKubeClusterWith(t, bins, backend{"vxlan", windowsConf}, bins.weftd, kubeClusterOptions{})
+	for _, n := range s.kc.addNodes(t, 1, 2) {
+		s.linux[n.Name] = n
+	}
+
+	w := newWineNode(t, s.kc.Cluster, repo, "w3")
+	w.version = v
+	s.w = w
+	if w.Index != 3 {
+		t.Fatalf("the Windows node has index %d, want 3", w.Index)
+	}
+	s.registerWindowsNode()
+	w.serveHNS(nil)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("HNS:\n%s", w.hns.Render())
+			s.logLoadBalancers()
+			if data, err := os.ReadFile(s.proxyLog); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+				t.Logf("kube-proxy.exe's log, its last lines:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
+			}
+		}
+	})
+	bin := w.driveC(`C:\opt\cni\bin`)
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, exe := range []string{"weft.exe", "win-overlay.exe", "host-local.exe"} {
+		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
+			t.Fatalf("installing %s: %v\n%s", exe, err, out)
+		}
+	}
+	w.subnetFile = `C:\run\flannel\subnet.env`
+	w.SubnetFile = w.driveC(w.subnetFile)
+	// A full Apply every 2 s, so that every step below also runs across weft's full diffs
+	// of the network, which list its endpoints.
+	s.weftdArg = w.wine(filepath.Join(programs, "weftd.exe"), "--kube-subnet-mgr",
+		"--kubeconfig-file="+winPath(w.KubeconfigPath), "--net-config-path="+winPath(w.NetConfPath),
+		"--subnet-file="+w.subnetFile, "--iface="+w.IP.String(), "--resync-interval=2s")
+	w.start(s.weftdArg)
+	s.waitRSRs("the Linux nodes")
+
+	files, err := hnsfile.Read(w.SubnetFile)
+	if err != nil || !files.SourceVIP.IsValid() {
+		t.Fatalf("sourceVip.json next to subnet.env: %+v, %v", files, err)
+	}
+	s.vip = files.SourceVIP
+
+	w.installConflist(t, shippedConflist(t, repo, podCase{network: s.network, delegate: "win-overlay", overlay: true}))
+	pod := w.runPod(t, programs, "6d1e0c2b3a4f5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4")
+	pod.step("netns")
+	added := pod.step("add")
+	if len(added.Result) != 1 || len(added.Result[0].IPs) != 1 {
+		t.Fatalf("the Windows pod's ADD result %+v", added.Result)
+	}
+	addr, err := netip.ParsePrefix(added.Result[0].IPs[0].Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.podIP = addr.Addr()
+	if s.podIP == s.vip {
+		t.Fatalf("the Windows pod got kube-proxy's source VIP %s", s.vip)
+	}
+
+	s.services = []*proxyService{
+		{name: "linux", protocol: corev1.ProtocolTCP, port: 80, target: 8080, nodePort: true,
+			backends: []proxyBackend{{cluster.PodCIDR(1).Addr().Next().Next(), "n1"}, {cluster.PodCIDR(2).Addr().Next().Next(), "n2"}}},
+		{name: "dns", protocol: corev1.ProtocolUDP, port: 53, target: 5353,
+			backends: []proxyBackend{{cluster.PodCIDR(2).Addr().Next().Next().Next(), "n2"}}},
+		{name: "windows", protocol: corev1.ProtocolTCP, port: 80, target: 80, nodePort: true, local: true,
+			backends: []proxyBackend{{s.podIP, "w3"}}},
+		{name: "both", protocol: corev1.ProtocolTCP, port: 8443, target: 443, affinity: true,
+			backends: []proxyBackend{{s.podIP, "w3"}, {cluster.PodCIDR(1).Addr().Next().Next().Next(), "n1"}}},
+	}
+	for _, svc := range s.services {
+		s.createService(svc)
+	}
+	s.startProxy()
+	return s
+}
+
+// registerWindowsNode creates the Windows node's Node object as the kubelet registers a
+// Windows node: its OS and architecture labels, its podCIDR (the controller-manager's) and
+// its InternalIP, which kube-proxy takes as the node's IP.
+func (s *kubeProxyScene) registerWindowsNode() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
+	defer cancel()
+	cidr := cluster.PodCIDR(s.w.Index).String()
+	node, err := s.kc.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: s.w.Name, Labels: map[string]string{
+			"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": s.w.Name,
+			"node.kubernetes.io/windows-build": "10.0.20348",
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.w.IP.String()}, {Type: corev1.NodeHostName, Address: s.w.Name}}
+	if _, err := s.kc.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// createService creates svc and its EndpointSlice, and reads back its cluster IP and node
+// port.
+func (s *kubeProxyScene) createService(svc *proxyService) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
+	defer cancel()
+	spec := corev1.ServiceSpec{
+		Type:  corev1.ServiceTypeClusterIP,
+		Ports: []corev1.ServicePort{{Name: "p", Protocol: svc.protocol, Port: svc.port, TargetPort: intstr.FromInt32(svc.target)}},
+	}
+	if svc.nodePort {
+		spec.Type = corev1.ServiceTypeNodePort
+		if svc.local {
+			spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
+	}
+	if svc.affinity {
+		spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	}
+	made, err := s.kc.admin.CoreV1().Services(proxyNamespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if svc.clusterIP, err = netip.ParseAddr(made.Spec.ClusterIP); err != nil {
+		s.t.Fatalf("Service %s: cluster IP %q: %v", svc.name, made.Spec.ClusterIP, err)
+	}
+	svc.nodePortN = made.Spec.Ports[0].NodePort
+	if _, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Create(ctx, s.slice(svc), metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// slice is svc's EndpointSlice, as the EndpointSlice controller writes it for ready pods.
+func (s *kubeProxyScene) slice(svc *proxyService) *discoveryv1.EndpointSlice {
+	name, proto, port := "p", svc.protocol, svc.target
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.name + "-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc.name, discoveryv1.LabelManagedBy: "weft-e2e"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+	}
+	ready := true
+	for _, b := range svc.backends {
+		node := b.node
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+			Addresses: []string{b.ip.String()}, NodeName: &node,
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready},
+		})
+	}
+	return es
+}
+
+// setBackends replaces svc's pods, as the EndpointSlice controller does when pods move.
+func (s *kubeProxyScene) setBackends(svc *proxyService, backends []proxyBackend) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
+	defer cancel()
+	svc.backends = backends
+	es, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Get(ctx, svc.name+"-1", metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	want := s.slice(svc)
+	es.Endpoints = want.Endpoints
+	if _, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Update(ctx, es, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startProxy starts kube-proxy.exe on the Windows node as a Windows node starts it on an
+// overlay network: kernelspace mode, the HNS network's name, the source VIP weft wrote
+// (sig-windows-tools' start script passes sourceVip.json's ip4.ip without its prefix
+// length), DSR when the scene asks for it.
+func (s *kubeProxyScene) startProxy() {
+	s.t.Helper()
+	w := s.w
+	rc := s.kc.srv.Admin()
+	kubeconfig, err := cluster.Kubeconfig(rc.Host, rc.CAData, rc.BearerToken)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	path := filepath.Join(w.Dir, "kube-proxy.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	args := []string{"--proxy-mode=kernelspace", "--hostname-override=" + w.Name, "--kubeconfig=" + winPath(path),
+		"--network-name=" + s.network, "--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=3"}
+	if s.overlay {
+		args = append(args, "--source-vip="+s.vip.String())
+	}
+	if s.dsr {
+		args = append(args, "--enable-dsr=true", "--feature-gates=WinDSR=true")
+	}
+	s.proxyLog = filepath.Join(w.Dir, "kube-proxy.log")
+	logf, err := os.OpenFile(s.proxyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, w.wine(s.proxyExe, args...)...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.proxy = cmd
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+}
+
+// stopProxy kills kube-proxy.exe, as a crash or a node's restart of its service would.
+func (s *kubeProxyScene) stopProxy() {
+	s.t.Helper()
+	_ = syscall.Kill(-s.proxy.Process.Pid, syscall.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(-s.proxy.Process.Pid, 0) == nil {
+		if time.Now().After(deadline) {
+			s.t.Fatal("kube-proxy.exe did not exit")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitRSRs waits until the Windows node's network holds one RemoteSubnetRoute for each
+// Linux node, to its podCIDR through its IP, and no other.
+func (s *kubeProxyScene) waitRSRs(what string) {
+	s.t.Helper()
+	var want []string
+	for _, n := range s.linux {
+		want = append(want, fmt.Sprintf("%s via %s", cluster.PodCIDR(n.Index), n.IP))
+	}
+	slices.Sort(want)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got := s.rsrs()
+		if slices.Equal(got, want) {
+			return
+		}
+		if !s.w.Running() {
+			s.t.Fatalf("%s: weftd.exe exited: %v\n%s", what, s.w.ExitState(), s.w.LogTail(30))
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: RemoteSubnetRoutes %q, want %q", what, got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rsrs are the network's RemoteSubnetRoutes, "<prefix> via <provider address>", sorted.
+func (s *kubeProxyScene) rsrs() []string {
+	n, err := s.w.hns.NetworkByName(s.network)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, p := range n.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
+		var rs windows.RemoteSubnetRouteSettings
+		if err := p.Decode(&rs); err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, rs.DestinationPrefix+" via "+rs.ProviderAddress)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// proxyState is what kube-proxy made in HNS: its load balancers, and every endpoint by ID.
+type proxyState struct {
+	lbs []hnssim.LoadBalancer
+	eps map[string]windows.HostComputeEndpoint // by lower-case ID
+}
+
+func (s *kubeProxyScene) state() (proxyState, error) {
+	lbs, err := s.w.srv.LoadBalancers()
+	if err != nil {
+		return proxyState{}, err
+	}
+	all, err := s.w.hns.Endpoints()
+	if err != nil {
+		return proxyState{}, err
+	}
+	st := proxyState{lbs: lbs, eps: map[string]windows.HostComputeEndpoint{}}
+	for _, ep := range all {
+		st.eps[strings.ToLower(ep.ID)] = ep
+	}
+	return st, nil
+}
+
+// The flags kube-proxy sets (hcsshim hcn/hcnloadbalancer.go): the load balancer's DSR, a
+// port mapping's ILB, and its distribution by source IP (session affinity).
+const (
+	lbDSR               = 1
+	lbPortMappingILB    = 1
+	lbDistributionSrcIP = 1
+)
+
+// check compares kube-proxy's objects with every Service: "" when all hold.
+func (s *kubeProxyScene) check() string {
+	st, err := s.state()
+	if err != nil {
+		return err.Error()
+	}
+	var errs []string
+	// The source VIP: kube-proxy's local endpoint on the network, no pod's.
+	var vipEPs []string
+	for _, ep := range st.eps {
+		if ep.IP() == s.vip {
+			vipEPs = append(vipEPs, fmt.Sprintf("%q remote=%v", ep.Name, ep.Flags&windows.EndpointRemote != 0))
+		}
+	}
+	if len(vipEPs) != 1 || vipEPs[0] != `"" remote=false` {
+		errs = append(errs, fmt.Sprintf("endpoints of the source VIP %s: %v, want kube-proxy's one local endpoint", s.vip, vipEPs))
+	}
+	for _, svc := range s.services {
+		errs = append(errs, s.checkService(st, svc)...)
+	}
+	errs = append(errs, s.checkAPIServerService(st)...)
+	return strings.Join(errs, "\n")
+}
+
+// checkService checks svc's ClusterIP load balancer and, for a NodePort Service, its node
+// port's.
+func (s *kubeProxyScene) checkService(st proxyState, svc *proxyService) []string {
+	proto := uint32(6)
+	if svc.protocol == corev1.ProtocolUDP {
+		proto = 17
+	}
+	v, _ := s.w.hns.Version()
+	affinity := uint32(0)
+	if svc.affinity && v.AtLeast(12, 0) {
+		affinity = lbDistributionSrcIP
+	}
+	var errs []string
+	find := func(vip string, port int32) *hnssim.LoadBalancer {
+		for i, lb := range st.lbs {
+			want := []string{vip}
+			if vip == "" {
+				want = nil
+			}
+			if slices.Equal(lb.FrontendVIPs, want) && len(lb.PortMappings) == 1 && lb.PortMappings[0].ExternalPort == uint16(port) &&
+				lb.PortMappings[0].Protocol == proto {
+				return &st.lbs[i]
+			}
+		}
+		return nil
+	}
+	clusterIP := find(svc.clusterIP.String(), svc.port)
+	if clusterIP == nil {
+		errs = append(errs, fmt.Sprintf("Service %s: no load balancer for %s:%d/%s", svc.name, svc.clusterIP, svc.port, svc.protocol))
+	} else {
+		pm := clusterIP.PortMappings[0]
+		if pm.InternalPort != uint16(svc.target) || pm.DistributionType != affinity || clusterIP.SourceVIP != s.vip.String() ||
+			(clusterIP.Flags&lbDSR != 0) != s.dsr {
+			errs = append(errs, fmt.Sprintf("Service %s: load balancer %+v, want internal port %d, distribution %d, source VIP %s, DSR %v",
+				svc.name, clusterIP, svc.target, affinity, s.vip, s.dsr))
+		}
+		errs = append(errs, s.checkBackends(st, svc, "ClusterIP", clusterIP, svc.backends)...)
+	}
+	if !svc.nodePort {
+		return errs
+	}
+	nodePort := find("", svc.nodePortN)
+	if nodePort == nil {
+		return append(errs, fmt.Sprintf("Service %s: no load balancer for node port %d", svc.name, svc.nodePortN))
+	}
+	want := svc.backends
+	if svc.local {
+		// externalTrafficPolicy: Local keeps the node's own pods only, and kube-proxy
+		// returns their traffic directly (DSR) to keep the client's address.
+		want = slices.DeleteFunc(slices.Clone(want), func(b proxyBackend) bool { return b.node != s.w.Name })
+		if nodePort.Flags&lbDSR == 0 {
+			errs = append(errs, fmt.Sprintf("Service %s: node port load balancer %+v without DSR, want it for externalTrafficPolicy: Local", svc.name, nodePort))
+		}
+	}
+	if nodePort.PortMappings[0].InternalPort != uint16(svc.target) {
+		errs = append(errs, fmt.Sprintf("Service %s: node port load balancer %+v, want internal port %d", svc.name, nodePort, svc.target))
+	}
+	return append(errs, s.checkBackends(st, svc, "NodePort", nodePort, want)...)
+}
+
+// checkBackends checks that lb's endpoints are want's pods: the Windows node's own pod
+// through its endpoint, a pod on a Linux node through a remote endpoint whose provider
+// address is that node's IP.
+func (s *kubeProxyScene) checkBackends(st proxyState, svc *proxyService, kind string, lb *hnssim.LoadBalancer, want []proxyBackend) []string {
+	var errs []string
+	var got, wantIPs []string
+	for _, id := range lb.HostComputeEndpoints {
+		ep, ok := st.eps[strings.ToLower(id)]
+		if !ok {
+			errs = append(errs, fmt.Sprintf("Service %s (%s): load balancer %s names endpoint %s, which HNS does not have", svc.name, kind, lb.ID, id))
+			continue
+		}
+		got = append(got, ep.IP().String())
+		i := slices.IndexFunc(want, func(b proxyBackend) bool { return b.ip == ep.IP() })
+		if i < 0 {
+			continue
+		}
+		remote := ep.Flags&windows.EndpointRemote != 0
+		if node, ok := s.linux[want[i].node]; ok {
+			if !remote || ep.ProviderAddress() != node.IP {
+				errs = append(errs, fmt.Sprintf("Service %s (%s): the pod %s on %s has endpoint %s (remote %v, provider address %v), want a remote endpoint through %s",
+					svc.name, kind, ep.IP(), node.Name, ep.ID, remote, ep.ProviderAddress(), node.IP))
+			}
+		} else if remote || !strings.HasSuffix(ep.Name, "_"+s.network) {
+			errs = append(errs, fmt.Sprintf("Service %s (%s): the Windows pod %s has endpoint %s %q (remote %v), want its own, the CNI's", svc.name, kind, ep.IP(), ep.ID, ep.Name, remote))
+		}
+	}
+	for _, b := range want {
+		wantIPs = append(wantIPs, b.ip.String())
+	}
+	slices.Sort(got)
+	slices.Sort(wantIPs)
+	if !slices.Equal(got, wantIPs) {
+		errs = append(errs, fmt.Sprintf("Service %s (%s): load balancer endpoints %v, want %v", svc.name, kind, got, wantIPs))
+	}
+	return errs
+}
+
+// checkAPIServerService checks the load balancer of the Service `kubernetes`, whose one
+// endpoint, the API server at 192.0.2.1, is in no node's subnet: a remote endpoint through
+// the Windows node's own IP, and the node's IP as the source VIP (kube-proxy's rule for an
+// endpoint outside the cluster).
+func (s *kubeProxyScene) checkAPIServerService(st proxyState) []string {
+	for _, lb := range st.lbs {
+		if len(lb.PortMappings) != 1 || lb.PortMappings[0].ExternalPort != 443 || len(lb.FrontendVIPs) != 1 {
+			continue
+		}
+		if len(lb.HostComputeEndpoints) != 1 {
+			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v, want one endpoint", lb)}
+		}
+		ep, ok := st.eps[strings.ToLower(lb.HostComputeEndpoints[0])]
+		if !ok || ep.IP().String() != cluster.APIServerHost || ep.Flags&windows.EndpointRemote == 0 || ep.ProviderAddress() != s.w.IP ||
+			lb.SourceVIP != s.w.IP.String() || lb.PortMappings[0].InternalPort != 6443 {
+			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v with endpoint %+v, want 6443 on the API server through the node's own IP %s, sourced from it", lb, ep, s.w.IP)}
+		}
+		return nil
+	}
+	return []string{"Service kubernetes: no load balancer for port 443"}
+}
+
+// waitServices waits until check holds, or fails the test.
+func (s *kubeProxyScene) waitServices(what string) {
+	s.t.Helper()
+	start := time.Now()
+	deadline := start.Add(90 * time.Second)
+	for {
+		why := s.check()
+		if why == "" {
+			s.t.Logf("%s: every Service's load balancers hold (%v)", what, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if s.proxy.ProcessState != nil {
+			s.t.Fatalf("%s: kube-proxy.exe exited: %v", what, s.proxy.ProcessState)
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s, after %v:\n%s", what, time.Since(start).Round(time.Second), why)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// logLoadBalancers logs each load balancer with its endpoints, for the record.
+func (s *kubeProxyScene) logLoadBalancers() {
+	st, err := s.state()
+	if err != nil {
+		s.t.Logf("load balancers: %v", err)
+		return
+	}
+	var lines []string
+	for _, lb := range st.lbs {
+		var eps []string
+		for _, id := range lb.HostComputeEndpoints {
+			ep := st.eps[strings.ToLower(id)]
+			kind := "local " + ep.Name
+			if ep.Flags&windows.EndpointRemote != 0 {
+				kind = "remote via " + ep.ProviderAddress().String()
+			}
+			eps = append(eps, ep.IP().String()+" ("+kind+")")
+		}
+		pm := lb.PortMappings[0]
+		lines = append(lines, fmt.Sprintf("  %v:%d/%d -> %d src %s flags %d pm-flags %d distribution %d: %s",
+			lb.FrontendVIPs, pm.ExternalPort, pm.Protocol, pm.InternalPort, lb.SourceVIP, lb.Flags, pm.Flags, pm.DistributionType, strings.Join(eps, ", ")))
+	}
+	sort.Strings(lines)
+	s.t.Logf("load balancers (HNS %s):\n%s", mustVersion(s.w), strings.Join(lines, "\n"))
+}
+
+func mustVersion(w *wineNode) windows.Version {
+	v, _ := w.hns.Version()
+	return v
+}
+
+// kubeProxyObjects renders kube-proxy's objects by ID: its load balancers with their
+// documents' fields and the endpoints they name, so that a change of any shows.
+func (s *kubeProxyScene) kubeProxyObjects() string {
+	st, err := s.state()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var lines []string
+	for _, lb := range st.lbs {
+		lines = append(lines, fmt.Sprintf("lb %s %+v", lb.ID, lb))
+	}
+	for id, ep := range st.eps {
+		if ep.Name == "" { // kube-proxy's endpoints have no name; the CNI's and weft's do
+			lines = append(lines, fmt.Sprintf("endpoint %s %s flags %d pa %v mac %s", id, ep.IP(), ep.Flags, ep.ProviderAddress(), ep.MacAddress))
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// writes counts the HNS writes among calls: weft's kinds (the network and its policies)
+// and kube-proxy's (load balancers, endpoints).
+func writes(calls []hnssim.Call) (network, proxy map[string]int) {
+	network, proxy = map[string]int{}, map[string]int{}
+	for _, c := range calls {
+		if !c.Mutates() || c.HResult != 0 {
+			continue
+		}
+		if strings.Contains(c.Name, "Network") {
+			network[c.Name]++
+		} else {
+			proxy[c.Name]++
+		}
+	}
+	return network, proxy
+}
+
+// run takes the scene through its steps.
+func (s *kubeProxyScene) run() {
+	t := s.t
+	s.waitServices("kube-proxy.exe started")
+	s.logLoadBalancers()
+
+	// A pod moves from n2 to n1: its endpoint follows, through n1.
+	linux := s.services[0]
+	s.setBackends(linux, []proxyBackend{linux.backends[0], {cluster.PodCIDR(1).Addr().Next().Next().Next().Next(), "n1"}})
+	s.waitServices("a pod moved from n2 to n1")
+
+	// A node joins: weft routes its subnet, kube-proxy reaches its pod through it.
+	n4 := s.kc.addNodes(t, 4)[0]
+	s.linux[n4.Name] = n4
+	s.waitRSRs("n4 joined")
+	s.setBackends(linux, append(slices.Clone(linux.backends), proxyBackend{cluster.PodCIDR(4).Addr().Next().Next(), "n4"}))
+	s.waitServices("a pod on n4, which joined")
+
+	// weftd.exe restarts, with kube-proxy's objects in place: it asks HNS for no change,
+	// and kube-proxy's objects stay as they are, across its full Applies too.
+	before := s.kubeProxyObjects()
+	s.w.srv.ResetCalls()
+	s.w.stop()
+	s.w.start(s.weftdArg)
+	time.Sleep(5 * time.Second) // two full Applies (--resync-interval=2s)
+	network, proxy := writes(s.w.srv.Calls())
+	t.Logf("weftd.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)
+	if len(network)+len(proxy) != 0 {
+		t.Errorf("weftd.exe's restart, with kube-proxy idle, wrote to HNS: %v %v\n%s", network, proxy, renderCalls(s.w.srv.Calls()))
+	}
+	if after := s.kubeProxyObjects(); after != before {
+		t.Errorf("kube-proxy's objects changed across weftd.exe's restart:\n%s\nwere\n%s", after, before)
+	}
+	s.waitRSRs("after weftd.exe's restart")
+
+	// A node leaves and comes back: weft drops its route and puts it back; kube-proxy's
+	// objects are untouched by it.
+	n2 := s.linux["n2"]
+	if _, err := n2.Stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.kc.deleteNode(t, "n2")
+	delete(s.linux, "n2")
+	s.waitRSRs("n2 left")
+	s.kc.createNode(t, "n2", cluster.PodCIDR(2))
+	if err := n2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.WaitReady(readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	s.linux["n2"] = n2
+	s.waitRSRs("n2 came back")
+	if after := s.kubeProxyObjects(); after != before {
+		t.Errorf("kube-proxy's objects changed while n2 left and came back:\n%s\nwere\n%s", after, before)
+	}
+	s.waitServices("n2 came back")
+
+	// kube-proxy.exe restarts: it deletes its load balancers and makes them again (hnslib's
+	// DeleteAllHnsLoadBalancerPolicy at start), weft's network is not written.
+	s.stopProxy()
+	s.w.srv.ResetCalls()
+	s.startProxy()
+	s.waitServices("kube-proxy.exe restarted")
+	network, proxy = writes(s.w.srv.Calls())
+	t.Logf("kube-proxy.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)
+	if len(network) != 0 {
+		t.Errorf("kube-proxy.exe's restart came with writes to the network: %v", network)
+	}
+	s.waitRSRs("after kube-proxy.exe's restart")
+	s.w.refused()
+	s.logLoadBalancers()
+}
