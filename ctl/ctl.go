@@ -34,6 +34,8 @@ Usage:
   weftctl leases [flags]   the leases in the datastore
   weftctl status [flags]   what a node's weftd reports (/status)
   weftctl doctor [flags]   check this node (run it on the node, as root)
+  weftctl kube-proxy [flags] -- KUBE-PROXY [ARG...]
+                           run Windows kube-proxy on weftd's HNS network, with its source VIP
   weftctl version          weftctl's version
 
 Every command takes -o table (the default) or -o json, and -h for its flags.
@@ -57,6 +59,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		run = runStatus
 	case "doctor":
 		run = runDoctor
+	case "kube-proxy":
+		run = runKubeProxy
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, buildinfo.String("weftctl"))
 		return ExitOK
@@ -69,9 +73,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := run(ctx, args[1:], stdout)
 	var ue usageError
+	var status exitStatus
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &status):
+		return int(status) // the program weftctl ran said why
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case errors.Is(err, errProblems):

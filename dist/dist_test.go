@@ -57,20 +57,22 @@ func planeCaps(goos string) backend.Capabilities {
 
 // The files under test, relative to dist/ (the test's working directory).
 const (
-	allInOne      = "kubernetes/weft.yaml"
-	rbacFile      = "kubernetes/rbac.yaml"
-	unitFile      = "systemd/weftd.service"
-	envFile       = "systemd/weftd.env"
-	netConfFile   = "net-conf.json"
-	linuxCNI      = "cni/10-weft.conflist"
-	windowsCNI    = "cni/10-weft-windows.conflist"
-	installScript = "windows/install-weftd.ps1"
-	dockerfile    = "Dockerfile"
-	dockerignore  = "Dockerfile.dockerignore"
-	alertRules    = "prometheus/weft-alerts.yaml"
-	alertTests    = "prometheus/weft-alerts_test.yaml"
-	dashboardFile = "grafana/weft-dashboard.json"
-	readme        = "../README.md" // its table of metrics is what the rules may use
+	allInOne = "kubernetes/weft.yaml"
+	// kubeProxyWindows runs kube-proxy on weft's Windows nodes.
+	kubeProxyWindows = "kubernetes/kube-proxy-windows.yaml"
+	rbacFile         = "kubernetes/rbac.yaml"
+	unitFile         = "systemd/weftd.service"
+	envFile          = "systemd/weftd.env"
+	netConfFile      = "net-conf.json"
+	linuxCNI         = "cni/10-weft.conflist"
+	windowsCNI       = "cni/10-weft-windows.conflist"
+	installScript    = "windows/install-weftd.ps1"
+	dockerfile       = "Dockerfile"
+	dockerignore     = "Dockerfile.dockerignore"
+	alertRules       = "prometheus/weft-alerts.yaml"
+	alertTests       = "prometheus/weft-alerts_test.yaml"
+	dashboardFile    = "grafana/weft-dashboard.json"
+	readme           = "../README.md" // its table of metrics is what the rules may use
 )
 
 // What the manifests are made of.
@@ -324,7 +326,7 @@ func TestDaemonSets(t *testing.T) {
 			if tc.os == "linux" {
 				checkLinux(t, spec, c)
 			} else {
-				checkWindows(t, spec)
+				checkWindows(t, spec, weftdContainer)
 			}
 		})
 	}
@@ -456,7 +458,7 @@ func checkLinux(t *testing.T, spec corev1.PodSpec, weftd corev1.Container) {
 	}
 }
 
-func checkWindows(t *testing.T, spec corev1.PodSpec) {
+func checkWindows(t *testing.T, spec corev1.PodSpec, name string) {
 	t.Helper()
 	sc := spec.SecurityContext
 	if sc == nil || sc.WindowsOptions == nil || sc.WindowsOptions.HostProcess == nil || !*sc.WindowsOptions.HostProcess {
@@ -466,20 +468,56 @@ func checkWindows(t *testing.T, spec corev1.PodSpec) {
 		t.Errorf(`runAsUserName %v, want NT AUTHORITY\SYSTEM: HNS needs it`, u)
 	}
 	var env []string
-	for _, e := range container(t, spec.Containers, weftdContainer).EnvFrom {
+	for _, e := range container(t, spec.Containers, name).EnvFrom {
 		if e.ConfigMapRef != nil && (e.ConfigMapRef.Optional == nil || !*e.ConfigMapRef.Optional) {
 			env = append(env, e.ConfigMapRef.Name)
 		}
 	}
 	if len(env) != 1 {
-		t.Errorf("weftd on Windows takes its environment (the API server's address) from ConfigMaps %v, want one required", env)
+		t.Errorf("%s on Windows takes its environment (the API server's address) from ConfigMaps %v, want one required", name, env)
 	}
 }
 
 // TestManifestDryRun creates every object of weft.yaml on a real kube-apiserver with a
 // server-side dry run and strict field validation (serverDryRun).
 func TestManifestDryRun(t *testing.T) {
-	serverDryRun(t, startAPIServer(t).Admin(), loadManifest(t, allInOne))
+	serverDryRun(t, startAPIServer(t).Admin(), append(loadManifest(t, allInOne), loadManifest(t, kubeProxyWindows)...))
+}
+
+// TestKubeProxyWindows: kube-proxy-windows.yaml runs, on Windows nodes that run weft,
+// weftctl kube-proxy from weft's Windows image with weftd.exe's subnet file (weft-windows's
+// --subnet-file), which starts kube-proxy.exe in kernelspace mode; the pod reads the API
+// server's address from weft-windows's ConfigMap. (e2e's TestKubeProxyExeUnderWine runs
+// this command line, as shipped, under Wine.)
+func TestKubeProxyWindows(t *testing.T) {
+	ds := daemonSet(t, loadManifest(t, kubeProxyWindows), "weft-kube-proxy-windows")
+	weftd := daemonSet(t, loadManifest(t, allInOne), windowsDS)
+	spec := ds.Spec.Template.Spec
+	if spec.OS == nil || spec.OS.Name != "windows" || !spec.HostNetwork {
+		t.Errorf("spec.os %v, hostNetwork %v: want Windows, the host's network", spec.OS, spec.HostNetwork)
+	}
+	checkWindows(t, spec, "kube-proxy")
+	checkAffinity(t, spec.Affinity, "windows")
+	c := container(t, spec.Containers, "kube-proxy")
+	wc := container(t, weftd.Spec.Template.Spec.Containers, weftdContainer)
+	if c.Image != wc.Image || len(c.Command) != 1 || c.Command[0] != `%CONTAINER_SANDBOX_MOUNT_POINT%\weft\weftctl.exe` {
+		t.Errorf("container %s: image %s, command %q; want weftctl.exe of weft-windows's image %s", c.Name, c.Image, c.Command, wc.Image)
+	}
+	var subnetFile string
+	for _, a := range wc.Args {
+		if v, ok := strings.CutPrefix(a, "--subnet-file="); ok {
+			subnetFile = v
+		}
+	}
+	i := slices.Index(c.Args, "--")
+	if i < 0 || len(c.Args) < i+3 || c.Args[0] != "kube-proxy" || !slices.Contains(c.Args[:i], "--subnet-file="+subnetFile) ||
+		!slices.Contains(c.Args[i+2:], "--proxy-mode=kernelspace") || !slices.Contains(c.Args[i+2:], "--hostname-override=$(NODE_NAME)") {
+		t.Errorf("args %q: want weftctl kube-proxy --subnet-file=%s -- KUBE-PROXY --proxy-mode=kernelspace --hostname-override=$(NODE_NAME) ...", c.Args, subnetFile)
+	}
+	checkFieldEnv(t, c, "NODE_NAME", "spec.nodeName")
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != wc.EnvFrom[0].ConfigMapRef.Name {
+		t.Errorf("envFrom %+v: want weft-windows's ConfigMap, %+v", c.EnvFrom, wc.EnvFrom)
+	}
 }
 
 // startAPIServer starts a kube-apiserver configured as clusters that run node agents are.

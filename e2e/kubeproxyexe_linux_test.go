@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -14,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/internal/hnssim"
@@ -91,7 +96,9 @@ type kubeProxyScene struct {
 	dsr      bool
 	vip      netip.Addr // weft's source VIP (overlay)
 	podIP    netip.Addr // the Windows pod's
-	proxyExe string
+	proxyExe string     // kube-proxy.exe, built for Windows
+	programs string     // weft's Windows programs
+	shipped  []string   // the kube-proxy DaemonSet's command line
 	proxy    *exec.Cmd
 	proxyLog string
 	services []*proxyService
@@ -138,7 +145,8 @@ func TestKubeProxyExeUnderWine(t *testing.T) {
 // newKubeProxyScene starts the cluster, the Windows node with its pod and kube-proxy.exe.
 func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, v windows.Version, dsr bool) *kubeProxyScene {
 	t.Helper()
-	s := &kubeProxyScene{t: t, proxyExe: exe, dsr: dsr, overlay: true, network: "flannel.4096", linux: map[string]*cluster.Node{}}
+	s := &kubeProxyScene{t: t, proxyExe: exe, programs: programs, shipped: shippedKubeProxy(t, repo), dsr: dsr, overlay: true,
+		network: "flannel.4096", linux: map[string]*cluster.Node{}}
 	s.kc = newKubeClusterWith(t, bins, backend{"vxlan", windowsConf}, bins.weftd, kubeClusterOptions{})
 	for _, n := range s.kc.addNodes(t, 1, 2) {
 		s.linux[n.Name] = n
@@ -165,6 +173,14 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	bin := w.driveC(`C:\opt\cni\bin`)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	// kube-proxy.exe where the DaemonSet expects it, as Kubernetes' Windows node archive
+	// puts it on a node.
+	if err := os.MkdirAll(w.driveC(`C:\k`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", exe, w.driveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
+		t.Fatalf("installing kube-proxy.exe: %v\n%s", err, out)
 	}
 	for _, exe := range []string{"weft.exe", "win-overlay.exe", "host-local.exe"} {
 		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
@@ -314,10 +330,38 @@ func (s *kubeProxyScene) setBackends(svc *proxyService, backends []proxyBackend)
 	}
 }
 
-// startProxy starts kube-proxy.exe on the Windows node as a Windows node starts it on an
-// overlay network: kernelspace mode, the HNS network's name, the source VIP weft wrote
-// (sig-windows-tools' start script passes sourceVip.json's ip4.ip without its prefix
-// length), DSR when the scene asks for it.
+// shippedKubeProxy is the command line of dist/kubernetes/kube-proxy-windows.yaml's
+// container: weftctl.exe's path in the image, then its arguments.
+func shippedKubeProxy(t *testing.T, repo string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repo, "dist", "kubernetes", "kube-proxy-windows.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			t.Fatalf("kube-proxy-windows.yaml: no DaemonSet (%v)", err)
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.Unmarshal(doc, &ds); err != nil {
+			t.Fatal(err)
+		}
+		if ds.Kind == "DaemonSet" {
+			c := ds.Spec.Template.Spec.Containers[0]
+			return append(slices.Clone(c.Command), c.Args...)
+		}
+	}
+}
+
+// startProxy starts kube-proxy.exe on the Windows node as weft's DaemonSet for Windows
+// nodes starts it (dist/kubernetes/kube-proxy-windows.yaml, its command line as shipped):
+// weftctl.exe kube-proxy, which adds the HNS network's name and the source VIP weftd.exe
+// wrote, runs C:\k\kube-proxy.exe in kernelspace mode. The pod's own environment is put in
+// by hand: the node's name for $(NODE_NAME), and a kubeconfig for the service account's
+// in-cluster configuration (no token is mounted here); --v=3 for the test's log, and
+// --enable-dsr=true, the DaemonSet's commented line, for a scene with DSR.
 func (s *kubeProxyScene) startProxy() {
 	s.t.Helper()
 	w := s.w
@@ -330,13 +374,23 @@ func (s *kubeProxyScene) startProxy() {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		s.t.Fatal(err)
 	}
-	args := []string{"--proxy-mode=kernelspace", "--hostname-override=" + w.Name, "--kubeconfig=" + winPath(path),
-		"--network-name=" + s.network, "--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=3"}
-	if s.overlay {
-		args = append(args, "--source-vip="+s.vip.String())
+	var argv []string
+	for i, a := range s.shipped {
+		switch {
+		case i == 0 && strings.HasSuffix(a, `\weft\weftctl.exe`):
+			a = filepath.Join(s.programs, "weftctl.exe")
+		case i == 0:
+			s.t.Fatalf("the DaemonSet runs %s, not weft's weftctl.exe", a)
+		case strings.Contains(a, "$(NODE_NAME)"):
+			a = strings.ReplaceAll(a, "$(NODE_NAME)", w.Name)
+		case strings.HasPrefix(a, "--subnet-file=") && a != "--subnet-file="+w.subnetFile:
+			s.t.Fatalf("the DaemonSet's %s is not weftd.exe's --subnet-file=%s", a, w.subnetFile)
+		}
+		argv = append(argv, a)
 	}
+	argv = append(argv, "--kubeconfig="+winPath(path), "--v=3")
 	if s.dsr {
-		args = append(args, "--enable-dsr=true", "--feature-gates=WinDSR=true")
+		argv = append(argv, "--enable-dsr=true")
 	}
 	s.proxyLog = filepath.Join(w.Dir, "kube-proxy.log")
 	logf, err := os.OpenFile(s.proxyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -344,7 +398,9 @@ func (s *kubeProxyScene) startProxy() {
 		s.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, w.wine(s.proxyExe, args...)...)...)
+	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
+	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, w.wine(argv[0], argv[1:]...)...)...)
+	cmd.Env = append(os.Environ(), "NODE_NAME="+w.Name)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -47,7 +47,7 @@ func buildWindowsPrograms(t *testing.T, repo string) string {
 			dir  string
 			args []string
 		}{
-			{repo, []string{"-tags=" + buildinfo.Tags, "-o", outDir, "./cmd/weftd", "./cmd/weft"}},
+			{repo, []string{"-tags=" + buildinfo.Tags, "-o", outDir, "./cmd/weftd", "./cmd/weft", "./cmd/weftctl"}},
 			{filepath.Join(repo, "tools"), []string{"-mod=readonly", "-o", outDir,
 				"github.com/containernetworking/plugins/plugins/main/windows/win-overlay",
 				"github.com/containernetworking/plugins/plugins/main/windows/win-bridge",
