@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -93,6 +96,7 @@ type kubeProxyScene struct {
 	weftdArg []string
 	network  string
 	overlay  bool
+	flanneld bool // the node runs flanneld.exe, not weftd.exe
 	dsr      bool
 	vip      netip.Addr // weft's source VIP (overlay)
 	podIP    netip.Addr // the Windows pod's
@@ -136,30 +140,117 @@ func TestKubeProxyExeUnderWine(t *testing.T) {
 		// ones with --enable-dsr.
 		dsr := ws.name != "2019"
 		t.Run(fmt.Sprintf("vxlan/%s/dsr=%v", ws.name, dsr), func(t *testing.T) {
-			s := newKubeProxyScene(t, bins, repo, programs, exe, ws.hns, dsr)
-			s.run()
+			newKubeProxyScene(t, bins, repo, programs, exe, sceneOptions{version: ws.hns, overlay: true, dsr: dsr}).run()
 		})
+	}
+	ws := windowsServers[1]
+	t.Run("host-gw/"+ws.name, func(t *testing.T) {
+		newKubeProxyScene(t, bins, repo, programs, exe, sceneOptions{version: ws.hns}).run()
+	})
+}
+
+// TestKubeProxyExeFlanneldExe: kube-proxy.exe cannot tell which daemon runs the node. The
+// first steps of TestKubeProxyExeUnderWine's scene (kube-proxy.exe starts, a pod moves to
+// another node, a node joins), on HNS 14.0 with DSR, run once with weftd.exe and once with
+// the real flanneld.exe (Kubernetes mode, under Wine, the same flags) on the Windows node,
+// kube-proxy.exe started on flanneld's network with the same network name and source VIP
+// (flanneld writes no sourceVip.json: sig-windows-tools' scripts pick it): every request
+// kube-proxy.exe makes of HNS that changes something (load balancers, its endpoints) is the
+// same, body for body, once what differs from run to run is named (object IDs, the Service
+// IPs and node ports the API server picks, the node's MAC); differences listed in
+// kubeProxyIntended fail the test when they stop happening.
+func TestKubeProxyExeFlanneldExe(t *testing.T) {
+	bins, repo := needWine(t)
+	needKubeAPIServer(t)
+	exe := kubeProxyExe(t, repo)
+	flanneldExe := needFlanneldExe(t, repo)
+	programs := buildWindowsPrograms(t, repo)
+	opts := sceneOptions{version: windowsServers[1].hns, overlay: true, dsr: true}
+	var runs [2][]string
+	for i, daemon := range []string{"", flanneldExe} {
+		opts.flanneldExe = daemon
+		name := map[bool]string{false: "weftd.exe", true: "flanneld.exe"}[daemon != ""]
+		t.Run(name, func(t *testing.T) {
+			s := newKubeProxyScene(t, bins, repo, programs, exe, opts)
+			s.firstSteps()
+			runs[i] = s.proxyRequests(s.w.srv.Calls())
+			t.Logf("kube-proxy.exe's %d HNS requests that change something, on %s's network:\n%s", len(runs[i]), name, strings.Join(runs[i], "\n"))
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	for _, p := range compareProxyRequests(runs[0], runs[1], kubeProxyIntended) {
+		t.Error(p)
 	}
 }
 
+// kubeProxyIntended are the differences between kube-proxy.exe's requests on weftd.exe's
+// network and on flanneld.exe's, each with why: none.
+var kubeProxyIntended = map[string]string{}
+
+// compareProxyRequests lists how two runs' requests differ, as a multiset: a request one
+// run made more often than the other, unless intended lists it (then its not differing any
+// more is listed).
+func compareProxyRequests(weftd, flanneld []string, intended map[string]string) []string {
+	count := func(rs []string) map[string]int {
+		m := map[string]int{}
+		for _, r := range rs {
+			m[r]++
+		}
+		return m
+	}
+	a, b := count(weftd), count(flanneld)
+	var problems []string
+	keys := slices.Sorted(maps.Keys(mapUnion(a, b)))
+	for _, k := range keys {
+		_, listed := intended[k]
+		switch {
+		case a[k] != b[k] && !listed:
+			problems = append(problems, fmt.Sprintf("kube-proxy.exe asked %d times on weftd.exe's network, %d times on flanneld.exe's: %s", a[k], b[k], k))
+		case a[k] == b[k] && listed:
+			problems = append(problems, fmt.Sprintf("a listed difference no longer happens (%s): %s", intended[k], k))
+		}
+	}
+	return problems
+}
+
+// sceneOptions vary the kube-proxy scene.
+type sceneOptions struct {
+	version     windows.Version // HNS's
+	overlay     bool            // vxlan; else host-gw
+	dsr         bool            // kube-proxy.exe --enable-dsr
+	flanneldExe string          // if set, the node runs flanneld.exe in weftd.exe's place
+}
+
 // newKubeProxyScene starts the cluster, the Windows node with its pod and kube-proxy.exe.
-func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, v windows.Version, dsr bool) *kubeProxyScene {
+func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, opts sceneOptions) *kubeProxyScene {
 	t.Helper()
-	s := &kubeProxyScene{t: t, proxyExe: exe, programs: programs, shipped: shippedKubeProxy(t, repo), dsr: dsr, overlay: true,
-		network: "flannel.4096", linux: map[string]*cluster.Node{}}
-	s.kc = newKubeClusterWith(t, bins, backend{"vxlan", windowsConf}, bins.weftd, kubeClusterOptions{})
+	overlay := opts.overlay
+	s := &kubeProxyScene{t: t, proxyExe: exe, programs: programs, shipped: shippedKubeProxy(t, repo), dsr: opts.dsr, overlay: overlay,
+		flanneld: opts.flanneldExe != "", linux: map[string]*cluster.Node{}}
+	b, pc := backend{"vxlan", windowsConf}, podCase{network: "flannel.4096", delegate: "win-overlay", overlay: true}
+	if !overlay {
+		b, pc = backend{"host-gw", hostGWConf}, podCase{network: "cbr0", delegate: "win-bridge"}
+	}
+	s.network = pc.network
+	s.kc = newKubeClusterWith(t, bins, b, bins.weftd, kubeClusterOptions{})
 	for _, n := range s.kc.addNodes(t, 1, 2) {
 		s.linux[n.Name] = n
 	}
 
 	w := newWineNode(t, s.kc.Cluster, repo, "w3")
-	w.version = v
+	w.version = opts.version
 	s.w = w
 	if w.Index != 3 {
 		t.Fatalf("the Windows node has index %d, want 3", w.Index)
 	}
 	s.registerWindowsNode()
-	w.serveHNS(nil)
+	if overlay {
+		w.serveHNS(nil)
+	} else {
+		w.serveHNS(windowsHost(t, w.Node))
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("HNS:\n%s", w.hns.Render())
@@ -182,28 +273,37 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	if out, err := exec.Command("cp", exe, w.driveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
 		t.Fatalf("installing kube-proxy.exe: %v\n%s", err, out)
 	}
-	for _, exe := range []string{"weft.exe", "win-overlay.exe", "host-local.exe"} {
+	for _, exe := range []string{"weft.exe", pc.delegate + ".exe", "host-local.exe"} {
 		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
 			t.Fatalf("installing %s: %v\n%s", exe, err, out)
 		}
 	}
 	w.subnetFile = `C:\run\flannel\subnet.env`
 	w.SubnetFile = w.driveC(w.subnetFile)
-	// A full Apply every 2 s, so that every step below also runs across weft's full diffs
-	// of the network, which list its endpoints.
-	s.weftdArg = w.wine(filepath.Join(programs, "weftd.exe"), "--kube-subnet-mgr",
-		"--kubeconfig-file="+winPath(w.KubeconfigPath), "--net-config-path="+winPath(w.NetConfPath),
-		"--subnet-file="+w.subnetFile, "--iface="+w.IP.String(), "--resync-interval=2s")
+	kubeFlags := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + winPath(w.KubeconfigPath), "--net-config-path=" + winPath(w.NetConfPath),
+		"--subnet-file=" + w.subnetFile, "--iface=" + w.IP.String()}
+	if s.flanneld {
+		s.weftdArg = w.wine(opts.flanneldExe, append(kubeFlags, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+	} else {
+		// A full Apply every 2 s, so that every step below also runs across weft's full
+		// diffs of the network, which list its endpoints.
+		s.weftdArg = w.wine(filepath.Join(programs, "weftd.exe"), append(kubeFlags, "--resync-interval=2s")...)
+	}
 	w.start(s.weftdArg)
 	s.waitRSRs("the Linux nodes")
 
-	files, err := hnsfile.Read(w.SubnetFile)
-	if err != nil || !files.SourceVIP.IsValid() {
-		t.Fatalf("sourceVip.json next to subnet.env: %+v, %v", files, err)
+	if s.flanneld {
+		// flanneld writes no sourceVip.json; kube-proxy gets the address weftd would keep.
+		s.vip = windows.SourceVIP(cluster.PodCIDR(w.Index))
+	} else {
+		files, err := hnsfile.Read(w.SubnetFile)
+		if err != nil || files.SourceVIP.IsValid() != overlay {
+			t.Fatalf("the files next to subnet.env: %+v, %v; want a source VIP on overlay only", files, err)
+		}
+		s.vip = files.SourceVIP
 	}
-	s.vip = files.SourceVIP
 
-	w.installConflist(t, shippedConflist(t, repo, podCase{network: s.network, delegate: "win-overlay", overlay: true}))
+	w.installConflist(t, shippedConflist(t, repo, pc))
 	pod := w.runPod(t, programs, "6d1e0c2b3a4f5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4")
 	pod.step("netns")
 	added := pod.step("add")
@@ -215,7 +315,7 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 		t.Fatal(err)
 	}
 	s.podIP = addr.Addr()
-	if s.podIP == s.vip {
+	if overlay && s.podIP == s.vip {
 		t.Fatalf("the Windows pod got kube-proxy's source VIP %s", s.vip)
 	}
 
@@ -375,10 +475,17 @@ func (s *kubeProxyScene) startProxy() {
 		s.t.Fatal(err)
 	}
 	var argv []string
-	for i, a := range s.shipped {
+	shipped := s.shipped
+	if s.flanneld {
+		// No weftctl on a flanneld node: kube-proxy.exe with the flags weftctl would add.
+		shipped = slices.Clone(shipped[slices.Index(shipped, "--")+1:])
+		shipped = append(shipped, "--network-name="+s.network, "--source-vip="+s.vip.String())
+	}
+	for i, a := range shipped {
 		switch {
 		case i == 0 && strings.HasSuffix(a, `\weft\weftctl.exe`):
 			a = filepath.Join(s.programs, "weftctl.exe")
+		case i == 0 && s.flanneld:
 		case i == 0:
 			s.t.Fatalf("the DaemonSet runs %s, not weft's weftctl.exe", a)
 		case strings.Contains(a, "$(NODE_NAME)"):
@@ -431,8 +538,8 @@ func (s *kubeProxyScene) stopProxy() {
 	}
 }
 
-// waitRSRs waits until the Windows node's network holds one RemoteSubnetRoute for each
-// Linux node, to its podCIDR through its IP, and no other.
+// waitRSRs waits until the Windows node reaches each Linux node's podCIDR through its IP,
+// and no other: a RemoteSubnetRoute on overlay, a host route on host-gw.
 func (s *kubeProxyScene) waitRSRs(what string) {
 	s.t.Helper()
 	var want []string
@@ -450,14 +557,29 @@ func (s *kubeProxyScene) waitRSRs(what string) {
 			s.t.Fatalf("%s: weftd.exe exited: %v\n%s", what, s.w.ExitState(), s.w.LogTail(30))
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: RemoteSubnetRoutes %q, want %q", what, got, want)
+			s.t.Fatalf("%s: routes to peers %q, want %q", what, got, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// rsrs are the network's RemoteSubnetRoutes, "<prefix> via <provider address>", sorted.
+// rsrs are the network's RemoteSubnetRoutes (host-gw: the host's routes to peers),
+// "<prefix> via <provider address>", sorted.
 func (s *kubeProxyScene) rsrs() []string {
+	if !s.overlay {
+		routes, err := s.w.host.Routes()
+		if err != nil {
+			return []string{err.Error()}
+		}
+		var out []string
+		for _, r := range routes {
+			if netip.MustParsePrefix("10.244.0.0/16").Contains(r.Dst.Addr()) && r.NextHop.IsValid() && !r.NextHop.IsUnspecified() {
+				out = append(out, fmt.Sprintf("%s via %s", r.Dst, r.NextHop))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	n, err := s.w.hns.NetworkByName(s.network)
 	if err != nil {
 		return []string{err.Error()}
@@ -513,8 +635,11 @@ func (s *kubeProxyScene) check() string {
 	var errs []string
 	// The source VIP: kube-proxy's local endpoint on the network, no pod's.
 	var vipEPs []string
+	if !s.overlay {
+		vipEPs = []string{`"" remote=false`} // none: kube-proxy takes none on L2Bridge
+	}
 	for _, ep := range st.eps {
-		if ep.IP() == s.vip {
+		if s.overlay && ep.IP() == s.vip {
 			vipEPs = append(vipEPs, fmt.Sprintf("%q remote=%v", ep.Name, ep.Flags&windows.EndpointRemote != 0))
 		}
 	}
@@ -559,10 +684,10 @@ func (s *kubeProxyScene) checkService(st proxyState, svc *proxyService) []string
 		errs = append(errs, fmt.Sprintf("Service %s: no load balancer for %s:%d/%s", svc.name, svc.clusterIP, svc.port, svc.protocol))
 	} else {
 		pm := clusterIP.PortMappings[0]
-		if pm.InternalPort != uint16(svc.target) || pm.DistributionType != affinity || clusterIP.SourceVIP != s.vip.String() ||
+		if pm.InternalPort != uint16(svc.target) || pm.DistributionType != affinity || clusterIP.SourceVIP != s.sourceVIP() ||
 			(clusterIP.Flags&lbDSR != 0) != s.dsr {
-			errs = append(errs, fmt.Sprintf("Service %s: load balancer %+v, want internal port %d, distribution %d, source VIP %s, DSR %v",
-				svc.name, clusterIP, svc.target, affinity, s.vip, s.dsr))
+			errs = append(errs, fmt.Sprintf("Service %s: load balancer %+v, want internal port %d, distribution %d, source VIP %q, DSR %v",
+				svc.name, clusterIP, svc.target, affinity, s.sourceVIP(), s.dsr))
 		}
 		errs = append(errs, s.checkBackends(st, svc, "ClusterIP", clusterIP, svc.backends)...)
 	}
@@ -607,7 +732,7 @@ func (s *kubeProxyScene) checkBackends(st proxyState, svc *proxyService, kind st
 		}
 		remote := ep.Flags&windows.EndpointRemote != 0
 		if node, ok := s.linux[want[i].node]; ok {
-			if !remote || ep.ProviderAddress() != node.IP {
+			if !remote || ep.ProviderAddress() != s.providerAddress(node.IP) {
 				errs = append(errs, fmt.Sprintf("Service %s (%s): the pod %s on %s has endpoint %s (remote %v, provider address %v), want a remote endpoint through %s",
 					svc.name, kind, ep.IP(), node.Name, ep.ID, remote, ep.ProviderAddress(), node.IP))
 			}
@@ -639,13 +764,36 @@ func (s *kubeProxyScene) checkAPIServerService(st proxyState) []string {
 			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v, want one endpoint", lb)}
 		}
 		ep, ok := st.eps[strings.ToLower(lb.HostComputeEndpoints[0])]
-		if !ok || ep.IP().String() != cluster.APIServerHost || ep.Flags&windows.EndpointRemote == 0 || ep.ProviderAddress() != s.w.IP ||
-			lb.SourceVIP != s.w.IP.String() || lb.PortMappings[0].InternalPort != 6443 {
+		wantVIP := ""
+		if s.overlay {
+			wantVIP = s.w.IP.String()
+		}
+		if !ok || ep.IP().String() != cluster.APIServerHost || ep.Flags&windows.EndpointRemote == 0 || ep.ProviderAddress() != s.providerAddress(s.w.IP) ||
+			lb.SourceVIP != wantVIP || lb.PortMappings[0].InternalPort != 6443 {
 			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v with endpoint %+v, want 6443 on the API server through the node's own IP %s, sourced from it", lb, ep, s.w.IP)}
 		}
 		return nil
 	}
 	return []string{"Service kubernetes: no load balancer for port 443"}
+}
+
+// sourceVIP is the source VIP of the load balancers of pods: weft's on overlay; on
+// L2Bridge kube-proxy sets none (it reads --source-vip on overlay networks only).
+func (s *kubeProxyScene) sourceVIP() string {
+	if s.overlay {
+		return s.vip.String()
+	}
+	return ""
+}
+
+// providerAddress is the provider address kube-proxy gives a remote endpoint on a node of
+// IP ip: that IP on overlay, where it reads it from weft's RemoteSubnetRoutes; none on
+// L2Bridge, where the host routes to the node.
+func (s *kubeProxyScene) providerAddress(ip netip.Addr) netip.Addr {
+	if s.overlay {
+		return ip
+	}
+	return netip.Addr{}
 }
 
 // waitServices waits until check holds, or fails the test.
@@ -737,8 +885,8 @@ func writes(calls []hnssim.Call) (network, proxy map[string]int) {
 	return network, proxy
 }
 
-// run takes the scene through its steps.
-func (s *kubeProxyScene) run() {
+// firstSteps: kube-proxy.exe starts, a pod moves from n2 to n1, a node joins.
+func (s *kubeProxyScene) firstSteps() {
 	t := s.t
 	s.waitServices("kube-proxy.exe started")
 	s.logLoadBalancers()
@@ -748,12 +896,52 @@ func (s *kubeProxyScene) run() {
 	s.setBackends(linux, []proxyBackend{linux.backends[0], {cluster.PodCIDR(1).Addr().Next().Next().Next().Next(), "n1"}})
 	s.waitServices("a pod moved from n2 to n1")
 
-	// A node joins: weft routes its subnet, kube-proxy reaches its pod through it.
+	// A node joins: its subnet is routed, kube-proxy reaches its pod through it.
 	n4 := s.kc.addNodes(t, 4)[0]
 	s.linux[n4.Name] = n4
 	s.waitRSRs("n4 joined")
 	s.setBackends(linux, append(slices.Clone(linux.backends), proxyBackend{cluster.PodCIDR(4).Addr().Next().Next(), "n4"}))
 	s.waitServices("a pod on n4, which joined")
+}
+
+// guid is an HNS object ID as hcn writes it.
+var guid = regexp.MustCompile(`(?i)\{?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\}?`)
+
+// proxyRequests are kube-proxy's requests among calls that changed something (its load
+// balancers, and the endpoints it makes, which have no name), each as its call and body with
+// what differs between two runs of the scene named: object IDs, each Service's cluster IP
+// and node port, the node's MAC.
+func (s *kubeProxyScene) proxyRequests(calls []hnssim.Call) []string {
+	var names []string
+	for _, svc := range s.services {
+		names = append(names, svc.clusterIP.String(), "<"+svc.name+" IP>")
+		if svc.nodePortN != 0 {
+			names = append(names, fmt.Sprintf(`"ExternalPort":%d`, svc.nodePortN), `"ExternalPort":<`+svc.name+` node port>`)
+		}
+	}
+	mac := strings.TrimSpace(nodeExec(s.t, s.w.Node, "cat", "/sys/class/net/eth0/address"))
+	names = append(names, mac, "<node MAC>", strings.ToUpper(strings.ReplaceAll(mac, ":", "-")), "<node MAC>")
+	r := strings.NewReplacer(names...)
+	var out []string
+	for _, c := range calls {
+		if !c.Mutates() || c.HResult != 0 {
+			continue
+		}
+		var named struct{ Name string }
+		_ = json.Unmarshal([]byte(c.Body), &named)
+		if !strings.Contains(c.Name, "LoadBalancer") && !(strings.Contains(c.Name, "Endpoint") && named.Name == "" && c.Name != "HcnModifyEndpoint") {
+			continue
+		}
+		out = append(out, c.Name+" "+guid.ReplaceAllString(r.Replace(c.Body), "<id>"))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// run takes the scene through its steps.
+func (s *kubeProxyScene) run() {
+	t := s.t
+	s.firstSteps()
 
 	// weftd.exe restarts, with kube-proxy's objects in place: it asks HNS for no change,
 	// and kube-proxy's objects stay as they are, across its full Applies too.
@@ -809,4 +997,25 @@ func (s *kubeProxyScene) run() {
 	s.waitRSRs("after kube-proxy.exe's restart")
 	s.w.refused()
 	s.logLoadBalancers()
+}
+
+// TestCompareProxyRequests: the comparison fails on a request one run made more often than
+// the other, and on a listed difference that no longer differs; it passes equal runs, in any
+// order, and a listed difference.
+func TestCompareProxyRequests(t *testing.T) {
+	a := []string{"HcnCreateLoadBalancer {}", "HcnCreateEndpoint {}", "HcnCreateEndpoint {}"}
+	b := []string{"HcnCreateEndpoint {}", "HcnCreateLoadBalancer {}", "HcnCreateEndpoint {}"}
+	if p := compareProxyRequests(a, b, nil); len(p) != 0 {
+		t.Errorf("equal runs: %v", p)
+	}
+	if p := compareProxyRequests(a, b[:2], nil); len(p) != 1 || !strings.Contains(p[0], "2 times on weftd.exe's network, 1 times on flanneld.exe's") {
+		t.Errorf("one request fewer: %v", p)
+	}
+	listed := map[string]string{"HcnCreateEndpoint {}": "a reason"}
+	if p := compareProxyRequests(a, b[:2], listed); len(p) != 0 {
+		t.Errorf("a listed difference: %v", p)
+	}
+	if p := compareProxyRequests(a, b, listed); len(p) != 1 || !strings.Contains(p[0], "no longer happens (a reason)") {
+		t.Errorf("a listed difference gone: %v", p)
+	}
 }
