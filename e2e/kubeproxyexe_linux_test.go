@@ -93,6 +93,7 @@ type kubeProxyScene struct {
 	kc       *kubeCluster
 	w        *wineNode
 	linux    map[string]*cluster.Node
+	weftd    string // the Linux nodes' weftd
 	weftdArg []string
 	network  string
 	overlay  bool
@@ -234,10 +235,10 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 		b, pc = backend{"host-gw", hostGWConf}, podCase{network: "cbr0", delegate: "win-bridge"}
 	}
 	s.network = pc.network
-	s.kc = newKubeClusterWith(t, bins, b, bins.weftd, kubeClusterOptions{})
-	for _, n := range s.kc.addNodes(t, 1, 2) {
-		s.linux[n.Name] = n
-	}
+	// No daemon by default: the Windows node's is not a Linux weftd.
+	s.kc = newKubeClusterWith(t, bins, b, "", kubeClusterOptions{})
+	s.weftd = bins.weftd
+	s.addLinux(1, 2)
 
 	w := newWineNode(t, s.kc.Cluster, repo, "w3")
 	w.version = opts.version
@@ -332,8 +333,37 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	for _, svc := range s.services {
 		s.createService(svc)
 	}
+	s.createAPIServerSlice()
 	s.startProxy()
 	return s
+}
+
+// addLinux adds the Linux nodes n<i>, as a cluster would: the Node object with its podCIDR,
+// then weftd; it waits until each is ready.
+func (s *kubeProxyScene) addLinux(indices ...int) {
+	s.t.Helper()
+	var nodes []*cluster.Node
+	for _, i := range indices {
+		name := fmt.Sprintf("n%d", i)
+		s.kc.createNode(s.t, name, cluster.PodCIDR(i))
+		n, err := s.kc.AddNode(name)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if n.Index != i {
+			s.t.Fatalf("node %s has index %d, so its podCIDR %s would not match", name, n.Index, cluster.PodCIDR(i))
+		}
+		if err := n.StartDaemon(append([]string{s.weftd}, n.WeftdArgs()...)...); err != nil {
+			s.t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		if err := n.WaitReady(readyTimeout); err != nil {
+			s.t.Fatal(err)
+		}
+		s.linux[n.Name] = n
+	}
 }
 
 // registerWindowsNode creates the Windows node's Node object as the kubelet registers a
@@ -389,6 +419,26 @@ func (s *kubeProxyScene) createService(svc *proxyService) {
 	}
 	svc.nodePortN = made.Spec.Ports[0].NodePort
 	if _, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Create(ctx, s.slice(svc), metav1.CreateOptions{}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// createAPIServerSlice creates the EndpointSlice of the Service kubernetes, the API
+// server's address, as the API server's endpoint reconciler writes it (kubetest's API
+// server runs without one).
+func (s *kubeProxyScene) createAPIServerSlice() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
+	defer cancel()
+	name, proto, port, ready := "https", corev1.ProtocolTCP, int32(6443), true
+	_, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kubernetes", discoveryv1.LabelManagedBy: "endpointslicemirroring-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{cluster.APIServerHost}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
+	}, metav1.CreateOptions{})
+	if err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -623,7 +673,7 @@ func (s *kubeProxyScene) state() (proxyState, error) {
 const (
 	lbDSR               = 1
 	lbPortMappingILB    = 1
-	lbDistributionSrcIP = 1
+	lbDistributionSrcIP = 2
 )
 
 // check compares kube-proxy's objects with every Service: "" when all hold.
@@ -660,9 +710,10 @@ func (s *kubeProxyScene) checkService(st proxyState, svc *proxyService) []string
 	if svc.protocol == corev1.ProtocolUDP {
 		proto = 17
 	}
-	v, _ := s.w.hns.Version()
+	// kube-proxy asks for the distribution by source IP whatever HNS's version (below
+	// 12.0, which does not apply it, after logging so).
 	affinity := uint32(0)
-	if svc.affinity && v.AtLeast(12, 0) {
+	if svc.affinity {
 		affinity = lbDistributionSrcIP
 	}
 	var errs []string
@@ -817,6 +868,37 @@ func (s *kubeProxyScene) waitServices(what string) {
 	}
 }
 
+// loadBalancerIDs are the IDs of HNS's load balancers.
+func (s *kubeProxyScene) loadBalancerIDs() []string {
+	s.t.Helper()
+	st, err := s.state()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var ids []string
+	for _, lb := range st.lbs {
+		ids = append(ids, lb.ID)
+	}
+	return ids
+}
+
+// waitRemade waits until none of the load balancers old is left: a kube-proxy that starts
+// deletes every load balancer HNS has and makes its own again.
+func (s *kubeProxyScene) waitRemade(old []string) {
+	s.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		left := slices.DeleteFunc(s.loadBalancerIDs(), func(id string) bool { return !slices.Contains(old, id) })
+		if len(left) == 0 {
+			return
+		}
+		if s.proxy.ProcessState != nil || time.Now().After(deadline) {
+			s.t.Fatalf("kube-proxy.exe restarted (exited: %v), and the load balancers %v of the one before are still there", s.proxy.ProcessState, left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // logLoadBalancers logs each load balancer with its endpoints, for the record.
 func (s *kubeProxyScene) logLoadBalancers() {
 	st, err := s.state()
@@ -887,7 +969,6 @@ func writes(calls []hnssim.Call) (network, proxy map[string]int) {
 
 // firstSteps: kube-proxy.exe starts, a pod moves from n2 to n1, a node joins.
 func (s *kubeProxyScene) firstSteps() {
-	t := s.t
 	s.waitServices("kube-proxy.exe started")
 	s.logLoadBalancers()
 
@@ -897,8 +978,7 @@ func (s *kubeProxyScene) firstSteps() {
 	s.waitServices("a pod moved from n2 to n1")
 
 	// A node joins: its subnet is routed, kube-proxy reaches its pod through it.
-	n4 := s.kc.addNodes(t, 4)[0]
-	s.linux[n4.Name] = n4
+	s.addLinux(4)
 	s.waitRSRs("n4 joined")
 	s.setBackends(linux, append(slices.Clone(linux.backends), proxyBackend{cluster.PodCIDR(4).Addr().Next().Next(), "n4"}))
 	s.waitServices("a pod on n4, which joined")
@@ -970,7 +1050,7 @@ func (s *kubeProxyScene) run() {
 	delete(s.linux, "n2")
 	s.waitRSRs("n2 left")
 	s.kc.createNode(t, "n2", cluster.PodCIDR(2))
-	if err := n2.Start(); err != nil {
+	if err := n2.StartDaemon(append([]string{s.weftd}, n2.WeftdArgs()...)...); err != nil {
 		t.Fatal(err)
 	}
 	if err := n2.WaitReady(readyTimeout); err != nil {
@@ -985,9 +1065,11 @@ func (s *kubeProxyScene) run() {
 
 	// kube-proxy.exe restarts: it deletes its load balancers and makes them again (hnslib's
 	// DeleteAllHnsLoadBalancerPolicy at start), weft's network is not written.
+	old := s.loadBalancerIDs()
 	s.stopProxy()
 	s.w.srv.ResetCalls()
 	s.startProxy()
+	s.waitRemade(old)
 	s.waitServices("kube-proxy.exe restarted")
 	network, proxy = writes(s.w.srv.Calls())
 	t.Logf("kube-proxy.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)

@@ -69,3 +69,16 @@ func TestV1PolicyLists(t *testing.T) {
 	v.refused("GET", "/policylists/"+got.ID, "", "Element not found.")
 	v.refused("DELETE", "/policylists/"+got.ID, "", "Element not found.")
 }
+
+// TestSessionAffinityBelow12: a load balancer distributed by source IP is made at HNS 9.5
+// too, kept as sent (standalone.go says why), as Windows kube-proxy sends it there.
+func TestSessionAffinityBelow12(t *testing.T) {
+	v := newV1Sim(t)
+	v.hns.SetVersion(windows.Version{Major: 9, Minor: 5})
+	lb := `{"FrontendVIPs":["10.96.0.20"],"PortMappings":[{"Protocol":6,"InternalPort":443,"ExternalPort":8443,"DistributionType":1}],"SchemaVersion":{"Major":2,"Minor":0}}`
+	v.v2(request{call: "HcnCreateLoadBalancer", a: lb})
+	lbs, err := v.s.LoadBalancers()
+	if err != nil || len(lbs) != 1 || lbs[0].PortMappings[0].DistributionType != 1 {
+		t.Errorf("load balancers %+v, %v: want the one made, distributed by source IP", lbs, err)
+	}
+}

@@ -58,12 +58,22 @@ type loadBalancerSchema struct {
 const lbFlagDSR = 1
 
 // The versions of HNS with a load balancer feature (hcsshim hcn/hcnglobals.go: DSRVersion,
-// SessionAffinityVersion, ModifyLoadbalancerVersion).
+// ModifyLoadbalancerVersion). A port mapping's distribution by source IP (session
+// affinity, hcsshim's SessionAffinityVersion: 12.0) is taken at every version and kept as
+// sent: Windows kube-proxy sends it below 12.0 too, after logging "Session Affinity is not
+// supported on this version of Windows" (kubernetes pkg/proxy/winkernel/proxier.go), and
+// Services with ClientIP affinity worked on Windows Server 2019, only without the affinity
+// (Microsoft's AKS Windows FAQ, MicrosoftDocs/azure-docs pull 79222). That HNS below 12.0
+// accepts the field rather than refusing it is read from those, unverified. HcnModifyLoadBalancer is taken from
+// 15.4, as hcsshim v0.15.0 gates it and its TestCreateUpdateDeleteLoadBalancer expects;
+// hnslib v0.1.2, which Windows kube-proxy uses, asks for 15.5 (16.0 and later too) before
+// it modifies in place, and deletes and re-creates below: Windows Server 2025's HNS 15.4
+// answered the call with success but kept the old endpoints (kubernetes issue 131466, fixed
+// on kube-proxy's side by kubernetes pull 131506). The simulator does not reproduce that
+// fault; nobody that follows hnslib's gate meets it.
 func dsrVersion(v windows.Version) bool {
 	return v.AtLeast(9, 3) && !v.AtLeast(10, 0) || v.AtLeast(10, 2)
 }
-
-func sessionAffinityVersion(v windows.Version) bool { return v.AtLeast(12, 0) }
 
 func modifyLoadBalancerVersion(v windows.Version) bool { return v.AtLeast(15, 4) }
 
@@ -268,11 +278,6 @@ func checkLoadBalancer(call string, lb *loadBalancerSchema, v windows.Version) e
 	}
 	if lb.Flags&lbFlagDSR != 0 && !dsrVersion(v) {
 		return windows.NewError(call, windows.HCNRequestUnsupported, fmt.Sprintf("direct server return: not in HNS %s", v))
-	}
-	for _, pm := range lb.PortMappings {
-		if pm.DistributionType != 0 && !sessionAffinityVersion(v) {
-			return windows.NewError(call, windows.HCNRequestUnsupported, fmt.Sprintf("session affinity: not in HNS %s", v))
-		}
 	}
 	return nil
 }

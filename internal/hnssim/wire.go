@@ -66,7 +66,8 @@
 //     RemoveEndpoint) and deletes it by that ID afterwards (hcn/hcnroute_test.go,
 //     TestRouteAddRemoveEndpoint). Each endpoint they name must exist
 //     (HCN_E_ENDPOINT_NOT_FOUND), their addresses parse (HCN_E_INVALID_IP), a DSR load
-//     balancer needs DSRVersion, a distribution other than none SessionAffinityVersion, and
+//     balancer needs DSRVersion (a distribution by source IP is taken at every version:
+//     standalone.go says why), and
 //     HcnModifyLoadBalancer, which takes the whole document (hcsshim's Update),
 //     ModifyLoadbalancerVersion (hcsshim hcn/hcnglobals.go; HCN_E_REQUEST_UNSUPPORTED
 //     otherwise). HcnModifySdnRoute answers E_NOTIMPL: "HCNRoute doesn't implement modify
