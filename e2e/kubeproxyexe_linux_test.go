@@ -367,8 +367,8 @@ func (s *kubeProxyScene) addLinux(indices ...int) {
 }
 
 // registerWindowsNode creates the Windows node's Node object as the kubelet registers a
-// Windows node: its OS and architecture labels, its podCIDR (the controller-manager's) and
-// its InternalIP, which kube-proxy takes as the node's IP.
+// Windows node: its OS and architecture labels, the kubelet's annotation, its podCIDR (the
+// controller-manager's) and its InternalIP, which kube-proxy takes as the node's IP.
 func (s *kubeProxyScene) registerWindowsNode() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
@@ -378,7 +378,11 @@ func (s *kubeProxyScene) registerWindowsNode() {
 		ObjectMeta: metav1.ObjectMeta{Name: s.w.Name, Labels: map[string]string{
 			"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": s.w.Name,
 			"node.kubernetes.io/windows-build": "10.0.20348",
-		}},
+		},
+			// The kubelet's at registration (flanneld v0.28.10 panics on a Node with no
+			// annotations at all: its kube subnet manager writes into a nil map).
+			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+		},
 		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
 	}, metav1.CreateOptions{})
 	if err != nil {
