@@ -1,7 +1,8 @@
 // Package ctl is weftctl, the operator's tool: it lists the leases in the datastore, shows
 // what a node's weftd reports about itself, and checks a node's kernel state, subnet.env and
-// weftd against the leases (doctor), saying what is wrong and what to do. Output is a table
-// for people, or JSON (-o json) for programs.
+// weftd against the leases (doctor), saying what is wrong and what to do; on Windows it
+// starts kube-proxy with the HNS network and source VIP weftd chose (kube-proxy). Output is
+// a table for people, or JSON (-o json) for programs.
 package ctl
 
 import (

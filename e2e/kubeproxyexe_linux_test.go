@@ -89,24 +89,26 @@ type proxyBackend struct {
 // mode and the real kube-proxy.exe (kernelspace) under Wine, on the simulated HNS, beside
 // Linux nodes running weftd.
 type kubeProxyScene struct {
-	t        *testing.T
-	kc       *kubeCluster
-	w        *wineNode
-	linux    map[string]*cluster.Node
-	weftd    string // the Linux nodes' weftd
-	weftdArg []string
-	network  string
-	overlay  bool
-	flanneld bool // the node runs flanneld.exe, not weftd.exe
-	dsr      bool
-	vip      netip.Addr // weft's source VIP (overlay)
-	podIP    netip.Addr // the Windows pod's
-	proxyExe string     // kube-proxy.exe, built for Windows
-	programs string     // weft's Windows programs
-	shipped  []string   // the kube-proxy DaemonSet's command line
-	proxy    *exec.Cmd
-	proxyLog string
-	services []*proxyService
+	t          *testing.T
+	kc         *kubeCluster
+	w          *wineNode
+	linux      map[string]*cluster.Node
+	weftd      string   // the Linux nodes' weftd
+	daemonArgv []string // the Windows node's daemon, weftd.exe or flanneld.exe, under Wine
+	network    string
+	overlay    bool
+	flanneld   bool // the node runs flanneld.exe, not weftd.exe
+	// hnsRestart ends the scene with a restart of HNS.
+	hnsRestart bool
+	dsr        bool
+	vip        netip.Addr // weft's source VIP (overlay)
+	podIP      netip.Addr // the Windows pod's
+	proxyExe   string     // kube-proxy.exe, built for Windows
+	programs   string     // weft's Windows programs
+	shipped    []string   // the kube-proxy DaemonSet's command line
+	proxy      *exec.Cmd
+	proxyLog   string
+	services   []*proxyService
 }
 
 // proxyNamespace holds the scene's Services.
@@ -129,8 +131,9 @@ const proxyNamespace = "default"
 // node leaves and comes back, weftd.exe restarts (and runs a full Apply every few
 // seconds throughout), kube-proxy.exe restarts: the load balancers and endpoints follow,
 // and neither program undoes the other's objects (the HNS writes each restart costs are
-// logged). It runs at the HNS versions of Windows Server 2019, 2022 and 2025, with and
-// without DSR.
+// logged); at one version, HNS restarts: the network and the pod made again, kube-proxy's
+// load balancers and endpoints too. It runs on vxlan at the HNS versions of Windows Server
+// 2019, 2022 and 2025 (windowsServers), with and without DSR, and on host-gw (L2Bridge).
 func TestKubeProxyExeUnderWine(t *testing.T) {
 	bins, repo := needWine(t)
 	needKubeAPIServer(t)
@@ -141,7 +144,10 @@ func TestKubeProxyExeUnderWine(t *testing.T) {
 		// ones with --enable-dsr.
 		dsr := ws.name != "2019"
 		t.Run(fmt.Sprintf("vxlan/%s/dsr=%v", ws.name, dsr), func(t *testing.T) {
-			newKubeProxyScene(t, bins, repo, programs, exe, sceneOptions{version: ws.hns, overlay: true, dsr: dsr}).run()
+			// One release's scene ends with an HNS restart (it waits for kube-proxy's periodic
+			// sync, up to 30 s).
+			opts := sceneOptions{version: ws.hns, overlay: true, dsr: dsr, hnsRestart: ws.name == "2022"}
+			newKubeProxyScene(t, bins, repo, programs, exe, opts).run()
 		})
 	}
 	ws := windowsServers[1]
@@ -222,6 +228,7 @@ type sceneOptions struct {
 	overlay     bool            // vxlan; else host-gw
 	dsr         bool            // kube-proxy.exe --enable-dsr
 	flanneldExe string          // if set, the node runs flanneld.exe in weftd.exe's place
+	hnsRestart  bool            // the scene ends with a restart of HNS
 }
 
 // newKubeProxyScene starts the cluster, the Windows node with its pod and kube-proxy.exe.
@@ -229,7 +236,7 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	t.Helper()
 	overlay := opts.overlay
 	s := &kubeProxyScene{t: t, proxyExe: exe, programs: programs, shipped: shippedKubeProxy(t, repo), dsr: opts.dsr, overlay: overlay,
-		flanneld: opts.flanneldExe != "", linux: map[string]*cluster.Node{}}
+		flanneld: opts.flanneldExe != "", hnsRestart: opts.hnsRestart, linux: map[string]*cluster.Node{}}
 	b, pc := backend{"vxlan", windowsConf}, podCase{network: "flannel.4096", delegate: "win-overlay", overlay: true}
 	if !overlay {
 		b, pc = backend{"host-gw", hostGWConf}, podCase{network: "cbr0", delegate: "win-bridge"}
@@ -284,13 +291,13 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	kubeFlags := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + winPath(w.KubeconfigPath), "--net-config-path=" + winPath(w.NetConfPath),
 		"--subnet-file=" + w.subnetFile, "--iface=" + w.IP.String()}
 	if s.flanneld {
-		s.weftdArg = w.wine(opts.flanneldExe, append(kubeFlags, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+		s.daemonArgv = w.wine(opts.flanneldExe, append(kubeFlags, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
 	} else {
 		// A full Apply every 2 s, so that every step below also runs across weft's full
 		// diffs of the network, which list its endpoints.
-		s.weftdArg = w.wine(filepath.Join(programs, "weftd.exe"), append(kubeFlags, "--resync-interval=2s")...)
+		s.daemonArgv = w.wine(filepath.Join(programs, "weftd.exe"), append(kubeFlags, "--resync-interval=2s")...)
 	}
-	w.start(s.weftdArg)
+	w.start(s.daemonArgv)
 	s.waitRSRs("the Linux nodes")
 
 	if s.flanneld {
@@ -305,20 +312,7 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	}
 
 	w.installConflist(t, shippedConflist(t, repo, pc))
-	pod := w.runPod(t, programs, "6d1e0c2b3a4f5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4")
-	pod.step("netns")
-	added := pod.step("add")
-	if len(added.Result) != 1 || len(added.Result[0].IPs) != 1 {
-		t.Fatalf("the Windows pod's ADD result %+v", added.Result)
-	}
-	addr, err := netip.ParsePrefix(added.Result[0].IPs[0].Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.podIP = addr.Addr()
-	if overlay && s.podIP == s.vip {
-		t.Fatalf("the Windows pod got kube-proxy's source VIP %s", s.vip)
-	}
+	s.podIP = s.addPod("6d1e0c2b3a4f5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4")
 
 	s.services = []*proxyService{
 		{name: "linux", protocol: corev1.ProtocolTCP, port: 80, target: 8080, nodePort: true,
@@ -364,6 +358,26 @@ func (s *kubeProxyScene) addLinux(indices ...int) {
 		}
 		s.linux[n.Name] = n
 	}
+}
+
+// addPod makes a pod of sandbox id on the Windows node as containerd does (a namespace, the
+// CNI's ADD) and returns its address, which must not be kube-proxy's source VIP.
+func (s *kubeProxyScene) addPod(id string) netip.Addr {
+	s.t.Helper()
+	pod := s.w.runPod(s.t, s.programs, id)
+	pod.step("netns")
+	added := pod.step("add")
+	if len(added.Result) != 1 || len(added.Result[0].IPs) != 1 {
+		s.t.Fatalf("the Windows pod's ADD result %+v", added.Result)
+	}
+	addr, err := netip.ParsePrefix(added.Result[0].IPs[0].Address)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if s.overlay && addr.Addr() == s.vip {
+		s.t.Fatalf("the Windows pod got kube-proxy's source VIP %s", s.vip)
+	}
+	return addr.Addr()
 }
 
 // registerWindowsNode creates the Windows node's Node object as the kubelet registers a
@@ -1032,7 +1046,7 @@ func (s *kubeProxyScene) run() {
 	before := s.kubeProxyObjects()
 	s.w.srv.ResetCalls()
 	s.w.stop()
-	s.w.start(s.weftdArg)
+	s.w.start(s.daemonArgv)
 	time.Sleep(5 * time.Second) // two full Applies (--resync-interval=2s)
 	network, proxy := writes(s.w.srv.Calls())
 	t.Logf("weftd.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)
@@ -1081,8 +1095,55 @@ func (s *kubeProxyScene) run() {
 		t.Errorf("kube-proxy.exe's restart came with writes to the network: %v", network)
 	}
 	s.waitRSRs("after kube-proxy.exe's restart")
+
+	if s.hnsRestart {
+		s.restartHNS()
+	}
 	s.w.refused()
 	s.logLoadBalancers()
+}
+
+// restartHNS restarts HNS under both programs: the network, which is not persistent, goes
+// with every endpoint on it. weftd.exe makes the network again (a new ID) with its
+// RemoteSubnetRoutes; the Windows pod is made again (its sandbox's network is gone, as on a
+// real node) and its Services' EndpointSlices follow; kube-proxy.exe, finding a network of
+// another ID, drops what it had and makes every load balancer and endpoint again on the new
+// network.
+func (s *kubeProxyScene) restartHNS() {
+	s.t.Helper()
+	before, err := s.w.hns.NetworkByName(s.network)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.w.hns.Stop()
+	s.w.hns.Start()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n, err := s.w.hns.NetworkByName(s.network)
+		if err == nil && n.ID != before.ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("HNS restarted: the network %s is not made again (%v)", s.network, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.waitRSRs("HNS restarted")
+	old := s.podIP
+	s.podIP = s.addPod("7e2f1d3c4b5a6079889706b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5")
+	for _, svc := range s.services {
+		backends := slices.Clone(svc.backends)
+		changed := false
+		for i, b := range backends {
+			if b.ip == old {
+				backends[i].ip, changed = s.podIP, true
+			}
+		}
+		if changed {
+			s.setBackends(svc, backends)
+		}
+	}
+	s.waitServices("HNS restarted, the network and the pod made again")
 }
 
 // TestCompareProxyRequests: the comparison fails on a request one run made more often than

@@ -1,6 +1,7 @@
 // Command weftctl is weft's operator tool: `weftctl leases` lists the leases in the datastore,
 // `weftctl status` shows what a node's weftd reports, and `weftctl doctor`, run on a node,
-// checks it and says what is wrong and what to do. See package ctl.
+// checks it and says what is wrong and what to do; `weftctl kube-proxy` starts Windows
+// kube-proxy on weftd's HNS network. See package ctl.
 package main
 
 import (
