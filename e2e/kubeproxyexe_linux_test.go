@@ -107,6 +107,7 @@ type kubeProxyScene struct {
 	programs   string     // weft's Windows programs
 	shipped    []string   // the kube-proxy DaemonSet's command line
 	proxy      *exec.Cmd
+	proxyDone  chan struct{} // closed once proxy has exited and its ProcessState is set
 	proxyLog   string
 	services   []*proxyService
 }
@@ -583,6 +584,7 @@ func (s *kubeProxyScene) startProxy() {
 	}
 	s.proxy = cmd
 	done := make(chan struct{})
+	s.proxyDone = done
 	go func() { _ = cmd.Wait(); close(done) }()
 	s.t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -591,6 +593,16 @@ func (s *kubeProxyScene) startProxy() {
 		case <-time.After(10 * time.Second):
 		}
 	})
+}
+
+// proxyExited says how kube-proxy.exe (weftctl.exe, its parent) exited, "" while it runs.
+func (s *kubeProxyScene) proxyExited() string {
+	select {
+	case <-s.proxyDone:
+		return s.proxy.ProcessState.String()
+	default:
+		return ""
+	}
 }
 
 // stopProxy kills kube-proxy.exe, as a crash or a node's restart of its service would.
@@ -876,8 +888,8 @@ func (s *kubeProxyScene) waitServices(what string) {
 			s.t.Logf("%s: every Service's load balancers hold (%v)", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
-		if s.proxy.ProcessState != nil {
-			s.t.Fatalf("%s: kube-proxy.exe exited: %v", what, s.proxy.ProcessState)
+		if exited := s.proxyExited(); exited != "" {
+			s.t.Fatalf("%s: kube-proxy.exe exited: %s", what, exited)
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("%s, after %v:\n%s", what, time.Since(start).Round(time.Second), why)
@@ -910,8 +922,8 @@ func (s *kubeProxyScene) waitRemade(old []string) {
 		if len(left) == 0 {
 			return
 		}
-		if s.proxy.ProcessState != nil || time.Now().After(deadline) {
-			s.t.Fatalf("kube-proxy.exe restarted (exited: %v), and the load balancers %v of the one before are still there", s.proxy.ProcessState, left)
+		if exited := s.proxyExited(); exited != "" || time.Now().After(deadline) {
+			s.t.Fatalf("kube-proxy.exe restarted (exited: %q), and the load balancers %v of the one before are still there", exited, left)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
