@@ -1127,6 +1127,7 @@ func (s *kubeProxyScene) restartHNS() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	s.w.srv.ResetCalls()
 	s.w.hns.Stop()
 	s.w.hns.Start()
 	deadline := time.Now().Add(60 * time.Second)
@@ -1156,6 +1157,8 @@ func (s *kubeProxyScene) restartHNS() {
 		}
 	}
 	s.waitServices("HNS restarted, the network and the pod made again")
+	network, proxy := writes(s.w.srv.Calls())
+	s.t.Logf("HNS restarted: HNS writes of the network %v, of load balancers and endpoints %v (the pod's among them)", network, proxy)
 }
 
 // TestCompareProxyRequests: the comparison fails on a request one run made more often than
