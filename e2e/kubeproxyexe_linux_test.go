@@ -1112,7 +1112,27 @@ func (s *kubeProxyScene) run() {
 		s.restartHNS()
 	}
 	s.w.refused()
+	s.checkPeers()
 	s.logLoadBalancers()
+}
+
+// checkPeers checks that weftd.exe's peers, as its /status lists them, are the Linux nodes'
+// leases, each programmed, and nothing of kube-proxy's: its endpoints on the network are no
+// peers of weft's.
+func (s *kubeProxyScene) checkPeers() {
+	s.t.Helper()
+	var want, got []string
+	for _, n := range s.linux {
+		want = append(want, cluster.PodCIDR(n.Index).String()+" programmed")
+	}
+	for _, p := range weftStatus(s.t, s.w.Node).Peers {
+		got = append(got, p.Subnet+" "+p.State)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		s.t.Errorf("weftd.exe's peers %q, want the Linux nodes' %q", got, want)
+	}
 }
 
 // restartHNS restarts HNS under both programs: the network, which is not persistent, goes
