@@ -39,7 +39,8 @@ Usage:
                            run Windows kube-proxy on weftd's HNS network, with its source VIP
   weftctl version          weftctl's version
 
-Every command takes -o table (the default) or -o json, and -h for its flags.
+leases, status and doctor take -o table (the default) or -o json; every command takes -h for
+its flags.
 Flags that weftd also has (--etcd-*, --kube-subnet-mgr and Kubernetes mode's, --iface and the
 others of the interface's choice, --subnet-file, ...) are weftd's own, with its defaults, and
 can be set from the environment as weftd's are, WEFTD_<FLAG> or FLANNELD_<FLAG>, so that

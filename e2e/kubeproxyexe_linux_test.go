@@ -952,12 +952,7 @@ func (s *kubeProxyScene) logLoadBalancers() {
 			lb.FrontendVIPs, pm.ExternalPort, pm.Protocol, pm.InternalPort, lb.SourceVIP, lb.Flags, pm.Flags, pm.DistributionType, strings.Join(eps, ", ")))
 	}
 	sort.Strings(lines)
-	s.t.Logf("load balancers (HNS %s):\n%s", mustVersion(s.w), strings.Join(lines, "\n"))
-}
-
-func mustVersion(w *wineNode) windows.Version {
-	v, _ := w.hns.Version()
-	return v
+	s.t.Logf("load balancers (HNS %s):\n%s", s.w.version, strings.Join(lines, "\n"))
 }
 
 // kubeProxyObjects renders kube-proxy's objects by ID: its load balancers with their
