@@ -67,7 +67,8 @@ e2e: deps
 
 ## conformance: a Kubernetes cluster from real parts on this machine (root; issue 19): the
 ## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
-## mount namespaces (e2e/kubecluster), every test of it, the long ones too. `make test` runs its
+## mount namespaces (e2e/kubecluster), a Windows node beside them (weftd.exe and kube-proxy.exe
+## under Wine, e2e/winnode), every test of it, the long ones too. `make test` runs its
 ## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, Helm, flanneld with
 ## flannel's CNI plugin for the migration, and for TestConformance Kubernetes' e2e suite
 ## (e2e.test, about 20 minutes to build the first time; its network specs run for about an

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/e2e/winnode"
 	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/windows"
 )
@@ -58,7 +59,7 @@ func callKey(c hnssim.Call) string {
 // coming back with its subnet and VTEP MAC, and returns every HNS call it made. The daemon keeps running.
 func scene(t *testing.T, c *cluster.Cluster, w *wineNode, argv func() []string, peers []*cluster.Node, leaver *cluster.Node, weftd string) []hnssim.Call {
 	t.Helper()
-	w.serveHNS(nil)
+	w.ServeHNS(nil)
 	w.start(argv())
 	w.waitRSRs(c, "converging", peers)
 	st := w.state(c)
@@ -87,7 +88,7 @@ func scene(t *testing.T, c *cluster.Cluster, w *wineNode, argv func() []string, 
 	w.waitRSRs(c, "the peer comes back", peers)
 	// Both daemons look the network up now and then (flanneld on every lease event, weftd
 	// every WatchInterval): what matters is that each kind of request was made.
-	return w.srv.Calls()
+	return w.Server.Calls()
 }
 
 // intended is a difference between the requests of flanneld.exe and weftd.exe for the same
@@ -225,13 +226,13 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 			monitors = append(monitors, monitorRoutes(t, n))
 		}
 		win.stop()
-		win.srv.ResetCalls()
+		win.Server.ResetCalls()
 		start := time.Now()
 		win.start(argv)
 		win.waitRSRs(c, "after the migration to "+to, peers)
 		var problems []string
 		deadline := time.Now().Add(convergeTimeout)
-		for problems = changes(win.srv.Calls()); len(problems) > 0 && time.Now().Before(deadline); problems = changes(win.srv.Calls()) {
+		for problems = changes(win.Server.Calls()); len(problems) > 0 && time.Now().Before(deadline); problems = changes(win.Server.Calls()) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		for _, p := range problems {
@@ -245,7 +246,7 @@ func TestFlanneldExeUnderWine(t *testing.T) {
 				t.Errorf("migration to %s: %s dropped its route to the Windows node meanwhile: %s", to, peers[i].Name, deleted)
 			}
 		}
-		t.Logf("migrated to %s in %v: %d HNS calls", to, time.Since(start).Round(time.Millisecond), len(win.srv.Calls()))
+		t.Logf("migrated to %s in %v: %d HNS calls", to, time.Since(start).Round(time.Millisecond), len(win.Server.Calls()))
 	}
 	migrate("weftd.exe", weftdRun(), func(calls []hnssim.Call) []string {
 		var problems []string
@@ -431,15 +432,15 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 
 	peers := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1", "n2"}, "")
 	win := newWineNode(t, c, repo, "w3")
-	win.serveHNS(nil)
+	win.ServeHNS(nil)
 	cmdletLog := filepath.Join(win.Dir, "cmdlets.log")
 	// run runs flanneld.exe until it stops, which it must with the error stop, and returns
 	// the end of its run's log.
 	run := func(stop string, iface bool) string {
 		t.Helper()
 		argv := win.flanneldArgv(flanneldExe, iface)
-		argv = slices.Insert(argv, 1, "WINEPATH="+winPath(stub), "WEFT_CMDLET_LOG="+winPath(cmdletLog))
-		win.srv.ResetCalls()
+		argv = slices.Insert(argv, 1, "WINEPATH="+winnode.Path(stub), "WEFT_CMDLET_LOG="+winnode.Path(cmdletLog))
+		win.Server.ResetCalls()
 		if err := win.StartDaemon(argv...); err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +459,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	if len(ran) != 1 || len(ran[0]) != 5 || !strings.Contains(ran[0][4], `ConvertTo-Json (Get-NetRoute | Where { $_.DestinationPrefix -eq '0.0.0.0/0' } | Select-Object -Property ifIndex)`) {
 		t.Errorf("without --iface flanneld.exe ran %q, want the default route's interface from Get-NetRoute", ran)
 	}
-	if calls := win.srv.Calls(); len(calls) != 0 {
+	if calls := win.Server.Calls(); len(calls) != 0 {
 		t.Errorf("without --iface flanneld.exe called HNS before it stopped: %s", renderCalls(calls))
 	}
 
@@ -488,22 +489,22 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	waitRouteVia(t, peers, sn, win.IP)
 
 	// What it asked of HNS, and what that left there.
-	first := v1Requests(t, win.srv.Calls())
+	first := v1Requests(t, win.Server.Calls())
 	t.Logf("flanneld.exe host-gw's HNS v1 requests:\n%s", strings.Join(first, "\n"))
-	net, err := win.hns.NetworkByName("cbr0")
+	net, err := win.HNS.NetworkByName("cbr0")
 	if err != nil {
-		t.Fatalf("no network cbr0: %v\n%s", err, win.hns.Render())
+		t.Fatalf("no network cbr0: %v\n%s", err, win.HNS.Render())
 	}
 	gw, epIP := sn.Addr().Next(), sn.Addr().Next().Next()
 	if sub := net.StaticSubnet(); net.Type != windows.NetworkL2Bridge || sub == nil || sub.IPAddressPrefix != sn.String() {
 		t.Errorf("network cbr0: type %s, subnet %+v; want L2Bridge with %s", net.Type, sub, sn)
 	}
-	eps, err := win.hns.NetworkEndpoints(net.ID)
+	eps, err := win.HNS.NetworkEndpoints(net.ID)
 	if err != nil || len(eps) != 1 || eps[0].Name != "cbr0_ep" || eps[0].IP() != epIP {
 		t.Fatalf("endpoints of cbr0: %+v (%v), want cbr0_ep with %s", eps, err, epIP)
 	}
 	ep := eps[0]
-	if host, err := win.hns.HostDefaultNamespace(); err != nil || !strings.EqualFold(ep.HostComputeNamespace, host.ID) {
+	if host, err := win.HNS.HostDefaultNamespace(); err != nil || !strings.EqualFold(ep.HostComputeNamespace, host.ID) {
 		t.Errorf("cbr0_ep in namespace %q, the host's is %+v (%v): not attached to the host", ep.HostComputeNamespace, host, err)
 	}
 	attach := "POST /endpoints/" + ep.ID + `/attach {"SystemType":"Host","CompartmentId":1}`
@@ -519,7 +520,7 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	}
 
 	// The first cmdlet: forwarding on for eth0, which holds the management IP.
-	index := strings.Fields(nodeExec(t, win.Node, "cat", "/sys/class/net/eth0/ifindex"))
+	index := strings.Fields(nodeExec(t, win.Node.Node, "cat", "/sys/class/net/eth0/ifindex"))
 	wantCmd := fmt.Sprintf(`$ErrorActionPreference="Stop";try { Set-NetIPInterface -ifIndex %s -AddressFamily IPv4 -Forwarding Enabled } catch { Write-Host $_; os.Exit(-1) }`, index[0])
 	ran = cmdlets(t, cmdletLog)[1:]
 	if len(ran) != 1 || !slices.Equal(ran[0], []string{"-NoLogo", "-NoProfile", "-NonInteractive", "-Command", wantCmd}) {
@@ -537,11 +538,11 @@ func TestFlanneldExeHostGWUnderWine(t *testing.T) {
 	if !strings.Contains(logTail, "0x803b0014") {
 		t.Errorf("flanneld.exe's restart did not stop at HCN_E_ENDPOINT_ALREADY_ATTACHED (0x803b0014):\n%s", logTail)
 	}
-	again := slices.Compact(v1Requests(t, win.srv.Calls()))
+	again := slices.Compact(v1Requests(t, win.Server.Calls()))
 	if want := []string{"GET /networks/  0x00000000", "GET /endpoints/  0x00000000", attach + " 0x803B0014"}; !slices.Equal(again, want) {
 		t.Errorf("flanneld.exe host-gw's HNS v1 requests on a restart (repeats folded):\n%s\nwant:\n%s", strings.Join(again, "\n"), strings.Join(want, "\n"))
 	}
-	if n, err := win.hns.NetworkByName("cbr0"); err != nil || n.ID != net.ID {
+	if n, err := win.HNS.NetworkByName("cbr0"); err != nil || n.ID != net.ID {
 		t.Errorf("network cbr0 after the restart: %+v (%v), want %s kept", n, err, net.ID)
 	}
 	if ran := cmdlets(t, cmdletLog); len(ran) != 2 {

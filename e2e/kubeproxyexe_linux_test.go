@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,21 +11,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/e2e/winnode"
 	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnsfile"
@@ -64,25 +59,11 @@ func kubeProxyExe(t *testing.T, repo string) string {
 	return exe
 }
 
-// proxyService is a Service of the scene and the pods behind it.
+// proxyService is a Service of the scene and the pods behind it (its node port, the API
+// server's, in Service.NodePort).
 type proxyService struct {
-	name     string
-	protocol corev1.Protocol
-	port     int32 // the Service's port
-	target   int32 // the pods'
-	nodePort bool
-	affinity bool // sessionAffinity: ClientIP
-	local    bool // externalTrafficPolicy: Local
-	backends []proxyBackend
-
-	clusterIP netip.Addr // the API server's
-	nodePortN int32      // the API server's
-}
-
-// proxyBackend is one pod behind a Service: its address and the node it runs on.
-type proxyBackend struct {
-	ip   netip.Addr
-	node string
+	winnode.Service
+	nodePort bool // a NodePort Service
 }
 
 // kubeProxyScene is a Windows node in a Kubernetes-mode cluster: weftd.exe in Kubernetes
@@ -106,9 +87,7 @@ type kubeProxyScene struct {
 	proxyExe   string     // kube-proxy.exe, built for Windows
 	programs   string     // weft's Windows programs
 	shipped    []string   // the kube-proxy DaemonSet's command line
-	proxy      *exec.Cmd
-	proxyDone  chan struct{} // closed once proxy has exited and its ProcessState is set
-	proxyLog   string
+	proxy      *winnode.KubeProxy
 	services   []*proxyService
 }
 
@@ -181,7 +160,7 @@ func TestKubeProxyExeFlanneldExe(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newKubeProxyScene(t, bins, repo, programs, exe, opts)
 			s.firstSteps()
-			runs[i] = s.proxyRequests(s.w.srv.Calls())
+			runs[i] = s.proxyRequests(s.w.Server.Calls())
 			t.Logf("kube-proxy.exe's %d HNS requests that change something, on %s's network:\n%s", len(runs[i]), name, strings.Join(runs[i], "\n"))
 		})
 	}
@@ -238,65 +217,64 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 	overlay := opts.overlay
 	s := &kubeProxyScene{t: t, proxyExe: exe, programs: programs, shipped: shippedKubeProxy(t, repo), dsr: opts.dsr, overlay: overlay,
 		flanneld: opts.flanneldExe != "", hnsRestart: opts.hnsRestart, linux: map[string]*cluster.Node{}}
-	b, pc := backend{"vxlan", windowsConf}, podCase{network: "flannel.4096", delegate: "win-overlay", overlay: true}
+	b, pc := backend{"vxlan", windowsConf}, winnode.PodNetwork{Network: "flannel.4096", Delegate: "win-overlay", Overlay: true}
 	if !overlay {
-		b, pc = backend{"host-gw", hostGWConf}, podCase{network: "cbr0", delegate: "win-bridge"}
+		b, pc = backend{"host-gw", hostGWConf}, winnode.PodNetwork{Network: "cbr0", Delegate: "win-bridge"}
 	}
-	s.network = pc.network
+	s.network = pc.Network
 	// No daemon by default: the Windows node's is not a Linux weftd.
 	s.kc = newKubeClusterWith(t, bins, b, "", kubeClusterOptions{})
 	s.weftd = bins.weftd
 	s.addLinux(1, 2)
 
 	w := newWineNode(t, s.kc.Cluster, repo, "w3")
-	w.version = opts.version
+	w.Version = opts.version
 	s.w = w
 	if w.Index != 3 {
 		t.Fatalf("the Windows node has index %d, want 3", w.Index)
 	}
 	s.registerWindowsNode()
 	if overlay {
-		w.serveHNS(nil)
+		w.ServeHNS(nil)
 	} else {
-		w.serveHNS(windowsHost(t, w.Node))
+		w.ServeHNS(windowsHost(t, w.Node.Node))
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("HNS:\n%s", w.hns.Render())
+			t.Logf("HNS:\n%s", w.HNS.Render())
 			s.logLoadBalancers()
-			if data, err := os.ReadFile(s.proxyLog); err == nil {
-				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-				t.Logf("kube-proxy.exe's log, its last lines:\n%s", strings.Join(lines[max(0, len(lines)-60):], "\n"))
+			if s.proxy != nil {
+				t.Logf("kube-proxy.exe's log, its last lines:\n%s", s.proxy.LogTail(60))
 			}
 		}
 	})
-	bin := w.driveC(`C:\opt\cni\bin`)
+	bin := w.DriveC(`C:\opt\cni\bin`)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// kube-proxy.exe where the DaemonSet expects it, as Kubernetes' Windows node archive
 	// puts it on a node.
-	if err := os.MkdirAll(w.driveC(`C:\k`), 0o755); err != nil {
+	if err := os.MkdirAll(w.DriveC(`C:\k`), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", exe, w.driveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
+	if out, err := exec.Command("cp", exe, w.DriveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
 		t.Fatalf("installing kube-proxy.exe: %v\n%s", err, out)
 	}
-	for _, exe := range []string{"weft.exe", pc.delegate + ".exe", "host-local.exe"} {
+	for _, exe := range []string{"weft.exe", pc.Delegate + ".exe", "host-local.exe"} {
 		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
 			t.Fatalf("installing %s: %v\n%s", exe, err, out)
 		}
 	}
-	w.subnetFile = `C:\run\flannel\subnet.env`
-	w.SubnetFile = w.driveC(w.subnetFile)
-	kubeFlags := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + winPath(w.KubeconfigPath), "--net-config-path=" + winPath(w.NetConfPath),
-		"--subnet-file=" + w.subnetFile, "--iface=" + w.IP.String()}
+	w.WinSubnetFile = `C:\run\flannel\subnet.env`
+	w.SubnetFile = w.DriveC(w.WinSubnetFile)
+	kubeFlags := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + winnode.Path(w.KubeconfigPath), "--net-config-path=" + winnode.Path(w.NetConfPath),
+		"--subnet-file=" + w.WinSubnetFile, "--iface=" + w.IP.String()}
 	if s.flanneld {
-		s.daemonArgv = w.wine(opts.flanneldExe, append(kubeFlags, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+		s.daemonArgv = w.Wine(opts.flanneldExe, append(kubeFlags, "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
 	} else {
 		// A full Apply every 2 s, so that every step below also runs across weft's full
 		// diffs of the network, which list its endpoints.
-		s.daemonArgv = w.wine(filepath.Join(programs, "weftd.exe"), append(kubeFlags, "--resync-interval=2s")...)
+		s.daemonArgv = w.Wine(filepath.Join(programs, "weftd.exe"), append(kubeFlags, "--resync-interval=2s")...)
 	}
 	w.start(s.daemonArgv)
 	s.waitRSRs("the Linux nodes")
@@ -312,18 +290,18 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 		s.vip = files.SourceVIP
 	}
 
-	w.installConflist(t, shippedConflist(t, repo, pc))
+	w.InstallConflist(shippedConflist(t, repo, pc))
 	s.podIP = s.addPod("6d1e0c2b3a4f5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4")
 
 	s.services = []*proxyService{
-		{name: "linux", protocol: corev1.ProtocolTCP, port: 80, target: 8080, nodePort: true,
-			backends: []proxyBackend{{cluster.PodCIDR(1).Addr().Next().Next(), "n1"}, {cluster.PodCIDR(2).Addr().Next().Next(), "n2"}}},
-		{name: "dns", protocol: corev1.ProtocolUDP, port: 53, target: 5353,
-			backends: []proxyBackend{{cluster.PodCIDR(2).Addr().Next().Next().Next(), "n2"}}},
-		{name: "windows", protocol: corev1.ProtocolTCP, port: 80, target: 80, nodePort: true, local: true,
-			backends: []proxyBackend{{s.podIP, "w3"}}},
-		{name: "both", protocol: corev1.ProtocolTCP, port: 8443, target: 443, affinity: true,
-			backends: []proxyBackend{{s.podIP, "w3"}, {cluster.PodCIDR(1).Addr().Next().Next().Next(), "n1"}}},
+		{Service: winnode.Service{Name: "linux", Protocol: corev1.ProtocolTCP, Port: 80, Target: 8080,
+			Endpoints: []winnode.Endpoint{{IP: cluster.PodCIDR(1).Addr().Next().Next(), Node: "n1"}, {IP: cluster.PodCIDR(2).Addr().Next().Next(), Node: "n2"}}}, nodePort: true},
+		{Service: winnode.Service{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, Target: 5353,
+			Endpoints: []winnode.Endpoint{{IP: cluster.PodCIDR(2).Addr().Next().Next().Next(), Node: "n2"}}}},
+		{Service: winnode.Service{Name: "windows", Protocol: corev1.ProtocolTCP, Port: 80, Target: 80, Local: true,
+			Endpoints: []winnode.Endpoint{{IP: s.podIP, Node: "w3"}}}, nodePort: true},
+		{Service: winnode.Service{Name: "both", Protocol: corev1.ProtocolTCP, Port: 8443, Target: 443, Affinity: true,
+			Endpoints: []winnode.Endpoint{{IP: s.podIP, Node: "w3"}, {IP: cluster.PodCIDR(1).Addr().Next().Next().Next(), Node: "n1"}}}},
 	}
 	for _, svc := range s.services {
 		s.createService(svc)
@@ -365,9 +343,9 @@ func (s *kubeProxyScene) addLinux(indices ...int) {
 // CNI's ADD) and returns its address, which must not be kube-proxy's source VIP.
 func (s *kubeProxyScene) addPod(id string) netip.Addr {
 	s.t.Helper()
-	pod := s.w.runPod(s.t, s.programs, id)
-	pod.step("netns")
-	added := pod.step("add")
+	pod := s.w.RunPod(s.programs, id)
+	pod.Step("netns")
+	added := pod.Step("add")
 	if len(added.Result) != 1 || len(added.Result[0].IPs) != 1 {
 		s.t.Fatalf("the Windows pod's ADD result %+v", added.Result)
 	}
@@ -417,26 +395,26 @@ func (s *kubeProxyScene) createService(svc *proxyService) {
 	defer cancel()
 	spec := corev1.ServiceSpec{
 		Type:  corev1.ServiceTypeClusterIP,
-		Ports: []corev1.ServicePort{{Name: "p", Protocol: svc.protocol, Port: svc.port, TargetPort: intstr.FromInt32(svc.target)}},
+		Ports: []corev1.ServicePort{{Name: "p", Protocol: svc.Protocol, Port: svc.Port, TargetPort: intstr.FromInt32(svc.Target)}},
 	}
 	if svc.nodePort {
 		spec.Type = corev1.ServiceTypeNodePort
-		if svc.local {
+		if svc.Local {
 			spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		}
 	}
-	if svc.affinity {
+	if svc.Affinity {
 		spec.SessionAffinity = corev1.ServiceAffinityClientIP
 	}
 	made, err := s.kc.admin.CoreV1().Services(proxyNamespace).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: svc.name}, Spec: spec}, metav1.CreateOptions{})
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name}, Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if svc.clusterIP, err = netip.ParseAddr(made.Spec.ClusterIP); err != nil {
-		s.t.Fatalf("Service %s: cluster IP %q: %v", svc.name, made.Spec.ClusterIP, err)
+	if svc.ClusterIP, err = netip.ParseAddr(made.Spec.ClusterIP); err != nil {
+		s.t.Fatalf("Service %s: cluster IP %q: %v", svc.Name, made.Spec.ClusterIP, err)
 	}
-	svc.nodePortN = made.Spec.Ports[0].NodePort
+	svc.NodePort = made.Spec.Ports[0].NodePort
 	if _, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Create(ctx, s.slice(svc), metav1.CreateOptions{}); err != nil {
 		s.t.Fatal(err)
 	}
@@ -464,18 +442,18 @@ func (s *kubeProxyScene) createAPIServerSlice() {
 
 // slice is svc's EndpointSlice, as the EndpointSlice controller writes it for ready pods.
 func (s *kubeProxyScene) slice(svc *proxyService) *discoveryv1.EndpointSlice {
-	name, proto, port := "p", svc.protocol, svc.target
+	name, proto, port := "p", svc.Protocol, svc.Target
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: svc.name + "-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: svc.name, discoveryv1.LabelManagedBy: "weft-e2e"}},
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "weft-e2e"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
 	}
 	ready := true
-	for _, b := range svc.backends {
-		node := b.node
+	for _, b := range svc.Endpoints {
+		node := b.Node
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses: []string{b.ip.String()}, NodeName: &node,
+			Addresses: []string{b.IP.String()}, NodeName: &node,
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready},
 		})
 	}
@@ -483,12 +461,12 @@ func (s *kubeProxyScene) slice(svc *proxyService) *discoveryv1.EndpointSlice {
 }
 
 // setBackends replaces svc's pods, as the EndpointSlice controller does when pods move.
-func (s *kubeProxyScene) setBackends(svc *proxyService, backends []proxyBackend) {
+func (s *kubeProxyScene) setBackends(svc *proxyService, backends []winnode.Endpoint) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
 	defer cancel()
-	svc.backends = backends
-	es, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Get(ctx, svc.name+"-1", metav1.GetOptions{})
+	svc.Endpoints = backends
+	es, err := s.kc.admin.DiscoveryV1().EndpointSlices(proxyNamespace).Get(ctx, svc.Name+"-1", metav1.GetOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -500,28 +478,14 @@ func (s *kubeProxyScene) setBackends(svc *proxyService, backends []proxyBackend)
 }
 
 // shippedKubeProxy is the command line of dist/kubernetes/kube-proxy-windows.yaml's
-// container: weftctl.exe's path in the image, then its arguments.
+// container (winnode.ShippedKubeProxy).
 func shippedKubeProxy(t *testing.T, repo string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repo, "dist", "kubernetes", "kube-proxy-windows.yaml"))
+	argv, err := winnode.ShippedKubeProxy(repo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if err != nil {
-			t.Fatalf("kube-proxy-windows.yaml: no DaemonSet (%v)", err)
-		}
-		var ds appsv1.DaemonSet
-		if err := yaml.Unmarshal(doc, &ds); err != nil {
-			t.Fatal(err)
-		}
-		if ds.Kind == "DaemonSet" {
-			c := ds.Spec.Template.Spec.Containers[0]
-			return append(slices.Clone(c.Command), c.Args...)
-		}
-	}
+	return argv
 }
 
 // startProxy starts kube-proxy.exe on the Windows node as weft's DaemonSet for Windows
@@ -544,77 +508,33 @@ func (s *kubeProxyScene) startProxy() {
 		s.t.Fatal(err)
 	}
 	var argv []string
-	shipped := s.shipped
 	if s.flanneld {
 		// No weftctl on a flanneld node: kube-proxy.exe with the flags weftctl would add.
-		shipped = slices.Clone(shipped[slices.Index(shipped, "--")+1:])
-		shipped = append(shipped, "--network-name="+s.network, "--source-vip="+s.vip.String())
-	}
-	for i, a := range shipped {
-		switch {
-		case i == 0 && strings.HasSuffix(a, `\weft\weftctl.exe`):
-			a = filepath.Join(s.programs, "weftctl.exe")
-		case i == 0 && s.flanneld:
-		case i == 0:
-			s.t.Fatalf("the DaemonSet runs %s, not weft's weftctl.exe", a)
-		case strings.Contains(a, "$(NODE_NAME)"):
-			a = strings.ReplaceAll(a, "$(NODE_NAME)", w.Name)
-		case strings.HasPrefix(a, "--subnet-file=") && a != "--subnet-file="+w.subnetFile:
-			s.t.Fatalf("the DaemonSet's %s is not weftd.exe's --subnet-file=%s", a, w.subnetFile)
+		argv = slices.Clone(s.shipped[slices.Index(s.shipped, "--")+1:])
+		for i, a := range argv {
+			argv[i] = strings.ReplaceAll(a, "$(NODE_NAME)", w.Name)
 		}
-		argv = append(argv, a)
+		argv = append(argv, "--network-name="+s.network, "--source-vip="+s.vip.String())
+	} else if argv, err = w.KubeProxyCommand(s.shipped, s.programs); err != nil {
+		s.t.Fatal(err)
 	}
-	argv = append(argv, "--kubeconfig="+winPath(path), "--v=3")
+	argv = append(argv, "--kubeconfig="+winnode.Path(path), "--v=3")
 	if s.dsr {
 		argv = append(argv, "--enable-dsr=true")
 	}
-	s.proxyLog = filepath.Join(w.Dir, "kube-proxy.log")
-	logf, err := os.OpenFile(s.proxyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
+	if s.proxy, err = w.StartKubeProxy(argv, filepath.Join(w.Dir, "kube-proxy.log")); err != nil {
 		s.t.Fatal(err)
 	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "=== %s: %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(argv, " "))
-	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, w.wine(argv[0], argv[1:]...)...)...)
-	cmd.Env = append(os.Environ(), "NODE_NAME="+w.Name)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	s.proxy = cmd
-	done := make(chan struct{})
-	s.proxyDone = done
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-	})
 }
 
 // proxyExited says how kube-proxy.exe (weftctl.exe, its parent) exited, "" while it runs.
-func (s *kubeProxyScene) proxyExited() string {
-	select {
-	case <-s.proxyDone:
-		return s.proxy.ProcessState.String()
-	default:
-		return ""
-	}
-}
+func (s *kubeProxyScene) proxyExited() string { return s.proxy.Exited() }
 
 // stopProxy kills kube-proxy.exe, as a crash or a node's restart of its service would.
 func (s *kubeProxyScene) stopProxy() {
 	s.t.Helper()
-	_ = syscall.Kill(-s.proxy.Process.Pid, syscall.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(-s.proxy.Process.Pid, 0) == nil {
-		if time.Now().After(deadline) {
-			s.t.Fatal("kube-proxy.exe did not exit")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := s.proxy.Stop(); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -647,7 +567,7 @@ func (s *kubeProxyScene) waitRSRs(what string) {
 // "<prefix> via <provider address>", sorted.
 func (s *kubeProxyScene) rsrs() []string {
 	if !s.overlay {
-		routes, err := s.w.host.Routes()
+		routes, err := s.w.Host.Routes()
 		if err != nil {
 			return []string{err.Error()}
 		}
@@ -660,7 +580,7 @@ func (s *kubeProxyScene) rsrs() []string {
 		slices.Sort(out)
 		return out
 	}
-	n, err := s.w.hns.NetworkByName(s.network)
+	n, err := s.w.HNS.NetworkByName(s.network)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -676,205 +596,18 @@ func (s *kubeProxyScene) rsrs() []string {
 	return out
 }
 
-// proxyState is what kube-proxy made in HNS: its load balancers, and every endpoint by ID.
-type proxyState struct {
-	lbs []hnssim.LoadBalancer
-	eps map[string]windows.HostComputeEndpoint // by lower-case ID
-}
-
-func (s *kubeProxyScene) state() (proxyState, error) {
-	lbs, err := s.w.srv.LoadBalancers()
-	if err != nil {
-		return proxyState{}, err
-	}
-	all, err := s.w.hns.Endpoints()
-	if err != nil {
-		return proxyState{}, err
-	}
-	st := proxyState{lbs: lbs, eps: map[string]windows.HostComputeEndpoint{}}
-	for _, ep := range all {
-		st.eps[strings.ToLower(ep.ID)] = ep
-	}
-	return st, nil
-}
-
-// The flags kube-proxy sets (hcsshim hcn/hcnloadbalancer.go): the load balancer's DSR, a
-// port mapping's ILB, and its distribution by source IP (session affinity).
-const (
-	lbDSR               = 1
-	lbPortMappingILB    = 1
-	lbDistributionSrcIP = 2
-)
-
-// check compares kube-proxy's objects with every Service: "" when all hold.
+// check compares kube-proxy's objects with every Service (winnode.CheckServices): "" when
+// all hold.
 func (s *kubeProxyScene) check() string {
-	st, err := s.state()
-	if err != nil {
-		return err.Error()
+	svcs := make([]winnode.Service, len(s.services))
+	for i, svc := range s.services {
+		svcs[i] = svc.Service
 	}
-	var errs []string
-	// The source VIP: kube-proxy's local endpoint on the network, no pod's.
-	var vipEPs []string
-	if !s.overlay {
-		vipEPs = []string{`"" remote=false`} // none: kube-proxy takes none on L2Bridge
+	remote := map[string]netip.Addr{}
+	for name, n := range s.linux {
+		remote[name] = n.IP
 	}
-	for _, ep := range st.eps {
-		if s.overlay && ep.IP() == s.vip {
-			vipEPs = append(vipEPs, fmt.Sprintf("%q remote=%v", ep.Name, ep.Flags&windows.EndpointRemote != 0))
-		}
-	}
-	if len(vipEPs) != 1 || vipEPs[0] != `"" remote=false` {
-		errs = append(errs, fmt.Sprintf("endpoints of the source VIP %s: %v, want kube-proxy's one local endpoint", s.vip, vipEPs))
-	}
-	for _, svc := range s.services {
-		errs = append(errs, s.checkService(st, svc)...)
-	}
-	errs = append(errs, s.checkAPIServerService(st)...)
-	return strings.Join(errs, "\n")
-}
-
-// checkService checks svc's ClusterIP load balancer and, for a NodePort Service, its node
-// port's.
-func (s *kubeProxyScene) checkService(st proxyState, svc *proxyService) []string {
-	proto := uint32(6)
-	if svc.protocol == corev1.ProtocolUDP {
-		proto = 17
-	}
-	// kube-proxy asks for the distribution by source IP whatever HNS's version (below
-	// 12.0, which does not apply it, after logging so).
-	affinity := uint32(0)
-	if svc.affinity {
-		affinity = lbDistributionSrcIP
-	}
-	var errs []string
-	find := func(vip string, port int32) *hnssim.LoadBalancer {
-		for i, lb := range st.lbs {
-			want := []string{vip}
-			if vip == "" {
-				want = nil
-			}
-			if slices.Equal(lb.FrontendVIPs, want) && len(lb.PortMappings) == 1 && lb.PortMappings[0].ExternalPort == uint16(port) &&
-				lb.PortMappings[0].Protocol == proto {
-				return &st.lbs[i]
-			}
-		}
-		return nil
-	}
-	clusterIP := find(svc.clusterIP.String(), svc.port)
-	if clusterIP == nil {
-		errs = append(errs, fmt.Sprintf("Service %s: no load balancer for %s:%d/%s", svc.name, svc.clusterIP, svc.port, svc.protocol))
-	} else {
-		pm := clusterIP.PortMappings[0]
-		if pm.InternalPort != uint16(svc.target) || pm.DistributionType != affinity || clusterIP.SourceVIP != s.sourceVIP() ||
-			(clusterIP.Flags&lbDSR != 0) != s.dsr {
-			errs = append(errs, fmt.Sprintf("Service %s: load balancer %+v, want internal port %d, distribution %d, source VIP %q, DSR %v",
-				svc.name, clusterIP, svc.target, affinity, s.sourceVIP(), s.dsr))
-		}
-		errs = append(errs, s.checkBackends(st, svc, "ClusterIP", clusterIP, svc.backends)...)
-	}
-	if !svc.nodePort {
-		return errs
-	}
-	nodePort := find("", svc.nodePortN)
-	if nodePort == nil {
-		return append(errs, fmt.Sprintf("Service %s: no load balancer for node port %d", svc.name, svc.nodePortN))
-	}
-	want := svc.backends
-	if svc.local {
-		// externalTrafficPolicy: Local keeps the node's own pods only, and kube-proxy
-		// returns their traffic directly (DSR) to keep the client's address.
-		want = slices.DeleteFunc(slices.Clone(want), func(b proxyBackend) bool { return b.node != s.w.Name })
-		if nodePort.Flags&lbDSR == 0 {
-			errs = append(errs, fmt.Sprintf("Service %s: node port load balancer %+v without DSR, want it for externalTrafficPolicy: Local", svc.name, nodePort))
-		}
-	}
-	if nodePort.PortMappings[0].InternalPort != uint16(svc.target) {
-		errs = append(errs, fmt.Sprintf("Service %s: node port load balancer %+v, want internal port %d", svc.name, nodePort, svc.target))
-	}
-	return append(errs, s.checkBackends(st, svc, "NodePort", nodePort, want)...)
-}
-
-// checkBackends checks that lb's endpoints are want's pods: the Windows node's own pod
-// through its endpoint, a pod on a Linux node through a remote endpoint whose provider
-// address is that node's IP.
-func (s *kubeProxyScene) checkBackends(st proxyState, svc *proxyService, kind string, lb *hnssim.LoadBalancer, want []proxyBackend) []string {
-	var errs []string
-	var got, wantIPs []string
-	for _, id := range lb.HostComputeEndpoints {
-		ep, ok := st.eps[strings.ToLower(id)]
-		if !ok {
-			errs = append(errs, fmt.Sprintf("Service %s (%s): load balancer %s names endpoint %s, which HNS does not have", svc.name, kind, lb.ID, id))
-			continue
-		}
-		got = append(got, ep.IP().String())
-		i := slices.IndexFunc(want, func(b proxyBackend) bool { return b.ip == ep.IP() })
-		if i < 0 {
-			continue
-		}
-		remote := ep.Flags&windows.EndpointRemote != 0
-		if node, ok := s.linux[want[i].node]; ok {
-			if !remote || ep.ProviderAddress() != s.providerAddress(node.IP) {
-				errs = append(errs, fmt.Sprintf("Service %s (%s): the pod %s on %s has endpoint %s (remote %v, provider address %v), want a remote endpoint through %s",
-					svc.name, kind, ep.IP(), node.Name, ep.ID, remote, ep.ProviderAddress(), node.IP))
-			}
-		} else if remote || !strings.HasSuffix(ep.Name, "_"+s.network) {
-			errs = append(errs, fmt.Sprintf("Service %s (%s): the Windows pod %s has endpoint %s %q (remote %v), want its own, the CNI's", svc.name, kind, ep.IP(), ep.ID, ep.Name, remote))
-		}
-	}
-	for _, b := range want {
-		wantIPs = append(wantIPs, b.ip.String())
-	}
-	slices.Sort(got)
-	slices.Sort(wantIPs)
-	if !slices.Equal(got, wantIPs) {
-		errs = append(errs, fmt.Sprintf("Service %s (%s): load balancer endpoints %v, want %v", svc.name, kind, got, wantIPs))
-	}
-	return errs
-}
-
-// checkAPIServerService checks the load balancer of the Service `kubernetes`, whose one
-// endpoint, the API server at 192.0.2.1, is in no node's subnet: a remote endpoint through
-// the Windows node's own IP, and the node's IP as the source VIP (kube-proxy's rule for an
-// endpoint outside the cluster).
-func (s *kubeProxyScene) checkAPIServerService(st proxyState) []string {
-	for _, lb := range st.lbs {
-		if len(lb.PortMappings) != 1 || lb.PortMappings[0].ExternalPort != 443 || len(lb.FrontendVIPs) != 1 {
-			continue
-		}
-		if len(lb.HostComputeEndpoints) != 1 {
-			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v, want one endpoint", lb)}
-		}
-		ep, ok := st.eps[strings.ToLower(lb.HostComputeEndpoints[0])]
-		wantVIP := ""
-		if s.overlay {
-			wantVIP = s.w.IP.String()
-		}
-		if !ok || ep.IP().String() != cluster.APIServerHost || ep.Flags&windows.EndpointRemote == 0 || ep.ProviderAddress() != s.providerAddress(s.w.IP) ||
-			lb.SourceVIP != wantVIP || lb.PortMappings[0].InternalPort != 6443 {
-			return []string{fmt.Sprintf("Service kubernetes: load balancer %+v with endpoint %+v, want 6443 on the API server through the node's own IP %s, sourced from it", lb, ep, s.w.IP)}
-		}
-		return nil
-	}
-	return []string{"Service kubernetes: no load balancer for port 443"}
-}
-
-// sourceVIP is the source VIP of the load balancers of pods: weft's on overlay; on
-// L2Bridge kube-proxy sets none (it reads --source-vip on overlay networks only).
-func (s *kubeProxyScene) sourceVIP() string {
-	if s.overlay {
-		return s.vip.String()
-	}
-	return ""
-}
-
-// providerAddress is the provider address kube-proxy gives a remote endpoint on a node of
-// IP ip: that IP on overlay, where it reads it from weft's RemoteSubnetRoutes; none on
-// L2Bridge, where the host routes to the node.
-func (s *kubeProxyScene) providerAddress(ip netip.Addr) netip.Addr {
-	if s.overlay {
-		return ip
-	}
-	return netip.Addr{}
+	return s.w.CheckServices(svcs, winnode.Expect{Network: s.network, Overlay: s.overlay, DSR: s.dsr, SourceVIP: s.vip, Remote: remote})
 }
 
 // waitServices waits until check holds, or fails the test.
@@ -901,13 +634,9 @@ func (s *kubeProxyScene) waitServices(what string) {
 // loadBalancerIDs are the IDs of HNS's load balancers.
 func (s *kubeProxyScene) loadBalancerIDs() []string {
 	s.t.Helper()
-	st, err := s.state()
+	ids, err := s.w.LoadBalancerIDs()
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	var ids []string
-	for _, lb := range st.lbs {
-		ids = append(ids, lb.ID)
 	}
 	return ids
 }
@@ -931,65 +660,16 @@ func (s *kubeProxyScene) waitRemade(old []string) {
 
 // logLoadBalancers logs each load balancer with its endpoints, for the record.
 func (s *kubeProxyScene) logLoadBalancers() {
-	st, err := s.state()
-	if err != nil {
-		s.t.Logf("load balancers: %v", err)
-		return
-	}
-	var lines []string
-	for _, lb := range st.lbs {
-		var eps []string
-		for _, id := range lb.HostComputeEndpoints {
-			ep := st.eps[strings.ToLower(id)]
-			kind := "local " + ep.Name
-			if ep.Flags&windows.EndpointRemote != 0 {
-				kind = "remote via " + ep.ProviderAddress().String()
-			}
-			eps = append(eps, ep.IP().String()+" ("+kind+")")
-		}
-		pm := lb.PortMappings[0]
-		lines = append(lines, fmt.Sprintf("  %v:%d/%d -> %d src %s flags %d pm-flags %d distribution %d: %s",
-			lb.FrontendVIPs, pm.ExternalPort, pm.Protocol, pm.InternalPort, lb.SourceVIP, lb.Flags, pm.Flags, pm.DistributionType, strings.Join(eps, ", ")))
-	}
-	sort.Strings(lines)
-	s.t.Logf("load balancers (HNS %s):\n%s", s.w.version, strings.Join(lines, "\n"))
+	s.t.Logf("load balancers (HNS %s):\n%s", s.w.Version, s.w.RenderLoadBalancers())
 }
 
-// kubeProxyObjects renders kube-proxy's objects by ID: its load balancers with their
-// documents' fields and the endpoints they name, so that a change of any shows.
+// kubeProxyObjects renders kube-proxy's objects by ID, so that a change of any shows.
 func (s *kubeProxyScene) kubeProxyObjects() string {
-	st, err := s.state()
+	out, err := s.w.KubeProxyObjects()
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var lines []string
-	for _, lb := range st.lbs {
-		lines = append(lines, fmt.Sprintf("lb %s %+v", lb.ID, lb))
-	}
-	for id, ep := range st.eps {
-		if ep.Name == "" { // kube-proxy's endpoints have no name; the CNI's and weft's do
-			lines = append(lines, fmt.Sprintf("endpoint %s %s flags %d pa %v mac %s", id, ep.IP(), ep.Flags, ep.ProviderAddress(), ep.MacAddress))
-		}
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
-// writes counts the HNS writes among calls: weft's kinds (the network and its policies)
-// and kube-proxy's (load balancers, endpoints).
-func writes(calls []hnssim.Call) (network, proxy map[string]int) {
-	network, proxy = map[string]int{}, map[string]int{}
-	for _, c := range calls {
-		if !c.Mutates() || c.HResult != 0 {
-			continue
-		}
-		if strings.Contains(c.Name, "Network") {
-			network[c.Name]++
-		} else {
-			proxy[c.Name]++
-		}
-	}
-	return network, proxy
+	return out
 }
 
 // firstSteps: kube-proxy.exe starts, a pod moves from n2 to n1, a node joins.
@@ -999,13 +679,13 @@ func (s *kubeProxyScene) firstSteps() {
 
 	// A pod moves from n2 to n1: its endpoint follows, through n1.
 	linux := s.services[0]
-	s.setBackends(linux, []proxyBackend{linux.backends[0], {cluster.PodCIDR(1).Addr().Next().Next().Next().Next(), "n1"}})
+	s.setBackends(linux, []winnode.Endpoint{linux.Endpoints[0], {IP: cluster.PodCIDR(1).Addr().Next().Next().Next().Next(), Node: "n1"}})
 	s.waitServices("a pod moved from n2 to n1")
 
 	// A node joins: its subnet is routed, kube-proxy reaches its pod through it.
 	s.addLinux(4)
 	s.waitRSRs("n4 joined")
-	s.setBackends(linux, append(slices.Clone(linux.backends), proxyBackend{cluster.PodCIDR(4).Addr().Next().Next(), "n4"}))
+	s.setBackends(linux, append(slices.Clone(linux.Endpoints), winnode.Endpoint{IP: cluster.PodCIDR(4).Addr().Next().Next(), Node: "n4"}))
 	s.waitServices("a pod on n4, which joined")
 }
 
@@ -1019,12 +699,12 @@ var guid = regexp.MustCompile(`(?i)\{?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 func (s *kubeProxyScene) proxyRequests(calls []hnssim.Call) []string {
 	var names []string
 	for _, svc := range s.services {
-		names = append(names, svc.clusterIP.String(), "<"+svc.name+" IP>")
-		if svc.nodePortN != 0 {
-			names = append(names, fmt.Sprintf(`"ExternalPort":%d`, svc.nodePortN), `"ExternalPort":<`+svc.name+` node port>`)
+		names = append(names, svc.ClusterIP.String(), "<"+svc.Name+" IP>")
+		if svc.NodePort != 0 {
+			names = append(names, fmt.Sprintf(`"ExternalPort":%d`, svc.NodePort), `"ExternalPort":<`+svc.Name+` node port>`)
 		}
 	}
-	mac := strings.TrimSpace(nodeExec(s.t, s.w.Node, "cat", "/sys/class/net/eth0/address"))
+	mac := strings.TrimSpace(nodeExec(s.t, s.w.Node.Node, "cat", "/sys/class/net/eth0/address"))
 	names = append(names, mac, "<node MAC>", strings.ToUpper(strings.ReplaceAll(mac, ":", "-")), "<node MAC>")
 	r := strings.NewReplacer(names...)
 	var out []string
@@ -1051,14 +731,14 @@ func (s *kubeProxyScene) run() {
 	// weftd.exe restarts, with kube-proxy's objects in place: it asks HNS for no change,
 	// and kube-proxy's objects stay as they are, across its full Applies too.
 	before := s.kubeProxyObjects()
-	s.w.srv.ResetCalls()
+	s.w.Server.ResetCalls()
 	s.w.stop()
 	s.w.start(s.daemonArgv)
 	time.Sleep(5 * time.Second) // two full Applies (--resync-interval=2s)
-	network, proxy := writes(s.w.srv.Calls())
+	network, proxy := winnode.Writes(s.w.Server.Calls())
 	t.Logf("weftd.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)
 	if len(network)+len(proxy) != 0 {
-		t.Errorf("weftd.exe's restart, with kube-proxy idle, wrote to HNS: %v %v\n%s", network, proxy, renderCalls(s.w.srv.Calls()))
+		t.Errorf("weftd.exe's restart, with kube-proxy idle, wrote to HNS: %v %v\n%s", network, proxy, renderCalls(s.w.Server.Calls()))
 	}
 	if after := s.kubeProxyObjects(); after != before {
 		t.Errorf("kube-proxy's objects changed across weftd.exe's restart:\n%s\nwere\n%s", after, before)
@@ -1092,11 +772,11 @@ func (s *kubeProxyScene) run() {
 	// DeleteAllHnsLoadBalancerPolicy at start), weft's network is not written.
 	old := s.loadBalancerIDs()
 	s.stopProxy()
-	s.w.srv.ResetCalls()
+	s.w.Server.ResetCalls()
 	s.startProxy()
 	s.waitRemade(old)
 	s.waitServices("kube-proxy.exe restarted")
-	network, proxy = writes(s.w.srv.Calls())
+	network, proxy = winnode.Writes(s.w.Server.Calls())
 	t.Logf("kube-proxy.exe restarted: HNS writes of the network %v, of load balancers and endpoints %v", network, proxy)
 	if len(network) != 0 {
 		t.Errorf("kube-proxy.exe's restart came with writes to the network: %v", network)
@@ -1120,7 +800,7 @@ func (s *kubeProxyScene) checkPeers() {
 	for _, n := range s.linux {
 		want = append(want, cluster.PodCIDR(n.Index).String()+" programmed")
 	}
-	for _, p := range weftStatus(s.t, s.w.Node).Peers {
+	for _, p := range weftStatus(s.t, s.w.Node.Node).Peers {
 		got = append(got, p.Subnet+" "+p.State)
 	}
 	slices.Sort(want)
@@ -1138,16 +818,16 @@ func (s *kubeProxyScene) checkPeers() {
 // network.
 func (s *kubeProxyScene) restartHNS() {
 	s.t.Helper()
-	before, err := s.w.hns.NetworkByName(s.network)
+	before, err := s.w.HNS.NetworkByName(s.network)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.w.srv.ResetCalls()
-	s.w.hns.Stop()
-	s.w.hns.Start()
+	s.w.Server.ResetCalls()
+	s.w.HNS.Stop()
+	s.w.HNS.Start()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		n, err := s.w.hns.NetworkByName(s.network)
+		n, err := s.w.HNS.NetworkByName(s.network)
 		if err == nil && n.ID != before.ID {
 			break
 		}
@@ -1160,11 +840,11 @@ func (s *kubeProxyScene) restartHNS() {
 	old := s.podIP
 	s.podIP = s.addPod("7e2f1d3c4b5a6079889706b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5")
 	for _, svc := range s.services {
-		backends := slices.Clone(svc.backends)
+		backends := slices.Clone(svc.Endpoints)
 		changed := false
 		for i, b := range backends {
-			if b.ip == old {
-				backends[i].ip, changed = s.podIP, true
+			if b.IP == old {
+				backends[i].IP, changed = s.podIP, true
 			}
 		}
 		if changed {
@@ -1172,7 +852,7 @@ func (s *kubeProxyScene) restartHNS() {
 		}
 	}
 	s.waitServices("HNS restarted, the network and the pod made again")
-	network, proxy := writes(s.w.srv.Calls())
+	network, proxy := winnode.Writes(s.w.Server.Calls())
 	s.t.Logf("HNS restarted: HNS writes of the network %v, of load balancers and endpoints %v (the pod's among them)", network, proxy)
 }
 

@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,18 +15,15 @@ import (
 	"time"
 
 	"github.com/weftnet/weft/e2e/cluster"
-	"github.com/weftnet/weft/internal/buildinfo"
+	"github.com/weftnet/weft/e2e/winnode"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnsfile"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
-// The Windows programs of the pod tests, built once per test run into .cache/wine-bin of the
-// repository (Go's build cache makes a rebuild of unchanged sources a link at most):
-// weftd.exe and weft.exe from this module, win-overlay.exe, win-bridge.exe and
-// host-local.exe of containernetworking/plugins from tools/go.mod, and wincni.exe, the
-// containerd-shaped pod runner, from tools/wincni.
+// windowsPrograms are the Windows programs of the pod tests (winnode.BuildPrograms), built
+// once per test run.
 var windowsPrograms struct {
 	once sync.Once
 	dir  string
@@ -41,41 +35,13 @@ func buildWindowsPrograms(t *testing.T, repo string) string {
 	t.Helper()
 	windowsPrograms.once.Do(func() {
 		start := time.Now()
-		dir := filepath.Join(repo, ".cache", "wine-bin")
-		outDir := dir + string(filepath.Separator)
-		for _, b := range []struct {
-			dir  string
-			args []string
-		}{
-			{repo, []string{"-tags=" + buildinfo.Tags, "-o", outDir, "./cmd/weftd", "./cmd/weft", "./cmd/weftctl"}},
-			{filepath.Join(repo, "tools"), []string{"-mod=readonly", "-o", outDir,
-				"github.com/containernetworking/plugins/plugins/main/windows/win-overlay",
-				"github.com/containernetworking/plugins/plugins/main/windows/win-bridge",
-				"github.com/containernetworking/plugins/plugins/ipam/host-local"}},
-			{filepath.Join(repo, "tools", "wincni"), []string{"-mod=readonly", "-o", filepath.Join(dir, "wincni.exe"), "."}},
-		} {
-			args := append([]string{"build"}, b.args...)
-			cmd := exec.Command("go", args...)
-			cmd.Dir = b.dir
-			cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				windowsPrograms.err = fmt.Errorf("go %s in %s (GOOS=windows): %w\n%s", strings.Join(args, " "), b.dir, err, out)
-				return
-			}
-		}
-		windowsPrograms.dir = dir
+		windowsPrograms.dir, windowsPrograms.err = winnode.BuildPrograms(repo)
 		t.Logf("Windows programs built in %v", time.Since(start).Round(time.Millisecond))
 	})
 	if windowsPrograms.err != nil {
 		t.Fatal(windowsPrograms.err)
 	}
 	return windowsPrograms.dir
-}
-
-// driveC is a path of the node's drive C: as a path here.
-func (w *wineNode) driveC(winPath string) string {
-	rel := strings.TrimPrefix(strings.ReplaceAll(winPath, `\`, "/"), "C:/")
-	return filepath.Join(w.prefix, "drive_c", rel)
 }
 
 // startWindowsNode adds a node running weftd.exe under Wine (see TestWindowsNodeUnderWine
@@ -89,182 +55,21 @@ func startWindowsNode(t *testing.T, c *cluster.Cluster, repo, programs, name str
 	w := newWineNode(t, c, repo, name)
 	var host *hnstest.Host
 	if hostGW {
-		host = windowsHost(t, w.Node)
+		host = windowsHost(t, w.Node.Node)
 	}
-	w.serveHNS(host)
-	bin := w.driveC(`C:\opt\cni\bin`)
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, exe := range []string{"weft.exe", "win-overlay.exe", "win-bridge.exe", "host-local.exe"} {
-		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
-			t.Fatalf("installing %s: %v\n%s", exe, err, out)
-		}
-	}
+	w.ServeHNS(host)
+	w.InstallPlugins(programs, "weft.exe", "win-overlay.exe", "win-bridge.exe", "host-local.exe")
 	// WaitReady and the tests read subnet.env where weftd.exe writes it.
-	w.subnetFile = `C:\run\flannel\subnet.env`
-	w.SubnetFile = w.driveC(w.subnetFile)
+	w.UseSubnetFile()
 	w.start(w.weftdArgv(filepath.Join(programs, "weftd.exe")))
 	return w
 }
 
-// installConflist puts the CNI configuration list where the runtime reads it.
-func (w *wineNode) installConflist(t *testing.T, conf []byte) {
+// shippedConflist is the shipped Windows CNI configuration for pn (winnode.ShippedConflist).
+func shippedConflist(t *testing.T, repo string, pn winnode.PodNetwork) []byte {
 	t.Helper()
-	dir := w.driveC(`C:\etc\cni\net.d`)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "10-weft.conflist"), conf, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// podRunner is wincni.exe under Wine in the node, taking a pod through its steps as
-// containerd would.
-type podRunner struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    chan string
-	stderr *lockedBuffer
-}
-
-// lockedBuffer is wincni.exe's standard error, written by exec's copier while a failing step
-// reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// podAnswer is one step's answer (see tools/wincni).
-type podAnswer struct {
-	Step   string
-	Error  string
-	Netns  string
-	Result []struct {
-		Interfaces []struct{ Name, Mac string }
-		IPs        []struct {
-			Address string
-			Gateway string
-		}
-	}
-	Closed *bool
-}
-
-// runPods starts wincni.exe in the node for the pod sandbox id, the pod's DNS config
-// being kubeadm's cluster DNS. Its working directory is the prefix's drive C:, so that
-// what the CNI library and host-local keep under \var\lib\cni is on drive C:, as on a real
-// node.
-func (w *wineNode) runPod(t *testing.T, programs, id string) *podRunner {
-	t.Helper()
-	argv := w.wine(filepath.Join(programs, "wincni.exe"), "--id="+id,
-		`--conf-dir=C:\etc\cni\net.d`, `--bin-dir=C:\opt\cni\bin`, "--name=web", "--namespace=default",
-		"--uid=6b2f1c9e-2d1f-4a55-9a8e-0c7d3e5f1a20", "--dns-servers=10.96.0.10",
-		"--dns-searches=default.svc.cluster.local,svc.cluster.local")
-	cmd := exec.Command("ip", append([]string{"netns", "exec", w.NS}, argv...)...)
-	cmd.Dir = filepath.Join(w.prefix, "drive_c")
-	p := &podRunner{t: t, cmd: cmd, out: make(chan string), stderr: &lockedBuffer{}}
-	cmd.Stderr = p.stderr
-	var err error
-	if p.in, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
+	data, err := winnode.ShippedConflist(repo, pn)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		lines := bufio.NewScanner(stdout)
-		for lines.Scan() {
-			p.out <- lines.Text()
-		}
-		close(p.out)
-	}()
-	t.Cleanup(func() {
-		p.in.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("wincni.exe's standard error (the plugins' log):\n%s", p.stderr)
-		}
-	})
-	return p
-}
-
-// step runs one step and returns its answer; a step that fails fails the test.
-func (p *podRunner) step(step string) podAnswer {
-	p.t.Helper()
-	start := time.Now()
-	if _, err := io.WriteString(p.in, step+"\n"); err != nil {
-		p.t.Fatalf("%s: %v\n%s", step, err, p.stderr)
-	}
-	select {
-	case line, ok := <-p.out:
-		if !ok {
-			p.t.Fatalf("%s: wincni.exe exited\n%s", step, p.stderr)
-		}
-		var a podAnswer
-		if err := json.Unmarshal([]byte(line), &a); err != nil || a.Step != step {
-			p.t.Fatalf("%s: answer %q (%v)", step, line, err)
-		}
-		if a.Error != "" {
-			p.t.Fatalf("%s: %s\nplugins' log:\n%s", step, a.Error, p.stderr)
-		}
-		p.t.Logf("%s: %s (%v)", step, line, time.Since(start).Round(time.Millisecond))
-		return a
-	case <-time.After(2 * time.Minute):
-		p.t.Fatalf("%s: no answer after 2 minutes\n%s", step, p.stderr)
-	}
-	return podAnswer{}
-}
-
-// podCase is what one backend's pod should get.
-type podCase struct {
-	network  string // the HNS network, and the CNI network the delegate is named after
-	delegate string // win-overlay or win-bridge
-	overlay  bool
-}
-
-// shippedConflist is dist/cni/10-weft-windows.conflist, for the backend's network and
-// delegate as the Helm chart makes it for host-gw (its name and delegate type are all that
-// differ).
-func shippedConflist(t *testing.T, repo string, pc podCase) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repo, "dist", "cni", "10-weft-windows.conflist"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pc.overlay {
-		return data
-	}
-	var list map[string]any
-	if err := json.Unmarshal(data, &list); err != nil {
-		t.Fatal(err)
-	}
-	list["name"] = pc.network
-	list["plugins"].([]any)[0].(map[string]any)["delegate"].(map[string]any)["type"] = pc.delegate
-	if data, err = json.Marshal(list); err != nil {
 		t.Fatal(err)
 	}
 	return data
@@ -312,23 +117,23 @@ func conflistPolicies(t *testing.T, conf []byte) map[string]json.RawMessage {
 // give an endpoint the first address of the IPAM result alone.)
 func TestWindowsPodUnderWine(t *testing.T) {
 	t.Run("vxlan", func(t *testing.T) {
-		testWindowsPod(t, windowsConf, podCase{network: "flannel.4096", delegate: "win-overlay", overlay: true})
+		testWindowsPod(t, windowsConf, winnode.PodNetwork{Network: "flannel.4096", Delegate: "win-overlay", Overlay: true})
 	})
 	t.Run("host-gw", func(t *testing.T) {
-		testWindowsPod(t, hostGWConf, podCase{network: "cbr0", delegate: "win-bridge"})
+		testWindowsPod(t, hostGWConf, winnode.PodNetwork{Network: "cbr0", Delegate: "win-bridge"})
 	})
 }
 
-func testWindowsPod(t *testing.T, netConf string, pc podCase) {
+func testWindowsPod(t *testing.T, netConf string, pc winnode.PodNetwork) {
 	bins, repo := needWine(t)
 	programs := buildWindowsPrograms(t, repo)
 	start := time.Now()
 	c := newWineCluster(t, bins, netConf)
 	startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "")
-	w := startWindowsNode(t, c, repo, programs, "w2", !pc.overlay)
+	w := startWindowsNode(t, c, repo, programs, "w2", !pc.Overlay)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("HNS:\n%s", w.hns.Render())
+			t.Logf("HNS:\n%s", w.HNS.Render())
 		}
 	})
 	env, err := w.SubnetEnv()
@@ -336,30 +141,30 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 		t.Fatal(err)
 	}
 	sn := env.Subnet.Masked()
-	network, err := w.hns.NetworkByName(pc.network)
+	network, err := w.HNS.NetworkByName(pc.Network)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hnsFile, err := hnsfile.Read(w.SubnetFile)
-	if err != nil || hnsFile.Name != pc.network {
-		t.Fatalf("%s next to subnet.env: %+v, %v; want the network %s", hnsfile.NetworkFile, hnsFile, err, pc.network)
+	if err != nil || hnsFile.Name != pc.Network {
+		t.Fatalf("%s next to subnet.env: %+v, %v; want the network %s", hnsfile.NetworkFile, hnsFile, err, pc.Network)
 	}
-	if pc.overlay != hnsFile.SourceVIP.IsValid() {
+	if pc.Overlay != hnsFile.SourceVIP.IsValid() {
 		t.Fatalf("kube-proxy's source VIP %v in %s: want one on overlay only", hnsFile.SourceVIP, hnsfile.SourceVIPFile)
 	}
 	conf := shippedConflist(t, repo, pc)
-	w.installConflist(t, conf)
-	w.srv.ResetCalls()
+	w.InstallConflist(conf)
+	w.Server.ResetCalls()
 
 	const sandbox = "3f9a8c1d2e4b5a6978c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2"
-	epName := sandbox + "_" + pc.network
-	pod := w.runPod(t, programs, sandbox)
+	epName := sandbox + "_" + pc.Network
+	pod := w.RunPod(programs, sandbox)
 
 	// The namespace, as containerd makes it.
-	nsID := pod.step("netns").Netns
+	nsID := pod.Step("netns").Netns
 	namespace := func() *windows.HostComputeNamespace {
 		t.Helper()
-		all, err := w.hns.Namespaces()
+		all, err := w.HNS.Namespaces()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,7 +180,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	}
 
 	// ADD.
-	added := pod.step("add")
+	added := pod.Step("add")
 	if len(added.Result) != 1 || len(added.Result[0].IPs) != 1 {
 		t.Fatalf("ADD result %+v: want one network with one address", added.Result)
 	}
@@ -391,12 +196,12 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	// host-gw: .2 is the host endpoint's, weftd's cbr0_ep, which win-bridge makes the pods'
 	// gateway.
 	hostEP := sn.Addr().Next().Next()
-	if !pc.overlay && ip == hostEP {
+	if !pc.Overlay && ip == hostEP {
 		t.Errorf("the pod got the host endpoint's address %s", ip)
 	}
 	endpoint := func() *windows.HostComputeEndpoint {
 		t.Helper()
-		all, err := w.hns.Endpoints()
+		all, err := w.HNS.Endpoints()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +217,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 		t.Fatalf("no endpoint %s in HNS", epName)
 	}
 	if !strings.EqualFold(ep.HostComputeNetwork, network.ID) || ep.IP() != ip || len(ep.IPs()) != 1 {
-		t.Errorf("endpoint %s: network %s, addresses %v; want %s on %s (%s)", epName, ep.HostComputeNetwork, ep.IPs(), ip, network.ID, pc.network)
+		t.Errorf("endpoint %s: network %s, addresses %v; want %s on %s (%s)", epName, ep.HostComputeNetwork, ep.IPs(), ip, network.ID, pc.Network)
 	}
 	if !strings.EqualFold(ep.HostComputeNamespace, nsID) {
 		t.Errorf("endpoint %s is attached to namespace %q, want %s, containerd's", epName, ep.HostComputeNamespace, nsID)
@@ -424,7 +229,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	}) {
 		t.Errorf("namespace %s does not list endpoint %s: %+v", nsID, ep.ID, ns)
 	}
-	if pc.overlay {
+	if pc.Overlay {
 		// win-overlay derives the MAC from the address (endpointMacPrefix 0E-2A).
 		a := ip.As4()
 		if want := fmt.Sprintf("0E-2A-%02x-%02x-%02x-%02x", a[0], a[1], a[2], a[3]); !strings.EqualFold(ep.MacAddress, want) {
@@ -439,9 +244,9 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	// GatewayAddress), win-bridge's the subnet's .2 (the host endpoint); sent in the
 	// create request and read back from HNS's answer into the result.
 	gw := sn.Addr().Next()
-	if !pc.overlay {
+	if !pc.Overlay {
 		gw = hostEP
-		if eps, err := w.hns.NetworkEndpoints(network.ID); err != nil || !slices.ContainsFunc(eps, func(ep windows.HostComputeEndpoint) bool {
+		if eps, err := w.HNS.NetworkEndpoints(network.ID); err != nil || !slices.ContainsFunc(eps, func(ep windows.HostComputeEndpoint) bool {
 			return ep.IP() == hostEP
 		}) {
 			t.Errorf("no host endpoint at the pods' gateway %s: %+v (%v)", hostEP, eps, err)
@@ -451,7 +256,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 		Name   string
 		Routes []windows.Route
 	}
-	for _, call := range w.srv.Calls() {
+	for _, call := range w.Server.Calls() {
 		var body struct {
 			Name   string
 			Routes []windows.Route
@@ -488,13 +293,13 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 		}
 		pa = append(pa, v.ProviderAddress)
 	}
-	if wantPA := []string{w.IP.String()}; pc.overlay && !slices.Equal(pa, wantPA) || !pc.overlay && len(pa) != 0 {
+	if wantPA := []string{w.IP.String()}; pc.Overlay && !slices.Equal(pa, wantPA) || !pc.Overlay && len(pa) != 0 {
 		t.Errorf("endpoint %s provider addresses %v, want the node's %s on overlay only", epName, pa, w.IP)
 	}
 
 	// What weft and host-local keep: the delegate configuration (whose range leaves the
 	// source VIP out) and the address's reservation.
-	kept := w.driveC(`C:\var\lib\cni\flannel\` + sandbox)
+	kept := w.DriveC(`C:\var\lib\cni\flannel\` + sandbox)
 	data, err := os.ReadFile(kept)
 	if err != nil {
 		t.Fatalf("weft's delegate configuration: %v", err)
@@ -506,8 +311,8 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 			Ranges [][]struct{ Subnet, RangeStart, RangeEnd string }
 		}
 	}
-	if err := json.Unmarshal(data, &d); err != nil || d.Type != pc.delegate || d.APIVersion != 2 {
-		t.Errorf("weft's delegate configuration %s (%v): want %s with apiVersion 2", data, err, pc.delegate)
+	if err := json.Unmarshal(data, &d); err != nil || d.Type != pc.Delegate || d.APIVersion != 2 {
+		t.Errorf("weft's delegate configuration %s (%v): want %s with apiVersion 2", data, err, pc.Delegate)
 	}
 	if hnsFile.SourceVIP.IsValid() {
 		for _, set := range d.IPAM.Ranges {
@@ -520,14 +325,14 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 			}
 		}
 	}
-	reservation := w.driveC(`C:\var\lib\cni\networks\` + pc.network + `\` + ip.String())
+	reservation := w.DriveC(`C:\var\lib\cni\networks\` + pc.Network + `\` + ip.String())
 	if _, err := os.Stat(reservation); err != nil {
 		t.Errorf("host-local's reservation of %s: %v", ip, err)
 	}
 
 	// CHECK, DEL, the namespace's removal.
-	pod.step("check")
-	pod.step("del")
+	pod.Step("check")
+	pod.Step("del")
 	if ep := endpoint(); ep != nil {
 		t.Errorf("endpoint %s is still in HNS after DEL: %+v", epName, ep)
 	}
@@ -539,7 +344,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 			t.Errorf("%s after DEL: %v; want it gone", f, err)
 		}
 	}
-	if rm := pod.step("rmns"); rm.Closed == nil || !*rm.Closed {
+	if rm := pod.Step("rmns"); rm.Closed == nil || !*rm.Closed {
 		t.Errorf("after the namespace's removal containerd finds it closed: %v, want true", rm.Closed)
 	}
 	if ns := namespace(); ns != nil {
@@ -547,7 +352,7 @@ func testWindowsPod(t *testing.T, netConf string, pc podCase) {
 	}
 	w.refused()
 	deletes := 0
-	for _, call := range w.srv.Calls() {
+	for _, call := range w.Server.Calls() {
 		if call.Name == "HcnDeleteNamespace" && strings.EqualFold(call.ID, nsID) && call.HResult == 0 {
 			deletes++
 		}

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -15,15 +13,13 @@ import (
 
 	weftbackend "github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/e2e/cluster"
+	"github.com/weftnet/weft/e2e/winnode"
 	"github.com/weftnet/weft/internal/hnssim"
 	"github.com/weftnet/weft/internal/winetest"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnstest"
 )
-
-// winPath is a Linux path as a Windows program under Wine names it (drive Z: is /).
-func winPath(p string) string { return `Z:` + strings.ReplaceAll(p, "/", `\`) }
 
 // windowsConf is flannel's vxlan config for a cluster with Windows nodes, on every node.
 const windowsConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":4096,"Port":4789}}`
@@ -106,24 +102,13 @@ func buildWindowsWeftd(t *testing.T, repo string) string {
 	return filepath.Join(buildWindowsPrograms(t, repo), "weftd.exe")
 }
 
-// wineNode is the Windows node of a test: a cluster node whose daemon (weftd.exe or the real
-// flanneld.exe) and other programs run under Wine, in a Wine prefix of the node's own,
-// against a simulated HNS: the in-memory HNS behind the simulated HNS service
-// (internal/hnssim), listening on the node's loopback, which the simulated DLLs that
-// tools/wine/setup.sh puts in the prefix call.
+// wineNode is the Windows node of a test (e2e/winnode) with the test's checks.
 type wineNode struct {
-	*cluster.Node
-	t          *testing.T
-	prefix     string // the node's Wine prefix, whose wineserver starts in the node's namespace
-	subnetFile string // subnet.env, as the node's programs name it
-	hns        *hnstest.HNS
-	host       *hnstest.Host // host-gw's simulated host, or nil
-	srv        *hnssim.Server
-	env        []string        // Wine's environment for the node's programs
-	version    windows.Version // the HNS version serveHNS's HNS reports; zero: hnstest's default
+	*winnode.Node
+	t *testing.T
 }
 
-// newWineNode adds node name to c with a Wine prefix of its own; serveHNS gives it an HNS.
+// newWineNode adds node name to c with a Wine prefix of its own; ServeHNS gives it an HNS.
 func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode {
 	t.Helper()
 	n, err := c.AddNode(name)
@@ -131,45 +116,13 @@ func newWineNode(t *testing.T, c *cluster.Cluster, repo, name string) *wineNode 
 		t.Fatal(err)
 	}
 	// Made after the cluster: its wineserver is stopped before the namespaces go.
-	prefix := winetest.Prefix(t, repo, "wine-node-")
-	return &wineNode{Node: n, t: t, prefix: prefix, subnetFile: winPath(n.SubnetFile)}
-}
-
-// serveHNS gives the node a new, empty HNS (as a reboot of a node without persistent
-// networks would), with the same IDs and DR MACs as the last: they come from a sequence.
-// host, if not nil, is the node's simulated host (host-gw), which the HNS moves the node's
-// address on when it makes an L2Bridge network and which the programs' IP Helper calls
-// reach through tools/wine's iphlpapi.dll (Wine 8's lacks GetIpInterfaceEntry and the route
-// writes).
-func (w *wineNode) serveHNS(host *hnstest.Host) {
-	w.t.Helper()
-	w.hns = hnstest.New(hnstest.Options{ManagementIP: w.IP, Blip: 300 * time.Millisecond, Host: host, Version: w.version})
-	w.host = host
-	l, err := w.Listen("127.0.0.1:0")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.srv = hnssim.New(w.hns, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go func() { _ = w.srv.Serve(l) }()
-	w.t.Cleanup(func() { l.Close() })
-	overrides := "computenetwork,vmcompute=n"
-	if host != nil {
-		overrides = "computenetwork,vmcompute,iphlpapi=n"
-	}
-	w.env = []string{"WINEPREFIX=" + w.prefix, "WINEDEBUG=-all", "WINEDLLOVERRIDES=" + overrides,
-		"WEFT_HNS_ADDR=" + l.Addr().String()}
-}
-
-// wine is the command line that runs exe under Wine in the node with args.
-func (w *wineNode) wine(exe string, args ...string) []string {
-	argv := append([]string{"env"}, w.env...)
-	return append(append(argv, winetest.Wine64, exe), args...)
+	return &wineNode{Node: winnode.Wrap(t, n, repo), t: t}
 }
 
 // flags are the flags flanneld and weftd share: etcd, the node's subnet.env and, with
 // iface, the node's address as the interface to use.
 func (w *wineNode) flags(iface bool) []string {
-	f := []string{"--etcd-endpoints=" + cluster.EtcdURL, "--subnet-file=" + w.subnetFile}
+	f := []string{"--etcd-endpoints=" + cluster.EtcdURL, "--subnet-file=" + w.WinSubnetFile}
 	if iface {
 		f = append(f, "--iface="+w.IP.String())
 	}
@@ -179,13 +132,13 @@ func (w *wineNode) flags(iface bool) []string {
 // weftdArgv is the command line of weftd.exe on the node, serving /readyz on the node's
 // 127.0.0.1:8285, as the Linux nodes' do.
 func (w *wineNode) weftdArgv(exe string) []string {
-	return w.wine(exe, append(w.flags(true), "--source-vip-file=")...)
+	return w.Wine(exe, append(w.flags(true), "--source-vip-file=")...)
 }
 
 // flanneldArgv is the command line of flanneld.exe on the node, serving /readyz where
 // WaitReady looks, as weftd.exe does by default; without iface it finds its interface itself.
 func (w *wineNode) flanneldArgv(exe string, iface bool) []string {
-	return w.wine(exe, append(w.flags(iface), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
+	return w.Wine(exe, append(w.flags(iface), "--healthz-ip=127.0.0.1", fmt.Sprintf("--healthz-port=%d", cluster.HealthzPort))...)
 }
 
 // start runs argv as the node's daemon and waits until it is ready.
@@ -212,11 +165,8 @@ func (w *wineNode) stop() {
 // JSON, an argument, a call it lacks): the plane would have logged and retried, not stopped.
 func (w *wineNode) refused() {
 	w.t.Helper()
-	for _, call := range w.srv.Calls() {
-		switch call.HResult {
-		case windows.HCNInvalidJSON, windows.InvalidArg, windows.NotImpl:
-			w.t.Errorf("HNS refused %s %s %s %s: %v", call.Name, call.Method, call.Object, call.Body, call.HResult)
-		}
+	for _, r := range w.Refused() {
+		w.t.Error(r)
 	}
 }
 
@@ -229,32 +179,32 @@ func (w *wineNode) restartAdopts(argv []string, networkID string) {
 	w.t.Helper()
 	w.stop()
 	state := func() string {
-		if w.host == nil {
-			return w.hns.Render()
+		if w.Host == nil {
+			return w.HNS.Render()
 		}
-		return w.hns.Render() + w.host.Render()
+		return w.HNS.Render() + w.Host.Render()
 	}
 	before := state()
-	w.hns.ResetRequests()
-	w.srv.ResetCalls()
-	if w.host != nil {
-		w.host.ResetCalls()
+	w.HNS.ResetRequests()
+	w.Server.ResetCalls()
+	if w.Host != nil {
+		w.Host.ResetCalls()
 	}
 	w.start(argv) // ready: converged once, anything to write is written
-	if n := lookups(w.srv.Calls(), networkID); n == 0 {
-		w.t.Fatalf("the restarted daemon is ready without having read its network from HNS: %+v", w.srv.Calls())
+	if n := lookups(w.Server.Calls(), networkID); n == 0 {
+		w.t.Fatalf("the restarted daemon is ready without having read its network from HNS: %+v", w.Server.Calls())
 	}
-	for _, call := range w.srv.Calls() {
+	for _, call := range w.Server.Calls() {
 		if call.Mutates() || call.Name == "HNSCall" && call.Method != "GET" {
 			w.t.Errorf("the restart asked HNS for a change: %s %s %s %s (%v)", call.Name, call.ID, call.Object, call.Body, call.HResult)
 		}
 	}
-	if r := w.hns.Requests(); len(r) != 0 {
+	if r := w.HNS.Requests(); len(r) != 0 {
 		w.t.Errorf("the restart changed HNS with %d requests, want none: %+v", len(r), r)
 	}
-	if w.host != nil {
+	if w.Host != nil {
 		for _, call := range []string{"AddRoute", "DeleteRoute", "SetForwarding"} {
-			if n := w.host.Calls()[call]; n != 0 {
+			if n := w.Host.Calls()[call]; n != 0 {
 				w.t.Errorf("the restart wrote the host: %s %d times", call, n)
 			}
 		}
@@ -266,7 +216,7 @@ func (w *wineNode) restartAdopts(argv []string, networkID string) {
 
 // rsrs renders the RemoteSubnetRoute policies of the node's network flannel.4096, sorted.
 func (w *wineNode) rsrs() string {
-	net, err := w.hns.NetworkByName("flannel.4096")
+	net, err := w.HNS.NetworkByName("flannel.4096")
 	if err != nil {
 		return "no network: " + err.Error()
 	}
@@ -307,7 +257,7 @@ func (w *wineNode) waitRSRs(c *cluster.Cluster, what string, peers []*cluster.No
 			w.t.Fatalf("%s: the daemon exited: %v\n%s", what, w.ExitState(), w.LogTail(30))
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: routes %q, want %q\nHNS:\n%s\ncalls:\n%s", what, got, want, w.hns.Render(), renderCalls(w.srv.Calls()))
+			w.t.Fatalf("%s: routes %q, want %q\nHNS:\n%s\ncalls:\n%s", what, got, want, w.HNS.Render(), renderCalls(w.Server.Calls()))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -325,7 +275,7 @@ type winState struct {
 // is the node's: its public IP, vxlan with VNI 4096, the DR MAC as VtepMAC.
 func (w *wineNode) state(c *cluster.Cluster) winState {
 	w.t.Helper()
-	n, err := w.hns.NetworkByName("flannel.4096")
+	n, err := w.HNS.NetworkByName("flannel.4096")
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -384,26 +334,12 @@ func waitToward(t *testing.T, ns []*cluster.Node, win *wineNode, st winState) {
 	}
 }
 
-// windowsHost is the Windows node's host before HNS touches it, as Wine shows the
-// namespace's interfaces (Go's net package names them through Wine's own iphlpapi): the
-// loopback and eth0, each with its route, and the default route via the underlay.
+// windowsHost is the Windows node's host before HNS touches it (winnode.HostOf).
 func windowsHost(t *testing.T, n *cluster.Node) *hnstest.Host {
 	t.Helper()
-	var eth0 uint32
-	if _, err := fmt.Sscanf(nodeExec(t, n, "cat", "/sys/class/net/eth0/ifindex"), "%d", &eth0); err != nil {
+	host, err := winnode.HostOf(n)
+	if err != nil {
 		t.Fatal(err)
-	}
-	pfx := netip.MustParsePrefix
-	host := hnstest.NewHost(
-		windows.Interface{Index: 1, Name: "lo", Prefixes: []netip.Prefix{pfx("127.0.0.1/8")}},
-		windows.Interface{Index: eth0, Name: "eth0", Prefixes: []netip.Prefix{netip.PrefixFrom(n.IP, 24)}})
-	for _, r := range []windows.HostRoute{
-		{Dst: pfx("127.0.0.0/8"), NextHop: netip.IPv4Unspecified(), IfIndex: 1, Metric: 256},
-		{Dst: pfx("0.0.0.0/0"), NextHop: netip.MustParseAddr(cluster.UnderlayGateway), IfIndex: eth0, Metric: 256},
-	} {
-		if err := host.AddRoute(r); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return host
 }
@@ -442,7 +378,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	nodes := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "n2")
 
 	win := newWineNode(t, c, repo, "w3")
-	win.serveHNS(nil)
+	win.ServeHNS(nil)
 	argv := win.weftdArgv(exe)
 	win.start(argv)
 	win.waitRSRs(c, "the Linux nodes", nodes)
@@ -476,7 +412,7 @@ func TestWindowsNodeUnderWine(t *testing.T) {
 	// delete or policy request, not even one HNS refuses), as the calls hcn made show.
 	win.refused()
 	win.restartAdopts(argv, st.networkID)
-	if after, err := win.hns.NetworkByName("flannel.4096"); err != nil || after.ID != st.networkID {
+	if after, err := win.HNS.NetworkByName("flannel.4096"); err != nil || after.ID != st.networkID {
 		t.Errorf("network after the restart: %v %v, want %s adopted", after, err, st.networkID)
 	}
 	if got, want := win.rsrs(), wantRSRs(t, c, nodes); got != want {
@@ -504,9 +440,9 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 	nodes := startLinuxPeers(t, c, repo, bins.weftd, []string{"n1"}, "n2")
 
 	win := newWineNode(t, c, repo, "w3")
-	host := windowsHost(t, win.Node)
-	win.serveHNS(host)
-	hns := win.hns
+	host := windowsHost(t, win.Node.Node)
+	win.ServeHNS(host)
+	hns := win.HNS
 	argv := win.weftdArgv(exe)
 	win.start(argv)
 
@@ -540,7 +476,7 @@ func TestWindowsHostGWUnderWine(t *testing.T) {
 		t.Fatalf("endpoints of cbr0: %+v (%v), want cbr0_ep at %s attached to the host", eps, err, gw.Next())
 	}
 	creates, attach := 0, ""
-	for _, call := range win.srv.Calls() {
+	for _, call := range win.Server.Calls() {
 		switch {
 		case call.Name == "HcnCreateNetwork" && call.HResult == 0:
 			creates++

@@ -40,6 +40,10 @@ type E2EOptions struct {
 	Timeout time.Duration
 	// Progress receives a line as each spec ends, and the suite's summary lines.
 	Progress func(line string)
+	// AllowedNotReadyNodes is the suite's --allowed-not-ready-nodes: the nodes it may find
+	// not Ready (a Windows node without a kubelet: AddWindowsNode) and leaves out of the
+	// nodes it schedules to.
+	AllowedNotReadyNodes int
 }
 
 // E2ESkip is a group of specs left out of a run, and why.
@@ -102,6 +106,9 @@ func (c *Cluster) RunE2E(ctx context.Context, opts E2EOptions) (*E2EResult, erro
 		"--ginkgo.timeout=" + opts.Timeout.String(),
 		"--ginkgo.v",
 		"--ginkgo.no-color",
+	}
+	if opts.AllowedNotReadyNodes > 0 {
+		args = append(args, fmt.Sprintf("--allowed-not-ready-nodes=%d", opts.AllowedNotReadyNodes))
 	}
 	if len(opts.Skip) > 0 {
 		var skip []string

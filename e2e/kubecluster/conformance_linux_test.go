@@ -46,7 +46,12 @@ var e2eSkips = []E2ESkip{
 // TestConformance runs Kubernetes' own e2e tests of the network (e2eFocus, less e2eSkips)
 // against a three-node cluster running weft as a user deploys it, with CoreDNS and the test
 // images imported into every node, and fails if any spec that ran failed. It prints the
-// suite's summary and each skipped spec with its reason. make conformance runs it.
+// suite's summary and each skipped spec with its reason. A Windows node (AddWindowsNode:
+// weftd.exe and kube-proxy.exe under Wine, no kubelet, so never Ready: the suite is told to
+// allow one node not Ready) is in the cluster all along, as in a mixed cluster; after the
+// suite its weftd.exe and kube-proxy.exe still run, it reaches every Linux node's podCIDR,
+// and kube-proxy.exe's load balancers hold for every Service left. make conformance runs
+// it.
 func TestConformance(t *testing.T) {
 	needLong(t)
 	opts := needCluster(t)
@@ -59,8 +64,15 @@ func TestConformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
 	defer cancel()
 	start := time.Now()
+	wopts := needWindowsNode(t, opts.KubeBin, true)
 	c := newCluster(t, 3)
 	deployWeft(ctx, t, c)
+	w, err := c.AddWindowsNode(ctx, t, "win1", wopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	win := windowsCheck{c: c, w: w, dsr: wopts.DSR}
+	win.waitRSRs(ctx, t, "the Windows node started")
 	work := t.TempDir()
 	images, err := E2EImages(ctx, repo, work)
 	if err != nil {
@@ -99,6 +111,8 @@ func TestConformance(t *testing.T) {
 		Skip:      e2eSkips,
 		Timeout:   75 * time.Minute,
 		Progress:  func(line string) { t.Log(line) },
+		// The Windows node.
+		AllowedNotReadyNodes: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -116,4 +130,10 @@ func TestConformance(t *testing.T) {
 	if len(res.Passed) == 0 {
 		t.Errorf("no e2e spec passed: is the focus right? see %s", res.Log)
 	}
+	win.waitRSRs(ctx, t, "after the suite")
+	win.waitServices(ctx, t, "after the suite")
+	for _, r := range w.Refused() {
+		t.Error(r)
+	}
+	win.checkPeers(ctx, t)
 }

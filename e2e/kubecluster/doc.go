@@ -43,5 +43,11 @@
 // a mesh of 10 ms pings between pods, counted in the pods' network namespaces, for the
 // changes that must not interrupt traffic (the migration from flannel).
 //
+// A cluster can have a Windows node beside its Linux ones (AddWindowsNode, windows_linux.go):
+// weftd.exe in Kubernetes mode and kube-proxy.exe under Wine against a simulated HNS
+// (e2e/winnode), started from weft's ConfigMap and DaemonSets as deployed; no kubelet, so
+// its Node, registered as kubelet.exe registers one, is never Ready and nothing is scheduled
+// to it.
+//
 // The package is Linux-only; on other systems it holds only this documentation.
 package kubecluster
