@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"github.com/weftnet/weft/e2e/cluster"
 	"io"
 	"os"
 	"os/exec"
@@ -303,8 +304,13 @@ func (c *Cluster) RoutePodNetwork(ctx context.Context) error {
 		return fmt.Errorf("kubecluster: listing nodes: %w", err)
 	}
 	for _, obj := range list.Items {
-		var n *Node
+		var n *cluster.Node
 		for _, cand := range c.nodes {
+			if cand.Name == obj.Name {
+				n = cand.Node
+			}
+		}
+		for _, cand := range c.windows {
 			if cand.Name == obj.Name {
 				n = cand
 			}

@@ -63,6 +63,8 @@ type Cluster struct {
 	controllerManager *process
 	scheduler         *process
 	nodes             []*Node
+	// windows are the Windows nodes' namespaces (AddWindowsNode).
+	windows []*cluster.Node
 	// extra are the cluster's other programs (Prometheus), stopped before the nodes.
 	extra []*process
 

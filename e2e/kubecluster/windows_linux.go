@@ -74,6 +74,7 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	if err != nil {
 		return nil, err
 	}
+	c.windows = append(c.windows, cn)
 	if out, err := exec.Command("ip", "-n", cn.NS, "route", "add", "default", "via", cluster.UnderlayGateway).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("node %s: default route: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
