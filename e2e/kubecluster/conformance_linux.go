@@ -6,7 +6,6 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"github.com/weftnet/weft/e2e/cluster"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/weftnet/weft/e2e/cluster"
 )
 
 // Kubernetes' own end-to-end suite (e2e.test, tools/kube/install-e2e.sh) runs against the
