@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -248,25 +247,9 @@ func newKubeProxyScene(t *testing.T, bins binaries, repo, programs, exe string, 
 			}
 		}
 	})
-	bin := w.DriveC(`C:\opt\cni\bin`)
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// kube-proxy.exe where the DaemonSet expects it, as Kubernetes' Windows node archive
-	// puts it on a node.
-	if err := os.MkdirAll(w.DriveC(`C:\k`), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", exe, w.DriveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
-		t.Fatalf("installing kube-proxy.exe: %v\n%s", err, out)
-	}
-	for _, exe := range []string{"weft.exe", pc.Delegate + ".exe", "host-local.exe"} {
-		if out, err := exec.Command("cp", filepath.Join(programs, exe), bin).CombinedOutput(); err != nil {
-			t.Fatalf("installing %s: %v\n%s", exe, err, out)
-		}
-	}
-	w.WinSubnetFile = `C:\run\flannel\subnet.env`
-	w.SubnetFile = w.DriveC(w.WinSubnetFile)
+	w.InstallKubeProxy(exe)
+	w.InstallPlugins(programs, "weft.exe", pc.Delegate+".exe", "host-local.exe")
+	w.UseSubnetFile()
 	kubeFlags := []string{"--kube-subnet-mgr", "--kubeconfig-file=" + winnode.Path(w.KubeconfigPath), "--net-config-path=" + winnode.Path(w.NetConfPath),
 		"--subnet-file=" + w.WinSubnetFile, "--iface=" + w.IP.String()}
 	if s.flanneld {
@@ -360,28 +343,18 @@ func (s *kubeProxyScene) addPod(id string) netip.Addr {
 }
 
 // registerWindowsNode creates the Windows node's Node object as the kubelet registers a
-// Windows node: its OS and architecture labels, the kubelet's annotation, its podCIDR (the
-// controller-manager's) and its InternalIP, which kube-proxy takes as the node's IP.
+// Windows node (winnode.NodeObject), with its podCIDR, the controller-manager's.
 func (s *kubeProxyScene) registerWindowsNode() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), kubeOpTimeout)
 	defer cancel()
 	cidr := cluster.PodCIDR(s.w.Index).String()
-	node, err := s.kc.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: s.w.Name, Labels: map[string]string{
-			"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": s.w.Name,
-			"node.kubernetes.io/windows-build": "10.0.20348",
-		},
-			// The kubelet's at registration (flanneld v0.28.10 panics on a Node with no
-			// annotations at all: its kube subnet manager writes into a nil map).
-			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
-		},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}},
-	}, metav1.CreateOptions{})
+	want := s.w.NodeObject(corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}})
+	node, err := s.kc.admin.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.w.IP.String()}, {Type: corev1.NodeHostName, Address: s.w.Name}}
+	node.Status = want.Status
 	if _, err := s.kc.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		s.t.Fatal(err)
 	}
@@ -580,19 +553,10 @@ func (s *kubeProxyScene) rsrs() []string {
 		slices.Sort(out)
 		return out
 	}
-	n, err := s.w.HNS.NetworkByName(s.network)
+	out, err := s.w.RemoteSubnetRoutes(s.network)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var out []string
-	for _, p := range n.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
-		var rs windows.RemoteSubnetRouteSettings
-		if err := p.Decode(&rs); err != nil {
-			s.t.Fatal(err)
-		}
-		out = append(out, rs.DestinationPrefix+" via "+rs.ProviderAddress)
-	}
-	slices.Sort(out)
 	return out
 }
 
@@ -645,16 +609,8 @@ func (s *kubeProxyScene) loadBalancerIDs() []string {
 // deletes every load balancer HNS has and makes its own again.
 func (s *kubeProxyScene) waitRemade(old []string) {
 	s.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		left := slices.DeleteFunc(s.loadBalancerIDs(), func(id string) bool { return !slices.Contains(old, id) })
-		if len(left) == 0 {
-			return
-		}
-		if exited := s.proxyExited(); exited != "" || time.Now().After(deadline) {
-			s.t.Fatalf("kube-proxy.exe restarted (exited: %q), and the load balancers %v of the one before are still there", exited, left)
-		}
-		time.Sleep(250 * time.Millisecond)
+	if err := s.w.WaitRemade(s.proxy, old, 90*time.Second); err != nil {
+		s.t.Fatal(err)
 	}
 }
 

@@ -72,8 +72,8 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	c.nodes = append(c.nodes, n)
 	// A real node has a default route; without one a host-network pod could not even try
 	// the kubernetes Service's address, which kube-proxy translates after routing.
-	if out, err := exec.Command("ip", "-n", n.NS, "route", "add", "default", "via", cluster.UnderlayGateway).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("node %s: default route: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if err := defaultRoute(cn); err != nil {
+		return nil, err
 	}
 	if err := n.makeMountNS(); err != nil {
 		return nil, err
@@ -92,6 +92,14 @@ func (c *Cluster) addNode(name string) (*Node, error) {
 	}
 	c.log.Logf("kubecluster: node %s: %s, logs in %s (containerd.log, kubelet.log, kube-proxy.log)", name, n.IP, n.Dir)
 	return n, nil
+}
+
+// defaultRoute gives the node n a default route via the underlay, as a real node has.
+func defaultRoute(n *cluster.Node) error {
+	if out, err := exec.Command("ip", "-n", n.NS, "route", "add", "default", "via", cluster.UnderlayGateway).CombinedOutput(); err != nil {
+		return fmt.Errorf("node %s: default route: %w: %s", n.Name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // makeMountNS creates the node's mount namespace, pinned to n.MountNS, with its bind mounts,

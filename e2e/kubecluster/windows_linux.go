@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/e2e/winnode"
 	"github.com/weftnet/weft/windows"
 	"github.com/weftnet/weft/windows/hnsfile"
@@ -56,10 +54,6 @@ type WindowsOptions struct {
 	DSR bool
 }
 
-// windowsBuild is the build number the Node says (kubelet.exe's label
-// node.kubernetes.io/windows-build): Windows Server 2022.
-const windowsBuild = "10.0.20348"
-
 // AddWindowsNode adds the Windows node name to the cluster, whose weft (DeployWeft) must
 // be deployed: a network namespace of the underlay with a Wine prefix and an HNS of its own
 // (a simulated host too for host-gw); its Node object, as kubelet.exe registers a Windows
@@ -75,8 +69,8 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 		return nil, err
 	}
 	c.windows = append(c.windows, cn)
-	if out, err := exec.Command("ip", "-n", cn.NS, "route", "add", "default", "via", cluster.UnderlayGateway).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("node %s: default route: %w: %s", name, err, strings.TrimSpace(string(out)))
+	if err := defaultRoute(cn); err != nil {
+		return nil, err
 	}
 	cfg, err := c.Client.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "weft-cfg", metav1.GetOptions{})
 	if err != nil {
@@ -88,7 +82,7 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	}
 	w := &WindowsNode{Node: winnode.Wrap(tb, cn, opts.Repo), Programs: opts.Programs}
 	// HNS reports Windows Server 2022's version, to go with the build the Node says
-	// (windowsBuild): 14.0, as the e2e package's kube-proxy scene takes it (windowsServers
+	// (winnode.WindowsBuild): 14.0, as the e2e package's kube-proxy scene takes it (windowsServers
 	// there: the first version with every feature hcsshim v0.15.0 names below 2025's; that
 	// it is 2022's is unverified).
 	w.Version = windows.Version{Major: 14, Minor: 0}
@@ -104,7 +98,7 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	}
 	// The DaemonSet's environment: NODE_NAME from spec.nodeName.
 	w.Env = append(w.Env, "NODE_NAME="+name)
-	if err := c.registerWindowsNode(ctx, cn); err != nil {
+	if err := c.registerWindowsNode(ctx, w.Node); err != nil {
 		return nil, err
 	}
 
@@ -125,20 +119,13 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	if err := w.StartWeftd(); err != nil {
 		return nil, err
 	}
-	if files, err := hnsfile.Read(w.SubnetFile); err != nil || files.SourceVIP.IsValid() == hostGW {
+	files, err := hnsfile.Read(w.SubnetFile)
+	if err != nil || files.SourceVIP.IsValid() == hostGW {
 		return nil, fmt.Errorf("node %s: the files next to subnet.env: %+v, %v; want a source VIP on overlay only", name, files, err)
-	} else {
-		w.SourceVIP = files.SourceVIP
 	}
+	w.SourceVIP = files.SourceVIP
 
-	// kube-proxy.exe where the DaemonSet expects it, as Kubernetes' Windows node archive
-	// puts it on a node.
-	if err := os.MkdirAll(w.DriveC(`C:\k`), 0o755); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command("cp", opts.KubeProxyExe, w.DriveC(`C:\k\kube-proxy.exe`)).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("installing kube-proxy.exe: %w: %s", err, out)
-	}
+	w.InstallKubeProxy(opts.KubeProxyExe)
 	shipped, err := winnode.ShippedKubeProxy(opts.Repo)
 	if err != nil {
 		return nil, err
@@ -159,44 +146,37 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	return w, nil
 }
 
-// registerWindowsNode creates the Node object of n as kubelet.exe registers a Windows node
+// registerWindowsNode creates the Node object of w as kubelet.exe registers a Windows node
 // and waits until the controller-manager has given it a podCIDR.
-func (c *Cluster) registerWindowsNode(ctx context.Context, n *cluster.Node) error {
-	node, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
-			"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": n.Name,
-			"node.kubernetes.io/windows-build": windowsBuild,
-		},
-			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
-		},
-	}, metav1.CreateOptions{})
+func (c *Cluster) registerWindowsNode(ctx context.Context, w *winnode.Node) error {
+	want := w.NodeObject(corev1.NodeSpec{})
+	node, err := c.Client.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("registering the Windows node %s: %w", n.Name, err)
+		return fmt.Errorf("registering the Windows node %s: %w", w.Name, err)
 	}
 	// The controller-manager writes the Node too (its podCIDR): the status is written again
 	// on a conflict, over the latest object.
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}, {Type: corev1.NodeHostName, Address: n.Name}}
-		node.Status.NodeInfo = corev1.NodeSystemInfo{OperatingSystem: "windows", Architecture: "amd64", OSImage: "Windows Server 2022 Datacenter"}
+		node.Status = want.Status
 		_, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
-			if latest, gerr := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); gerr == nil {
+			if latest, gerr := c.Client.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{}); gerr == nil {
 				node = latest
 			}
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("the Windows node %s's status: %w", n.Name, err)
+		return fmt.Errorf("the Windows node %s's status: %w", w.Name, err)
 	}
 	for {
-		got, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		got, err := c.Client.CoreV1().Nodes().Get(ctx, w.Name, metav1.GetOptions{})
 		if err == nil && got.Spec.PodCIDR != "" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Windows node %s got no podCIDR from the controller-manager: %w", n.Name, errors.Join(err, ctx.Err()))
+			return fmt.Errorf("the Windows node %s got no podCIDR from the controller-manager: %w", w.Name, errors.Join(err, ctx.Err()))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -3,6 +3,7 @@ package kubecluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -168,19 +169,11 @@ func (k windowsCheck) rsrs(ctx context.Context) (got, want []string, err error) 
 		want = append(want, node.Spec.PodCIDR+" via "+n.IP.String())
 	}
 	slices.Sort(want)
-	net, err := k.w.HNS.NetworkByName("flannel.4096")
-	if err != nil {
-		return nil, want, nil
+	got, err = k.w.RemoteSubnetRoutes("flannel.4096")
+	if errors.Is(err, windows.ErrNotFound) {
+		err = nil // not made yet
 	}
-	for _, p := range net.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
-		var rs windows.RemoteSubnetRouteSettings
-		if err := p.Decode(&rs); err != nil {
-			return nil, nil, err
-		}
-		got = append(got, rs.DestinationPrefix+" via "+rs.ProviderAddress)
-	}
-	slices.Sort(got)
-	return got, want, nil
+	return got, want, err
 }
 
 // waitRSRs waits until the Windows node reaches exactly the Linux nodes' podCIDRs, each
@@ -400,7 +393,6 @@ func TestWindowsNode(t *testing.T) {
 	if _, err := c.WaitNodes(ctx, NetworkReady); err != nil {
 		t.Fatal(err)
 	}
-	waitDaemonSet(ctx, t, c, "weft", func(desired int32) error { return nil })
 	for !replaced(agentPods(ctx, t, c, "", "node1"), weftPods.Items[0].UID) {
 		select {
 		case <-ctx.Done():
@@ -453,21 +445,8 @@ func TestWindowsNode(t *testing.T) {
 	if err := w.StartKubeProxy(); err != nil {
 		t.Fatal(err)
 	}
-	// A kube-proxy that starts deletes every load balancer HNS has and makes its own again.
-	for {
-		ids, err := w.LoadBalancerIDs()
-		if err != nil {
-			t.Fatal(err)
-		}
-		kept := slices.DeleteFunc(ids, func(id string) bool { return !slices.Contains(old, id) })
-		if len(kept) == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("kube-proxy.exe restarted (exited: %q), and the load balancers %v of the one before are still there", w.Proxy.Exited(), kept)
-		case <-time.After(250 * time.Millisecond):
-		}
+	if err := w.WaitRemade(w.Proxy, old, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	k.waitServices(ctx, t, "kube-proxy.exe restarted")
 	network, proxy = winnode.Writes(w.Server.Calls())

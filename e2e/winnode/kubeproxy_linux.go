@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -474,4 +475,69 @@ func (w *Node) Refused() []string {
 		}
 	}
 	return out
+}
+
+// WindowsBuild is the build number NodeObject's Node says (kubelet.exe's label
+// node.kubernetes.io/windows-build): Windows Server 2022.
+const WindowsBuild = "10.0.20348"
+
+// NodeObject is the Node object of the node as kubelet.exe registers a Windows node: the
+// labels kubernetes.io/os=windows, arch, hostname and windows-build (Windows Server 2022's),
+// the kubelet's annotation (flanneld v0.28.10 panics on a Node with no annotations at all:
+// its kube subnet manager writes into a nil map), and, in its status, the InternalIP,
+// which kube-proxy takes as the node's IP. spec (its podCIDR) is the caller's.
+func (w *Node) NodeObject(spec corev1.NodeSpec) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Labels: map[string]string{
+			"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": w.Name,
+			"node.kubernetes.io/windows-build": WindowsBuild,
+		},
+			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+		},
+		Spec: spec,
+		Status: corev1.NodeStatus{
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: w.IP.String()}, {Type: corev1.NodeHostName, Address: w.Name}},
+			NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "windows", Architecture: "amd64", OSImage: "Windows Server 2022 Datacenter"},
+		},
+	}
+}
+
+// RemoteSubnetRoutes are the RemoteSubnetRoute policies of the HNS network, each
+// "<prefix> via <provider address>", sorted.
+func (w *Node) RemoteSubnetRoutes(network string) ([]string, error) {
+	n, err := w.HNS.NetworkByName(network)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range n.PoliciesOf(windows.PolicyRemoteSubnetRoute) {
+		var rs windows.RemoteSubnetRouteSettings
+		if err := p.Decode(&rs); err != nil {
+			return nil, err
+		}
+		out = append(out, rs.DestinationPrefix+" via "+rs.ProviderAddress)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// WaitRemade waits until none of the load balancers old is left, as a kube-proxy that starts
+// deletes every load balancer HNS has and makes its own again; it fails if k exits or
+// timeout passes first.
+func (w *Node) WaitRemade(k *KubeProxy, old []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ids, err := w.LoadBalancerIDs()
+		if err != nil {
+			return err
+		}
+		left := slices.DeleteFunc(ids, func(id string) bool { return !slices.Contains(old, id) })
+		if len(left) == 0 {
+			return nil
+		}
+		if exited := k.Exited(); exited != "" || time.Now().After(deadline) {
+			return fmt.Errorf("kube-proxy.exe restarted (exited: %q), and the load balancers %v of the one before are still there", exited, left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

@@ -107,6 +107,16 @@ func (w *Node) InstallPlugins(programs string, exes ...string) {
 	w.install(programs, `C:\opt\cni\bin`, exes...)
 }
 
+// InstallKubeProxy copies kube-proxy.exe (exe) to C:\k\kube-proxy.exe, where weft's kube-proxy
+// DaemonSet runs it, as Kubernetes' Windows node archive puts it on a node.
+func (w *Node) InstallKubeProxy(exe string) {
+	w.tb.Helper()
+	if filepath.Base(exe) != "kube-proxy.exe" {
+		w.tb.Fatalf("%s is not kube-proxy.exe", exe)
+	}
+	w.install(filepath.Dir(exe), `C:\k`, "kube-proxy.exe")
+}
+
 // install copies the programs named exes of the directory programs into the node's winDir.
 func (w *Node) install(programs, winDir string, exes ...string) {
 	w.tb.Helper()
