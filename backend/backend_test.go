@@ -471,8 +471,8 @@ func TestSetKeepsLastGood(t *testing.T) {
 }
 
 // TestSnapshot: a Snapshot shows the peers as they were when taken, while the Set goes on
-// changing (a value replaced, a lease removed, a lease newly skipped), and can be read on
-// another goroutine meanwhile (go test -race holds that part).
+// changing (a value replaced, a lease removed, a lease newly skipped, a skipped lease put
+// again), and can be read on another goroutine meanwhile (go test -race holds that part).
 func TestSnapshot(t *testing.T) {
 	b := newBackend(t, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
 	s := NewSet(b, lease("10.244.1.0/24", "192.0.2.10", vxData("0e:00:00:00:00:01")), false)
@@ -512,6 +512,7 @@ func TestSnapshot(t *testing.T) {
 		}
 	}()
 	for i := range 50 {
+		s.Put(lease("10.244.4.0/24", "192.0.2.13", `{"VNI":1,"VtepMAC":""}`), &r) // the skipped one put again
 		s.Put(lease("10.244.2.0/24", fmt.Sprintf("192.0.2.%d", 100+i), vxData("0e:00:00:00:00:22")), &r)
 		s.Remove("10.244.3.0-24", &r)
 		s.Put(lease("10.244.3.0/24", "192.0.2.12", vxData("0e:00:00:00:00:03")), &r)

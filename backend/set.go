@@ -206,12 +206,20 @@ func (e *entry) addrOf(b [16]byte, valid, four uint8) netip.Addr {
 
 // peer is what the entry programs when it is on.
 func (e *entry) peer() Peer {
-	var sn netip.Prefix
-	if e.addrs&snValid != 0 {
-		sn = netip.PrefixFrom(e.addrOf(e.sn, snValid, sn4), int(e.bits))
-	}
-	return Peer{Subnet: sn, PublicIP: e.addrOf(e.ip, ipValid, ip4), VTEPMAC: e.vtep, WireGuard: e.rare().wg}
+	return Peer{Subnet: e.subnet(), PublicIP: e.publicIP(), VTEPMAC: e.vtep, WireGuard: e.rare().wg}
 }
+
+// subnet is the subnet the lease claims. It reads only what an entry never changes, as
+// publicIP does: a Snapshot's reader may call both while the Set's owner changes e.more.
+func (e *entry) subnet() netip.Prefix {
+	if e.addrs&snValid == 0 {
+		return netip.Prefix{}
+	}
+	return netip.PrefixFrom(e.addrOf(e.sn, snValid, sn4), int(e.bits))
+}
+
+// publicIP is the public IP the lease claims.
+func (e *entry) publicIP() netip.Addr { return e.addrOf(e.ip, ipValid, ip4) }
 
 // candidate is the candidate the entry was made of.
 func (e *entry) candidate() candidate {
@@ -581,9 +589,10 @@ func (s *Set) Peers() []PeerInfo { return s.Snapshot().Peers() }
 
 // Snapshot is the peer leases of a Set at one moment, which other goroutines may read while
 // the Set's owner changes the Set: Set.Snapshot costs a slice of two pointers a lease. It
-// shares what a Set never changes of a lease once put (its key, type and translation; a new
-// value is a new entry) and copies the rest, whether and why the lease is skipped (Skipped
-// values are never changed either).
+// shares what a Set never changes of a lease once put (its key, MAC, subnet and public IP; a
+// new value is a new entry) and copies the rest, whether and why the lease is skipped
+// (Skipped values are never changed either). It must not read e.more, which the owner
+// rewrites in place (setSkip).
 type Snapshot struct {
 	peers []snapPeer
 	typ   string // the node's backend type: every lease's but those skipped for theirs
@@ -612,11 +621,12 @@ func (sn Snapshot) All() iter.Seq[PeerInfo] {
 		for _, p := range sn.peers {
 			e := p.e
 			typ := sn.typ
-			if skip := e.rare().skip; skip != nil && skip.Code == SkipBackendType {
-				typ = skip.typ
+			// Only translate skips for the backend type, and a lease translate skips is
+			// skipped for that (settle), so the copied skip tells the lease's type.
+			if p.skipped != nil && p.skipped.Code == SkipBackendType {
+				typ = p.skipped.typ
 			}
-			peer := e.peer()
-			if !yield(PeerInfo{Key: e.key, Subnet: peer.Subnet, PublicIP: peer.PublicIP,
+			if !yield(PeerInfo{Key: e.key, Subnet: e.subnet(), PublicIP: e.publicIP(),
 				BackendType: typ, VTEPMAC: e.mac, Skipped: p.skipped}) {
 				return
 			}

@@ -502,9 +502,9 @@ func (r *runner) run() {
 		case err != nil:
 			r.problem("n%d: %v", i+1, err)
 		case strings.Contains(string(data), "WARNING: DATA RACE"):
-			r.violate("n%d: weftd's log %s reports a data race", i+1, n.LogPath)
+			r.violate("n%d: weftd's log %s reports a data race:\n%s", i+1, n.LogPath, excerpt(string(data), "WARNING: DATA RACE"))
 		case strings.Contains(string(data), "\npanic: "):
-			r.violate("n%d: weftd's log %s reports a panic", i+1, n.LogPath)
+			r.violate("n%d: weftd's log %s reports a panic:\n%s", i+1, n.LogPath, excerpt(string(data), "\npanic: "))
 		}
 	}
 	for _, rec := range r.done {
@@ -1685,3 +1685,11 @@ func str(v any) string {
 
 // newRand is the random source of a fault's own choices.
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 1)) }
+
+// excerpt is the part of a log from the first mark on, at most 60 lines: the report a
+// violation carries, since CI keeps the test's output and not the cluster's files.
+func excerpt(log, mark string) string {
+	_, rest, _ := strings.Cut(log, mark)
+	lines := strings.Split(mark+rest, "\n")
+	return strings.Join(lines[:min(len(lines), 60)], "\n")
+}
