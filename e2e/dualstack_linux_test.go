@@ -35,7 +35,7 @@ func waitReachable6(t *testing.T, from, to *cluster.Pod, timeout time.Duration) 
 // pingAll6 checks that every pod reaches every other pod over IPv6.
 func pingAll6(t *testing.T, pods []*cluster.Pod) {
 	t.Helper()
-	pingAllAt(t, pods, func(p *cluster.Pod) netip.Addr { return p.IP6 })
+	pingAllAt(t, pods, func(p *cluster.Pod) netip.Addr { return p.IP6 }, convergeTimeout)
 }
 
 // vtepMAC6 is the VtepMAC of a vxlan lease's IPv6 half.

@@ -238,17 +238,17 @@ func watchPings(t *testing.T, what string, from, to *cluster.Pod, fn func()) {
 // pingAll checks that every pod reaches every other pod (over IPv4).
 func pingAll(t *testing.T, pods []*cluster.Pod) {
 	t.Helper()
-	pingAllAt(t, pods, func(p *cluster.Pod) netip.Addr { return p.IP })
+	pingAllAt(t, pods, func(p *cluster.Pod) netip.Addr { return p.IP }, convergeTimeout)
 }
 
 // pingAllAt checks that every pod reaches every other pod at the address addr picks (its
-// family's).
-func pingAllAt(t *testing.T, pods []*cluster.Pod, addr func(*cluster.Pod) netip.Addr) {
+// family's), each within timeout.
+func pingAllAt(t *testing.T, pods []*cluster.Pod, addr func(*cluster.Pod) netip.Addr, timeout time.Duration) {
 	t.Helper()
 	for _, from := range pods {
 		for _, to := range pods {
 			if from != to {
-				waitReachableAt(t, from, to, addr(to), convergeTimeout)
+				waitReachableAt(t, from, to, addr(to), timeout)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
 )
@@ -69,7 +71,7 @@ func TestWireGuardPodToPod(t *testing.T) {
 		}
 	}
 	pods := onePodEach(t, c, nodes)
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	stream(t, pods[0], pods[1])
 	stream(t, pods[1], pods[2])
 	stream(t, pods[2], pods[0])
@@ -114,7 +116,7 @@ func TestWireGuardRestartAndDrift(t *testing.T) {
 	c := newCluster(t, bins, wireguardNet)
 	nodes := startNodes(t, c, "n1", "n2", "n3")
 	pods := onePodEach(t, c, nodes)
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	keyBefore := leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData
 
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
@@ -125,16 +127,16 @@ func TestWireGuardRestartAndDrift(t *testing.T) {
 		if recv == 0 {
 			t.Errorf("no ping answered across the restart")
 		}
-		pingAll(t, pods)
+		wgPingAll(t, pods, false)
 	}
 	if after := leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData; string(after) != string(keyBefore) {
 		t.Errorf("the restarts changed the node's lease data: %s, then %s", keyBefore, after)
 	}
 
 	nodeExec(t, nodes[1], "ip", "link", "del", "flannel-wg")
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	nodeExec(t, nodes[2], "ip", "route", "del", "10.244.0.0/16")
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	if route := nodeExec(t, nodes[1], "ip", "route", "show", "10.244.0.0/16"); !strings.Contains(route, "dev flannel-wg") {
 		t.Errorf("node %s: route of the network after the device came back: %q", nodes[1].Name, route)
 	}
@@ -148,7 +150,7 @@ func TestWireGuardHostileLeases(t *testing.T) {
 	c := newCluster(t, bins, wireguardNet)
 	nodes := startNodes(t, c, "n1", "n2")
 	pods := onePodEach(t, c, nodes)
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	var data struct{ PublicKey string }
 	if err := json.Unmarshal(leaseOf(t, c, mustSubnet(t, nodes[0])).Attrs.BackendData, &data); err != nil {
 		t.Fatal(err)
@@ -194,7 +196,7 @@ func TestWireGuardHostileLeases(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	stream(t, pods[0], pods[1])
 }
 
@@ -233,8 +235,8 @@ func TestWireGuardDualStack(t *testing.T) {
 		}
 	}
 	pods := onePodEach(t, c, nodes)
-	pingAll(t, pods)
-	pingAll6(t, pods)
+	wgPingAll(t, pods, false)
+	wgPingAll(t, pods, true)
 	stream(t, pods[0], pods[1])
 }
 
@@ -258,7 +260,7 @@ func TestWireGuardModes(t *testing.T) {
 				}
 			}
 			pods := onePodEach(t, c, nodes)
-			pingAll(t, pods)
+			wgPingAll(t, pods, false)
 			stream(t, pods[0], pods[1])
 		})
 	}
@@ -305,8 +307,8 @@ table inet weft_e2e_wg {
 EOF`)
 			}
 			pods := onePodEach(t, c, nodes)
-			pingAll(t, pods)
-			pingAll6(t, pods)
+			wgPingAll(t, pods, false)
+			wgPingAll(t, pods, true)
 			stream(t, pods[0], pods[1])
 			want := "ipv4"
 			if mode == "ipv6" {
@@ -378,6 +380,23 @@ func TestWireGuardFromFlanneld(t *testing.T) {
 		t.Errorf("lease key %q (%v), want flanneld's %s", data.PublicKey, err, pub)
 	}
 	pods := onePodEach(t, c, nodes)
-	pingAll(t, pods)
+	wgPingAll(t, pods, false)
 	stream(t, pods[0], pods[1])
+}
+
+// wgReach bounds how long a pod may take to reach another over WireGuard: the peer programmed
+// (convergeTimeout), then WireGuard's own handshake. Two nodes whose pods ping each other at
+// once both initiate; when the initiations cross, a side can be left without a session
+// (wireguard-go logs "handshakeZeroed") and retries after REKEY_TIMEOUT, 5 s plus up to
+// 333 ms of jitter (the WireGuard paper, section 6.1). Two crossings are allowed for.
+const wgReach = convergeTimeout + 2*(5*time.Second+333*time.Millisecond)
+
+// wgPingAll is pingAll (pingAll6 if six) over WireGuard, within wgReach.
+func wgPingAll(t *testing.T, pods []*cluster.Pod, six bool) {
+	t.Helper()
+	addr := func(p *cluster.Pod) netip.Addr { return p.IP }
+	if six {
+		addr = func(p *cluster.Pod) netip.Addr { return p.IP6 }
+	}
+	pingAllAt(t, pods, addr, wgReach)
 }
