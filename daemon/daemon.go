@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/netif"
 	"github.com/weftnet/weft/probe"
@@ -45,6 +47,10 @@ type Deps struct {
 	// Checker sends the probes' TCP and UDP through the overlay, which find broken checksum
 	// offload (Config.TxChecksumOffload); nil: none.
 	Checker probe.Checker
+	// Policy enforces --network-policy, with the cluster's pods, namespaces and policies read
+	// through Kube; both nil: no policy.
+	Policy  PolicyPlane
+	Kube    kubernetes.Interface
 	metrics *metrics // made by RunWith when nil
 }
 
@@ -60,6 +66,9 @@ type Platform struct {
 	// RouteTo names the interface of the route to an address and its source (netif.Choice's);
 	// nil where the OS has none: --iface-can-reach is refused.
 	RouteTo func(netip.Addr) (string, netip.Addr, error)
+	// Policy opens the plane that enforces NetworkPolicy; nil where the OS has none:
+	// --network-policy is refused.
+	Policy func(log *slog.Logger) PolicyPlane
 }
 
 // Run runs weftd on the OS's data plane until ctx is done. It returns an error only when it
@@ -101,6 +110,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plat Platform) error
 		}
 		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
+		if cfg.NetworkPolicy {
+			if deps.Kube, err = kubernetes.NewForConfig(km.REST()); err != nil {
+				return fmt.Errorf("--network-policy: a client of the API server: %w", err)
+			}
+		}
 	} else {
 		cli, err := etcd.NewClient(cfg.EtcdClient())
 		if err != nil {
@@ -114,6 +128,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plat Platform) error
 			OnWatchRestart: func(error) { m.watchRestarts.Inc() },
 			OnRelist:       m.watchRelists.Inc,
 		})
+	}
+	switch {
+	case cfg.NetworkPolicy && plat.Policy == nil:
+		return errors.New("--network-policy=true: weftd cannot enforce NetworkPolicy on this OS yet")
+	case cfg.NetworkPolicy:
+		deps.Policy = plat.Policy(log)
+	case plat.Policy != nil:
+		// Policy off: a table left by a run with it on would go on enforcing stale rules
+		// (and deny every new pod), so it goes.
+		if err := plat.Policy(log).Remove(); err != nil {
+			log.Warn("removing the NetworkPolicy table of an earlier run failed", "err", err)
+		}
 	}
 	if capabilities(deps).Probes && cfg.ProbeInterval > 0 {
 		if icmp, err := probe.ListenICMP(); err != nil {
@@ -188,6 +214,13 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		return err
 	}
 	d.health.update(func(h *health) { h.offloadStatus = d.paths.offloadStatus })
+	if deps.Policy != nil && deps.Kube != nil {
+		d.health.update(func(h *health) { h.policy = errPolicyNotListed })
+		report := func(err error) { d.health.update(func(h *health) { h.policy = err }) }
+		wg.Go(func() {
+			enforcePolicy(ctx, log, d.m, deps.Kube, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
+		})
+	}
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {
 		d.startProbes(ctx, &wg, deps.Pinger, deps.Checker)
 	}
@@ -254,6 +287,21 @@ type daemon struct {
 	// gcPercent is the GOGC the start-up's (startupGCPercent) replaces until its end.
 	gcPercent int
 	ready     bool // the datastore was told the node's network works (Kubernetes: NetworkUnavailable=False)
+	// subnets are the own lease's subnets, for readers beside the loop (podSubnets).
+	subnets atomic.Pointer[[2]netip.Prefix]
+}
+
+// podSubnets are the node's pod subnets (the own lease's), read on any goroutine.
+func (d *daemon) podSubnets() []netip.Prefix {
+	var out []netip.Prefix
+	if sn := d.subnets.Load(); sn != nil {
+		for _, p := range sn {
+			if p.IsValid() {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // setUp does everything before the loop: config, interface, backends, lease (with the
@@ -360,6 +408,7 @@ func (d *daemon) setUp(ctx context.Context, deps Deps) error {
 	if !req.Previous.IsValid() && !req.PreviousIPv6.IsValid() {
 		req.Previous, req.PreviousIPv6 = d.held()
 	}
+	defer func() { d.subnets.Store(&[2]netip.Prefix{d.own.Subnet, d.own.IPv6Subnet}) }()
 	if d.own, err = d.acquire(ctx, &req); err != nil {
 		return err
 	}
@@ -856,6 +905,7 @@ func (d *daemon) setOwn(l subnet.Lease) {
 		d.noteContested()
 	}
 	d.own = l
+	d.subnets.Store(&[2]netip.Prefix{l.Subnet, l.IPv6Subnet})
 	d.leaseChanged()
 }
 

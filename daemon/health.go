@@ -43,6 +43,7 @@ type health struct {
 	synced        bool
 	brokenSince   time.Time // the datastore has been unreachable since; zero while reachable
 	brokenErr     error
+	policy        error // why --network-policy is not enforced as the cluster says; nil when it is, or off
 	status        status.Node
 }
 
@@ -134,6 +135,8 @@ func (h *health) notReadyLocked() error {
 		return errors.New("data plane not converged yet")
 	case h.lastErr != nil:
 		return fmt.Errorf("last convergence failed: %v", h.lastErr)
+	case h.policy != nil:
+		return fmt.Errorf("network policy: %v", h.policy)
 	case h.contested > 0:
 		return fmt.Errorf("%d older peer lease(s) claim this node's subnet, public IP or VTEP MAC: this node is the newcomer, and the other nodes route to the older (weftctl status names them)", h.contested)
 	}

@@ -33,6 +33,9 @@ type KubeConfig struct {
 	// NodeName is the name of this node's Node object, from the environment (NODE_NAME, as
 	// flanneld takes it; a DaemonSet sets it from spec.nodeName).
 	NodeName string
+	// NetworkPolicy enforces the NetworkPolicy of the node's pods (--network-policy), where the
+	// platform has a PolicyPlane.
+	NetworkPolicy bool
 }
 
 // DefaultKubeConfig is flanneld's defaults.
@@ -49,11 +52,15 @@ func (k *KubeConfig) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&k.KubeAnnotationPrefix, "kube-annotation-prefix", k.KubeAnnotationPrefix, "prefix of the node annotations that hold the leases")
 	fs.BoolVar(&k.SetNodeNetworkUnavailable, "set-node-network-unavailable", k.SetNodeNetworkUnavailable, "set the Node's NetworkUnavailable condition False once the data plane converged; false leaves it alone")
 	fs.StringVar(&k.NetConfigPath, "net-config-path", k.NetConfigPath, "network config file (net-conf.json) in Kubernetes mode")
+	fs.BoolVar(&k.NetworkPolicy, "network-policy", k.NetworkPolicy, "enforce the NetworkPolicy of this node's pods (Kubernetes mode; Linux: nftables table inet weft_policy); false removes that table")
 }
 
 // Validate checks the Kubernetes-mode settings when that mode is on; errors name the flag.
 func (k *KubeConfig) Validate() error {
 	if !k.KubeSubnetMgr {
+		if k.NetworkPolicy {
+			return errors.New("--network-policy=true: needs --kube-subnet-mgr (the pods and policies come from the Kubernetes API)")
+		}
 		return nil
 	}
 	if k.NodeName == "" {

@@ -46,6 +46,9 @@ type metrics struct {
 	programDelay     prometheus.Histogram
 	datastoreLatency *prometheus.HistogramVec
 	nodeEvents       *prometheus.CounterVec
+	policyPods       *prometheus.GaugeVec
+	policyRefused    prometheus.Gauge
+	policyWrites     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -151,6 +154,16 @@ func newMetrics() *metrics {
 		}
 		return 0
 	})
+	m.policyPods = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "weft_network_policy_pods", Help: "The node's pods as NetworkPolicy sees them (--network-policy), by isolation (none, ingress, egress, both).",
+	}, []string{"isolated"})
+	m.policyRefused = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "weft_network_policy_refused", Help: "NetworkPolicies weft cannot enforce as written: the pods they select are denied in their directions.",
+	})
+	m.policyWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "weft_network_policy_writes_total", Help: "Writes of the policy table by result (success, error): each a change of pods, namespaces or policies, or drift repaired.",
+	}, []string{"result"})
+	m.reg.MustRegister(m.policyPods, m.policyRefused, m.policyWrites)
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.wireguard, m.probes, m.probeRTT, m.unreachable,
 		m.transportBroken, m.mtuShort, m.offload, m.offloadChanges, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,

@@ -61,18 +61,20 @@ const (
 	// kubeProxyWindows runs kube-proxy on weft's Windows nodes.
 	kubeProxyWindows = "kubernetes/kube-proxy-windows.yaml"
 	rbacFile         = "kubernetes/rbac.yaml"
-	unitFile         = "systemd/weftd.service"
-	envFile          = "systemd/weftd.env"
-	netConfFile      = "net-conf.json"
-	linuxCNI         = "cni/10-weft.conflist"
-	windowsCNI       = "cni/10-weft-windows.conflist"
-	installScript    = "windows/install-weftd.ps1"
-	dockerfile       = "Dockerfile"
-	dockerignore     = "Dockerfile.dockerignore"
-	alertRules       = "prometheus/weft-alerts.yaml"
-	alertTests       = "prometheus/weft-alerts_test.yaml"
-	dashboardFile    = "grafana/weft-dashboard.json"
-	readme           = "../README.md" // its table of metrics is what the rules may use
+	// networkPolicyFile is --network-policy's RBAC, applied beside the others.
+	networkPolicyFile = "kubernetes/network-policy.yaml"
+	unitFile          = "systemd/weftd.service"
+	envFile           = "systemd/weftd.env"
+	netConfFile       = "net-conf.json"
+	linuxCNI          = "cni/10-weft.conflist"
+	windowsCNI        = "cni/10-weft-windows.conflist"
+	installScript     = "windows/install-weftd.ps1"
+	dockerfile        = "Dockerfile"
+	dockerignore      = "Dockerfile.dockerignore"
+	alertRules        = "prometheus/weft-alerts.yaml"
+	alertTests        = "prometheus/weft-alerts_test.yaml"
+	dashboardFile     = "grafana/weft-dashboard.json"
+	readme            = "../README.md" // its table of metrics is what the rules may use
 )
 
 // What the manifests are made of.

@@ -48,6 +48,7 @@ linux:
   iface: [eth1]
   ifaceRegex: ["^ens"]
   ipMasq: false
+  networkPolicy: true
   args: [--log-level=debug]
   resources: {requests: {cpu: 200m, memory: 128Mi}, limits: {memory: 512Mi}}
   cniBinDir: /usr/libexec/cni
@@ -332,6 +333,13 @@ podCidr: 10.99.0.0/16`,
 				`{"requests": {"cpu": "200m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}`)
 			object(t, want.container(t, windowsDS, "containers", weftdContainer), "resources")["limits"] =
 				map[string]any{"memory": "1Gi"}
+		},
+	}, {
+		name:   "network policy",
+		values: `{linux: {networkPolicy: true}}`,
+		edit: func(t *testing.T, want objectSet) {
+			appendArgs(want.container(t, linuxDS, "containers", weftdContainer), "--network-policy")
+			maps.Copy(want, objectsOf(t, networkPolicyFile, loadManifest(t, networkPolicyFile)))
 		},
 	}, {
 		name:   "tolerations and node selector",

@@ -7,6 +7,7 @@ import (
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/daemon"
 	"github.com/weftnet/weft/linux"
+	"github.com/weftnet/weft/linux/policy"
 )
 
 // planeFlags are the data plane's own flags on this OS: Linux has none.
@@ -20,6 +21,7 @@ func (f *planeFlags) platform(cfg daemon.Config) daemon.Platform {
 		OpenPlanes: func(log *slog.Logger) (backend.Plane, backend.Plane, error) { return f.newPlane(cfg, log) },
 		DefaultIf:  linux.DefaultRouteInterface,
 		RouteTo:    linux.RouteTo, // for --iface-can-reach
+		Policy:     func(log *slog.Logger) daemon.PolicyPlane { return policy.New(log, nil) },
 	}
 }
 

@@ -146,7 +146,7 @@ func startEtcdIn(ns, dir string) (*embed.Etcd, error) {
 		return nil, err
 	}
 	var e *embed.Etcd
-	err = inNetns(ns, func() error {
+	err = InNetns(ns, func() error {
 		// StartEtcd opens every listener before it returns; the serving goroutines it
 		// leaves behind only accept on them, so they may run on any thread. A member
 		// with peers could not run so: it dials them from whatever thread, outside the

@@ -18,11 +18,11 @@ import (
 // netnsDir is where `ip netns` keeps the bind mounts that name namespaces.
 const netnsDir = "/var/run/netns"
 
-// inNetns runs fn on a fresh OS thread switched into the named network namespace and waits
+// InNetns runs fn on a fresh OS thread switched into the named network namespace and waits
 // for it. Sockets fn creates stay in that namespace for their whole life, whichever thread
 // later uses them, which is what lets the harness reach addresses that exist only inside a
 // node or a pod without running a helper process there.
-func inNetns(name string, fn func() error) error {
+func InNetns(name string, fn func() error) error {
 	target, err := netns.GetFromName(name)
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", name, err)
@@ -62,7 +62,7 @@ func inNetns(name string, fn func() error) error {
 // dialIn connects to addr from inside the named network namespace.
 func dialIn(ctx context.Context, name, network, addr string) (net.Conn, error) {
 	var conn net.Conn
-	err := inNetns(name, func() error {
+	err := InNetns(name, func() error {
 		// The socket is created before DialContext first blocks, on this locked thread.
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
@@ -78,7 +78,7 @@ func dialIn(ctx context.Context, name, network, addr string) (net.Conn, error) {
 // listenIn opens a TCP listener on addr inside the named network namespace.
 func listenIn(name, addr string) (net.Listener, error) {
 	var l net.Listener
-	err := inNetns(name, func() error {
+	err := InNetns(name, func() error {
 		var err error
 		l, err = net.Listen("tcp", addr)
 		return err
@@ -93,7 +93,7 @@ func listenIn(name, addr string) (net.Listener, error) {
 // named network namespace: /proc/sys/net is resolved against the namespace of the thread
 // that opens it.
 func writeSysctl(name, key, value string) error {
-	return inNetns(name, func() error {
+	return InNetns(name, func() error {
 		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
 			return fmt.Errorf("setting %s=%s in namespace %s: %w", key, value, name, err)
 		}
@@ -124,7 +124,7 @@ func ipv6Sysctls() [][2]string {
 // device takes "default"'s values when it is made in or moved into the namespace (the
 // veths of nodes and pods, cni0, weftd's VXLAN devices), so all of them get these.
 func enableIPv6(name string) error {
-	return inNetns(name, func() error {
+	return InNetns(name, func() error {
 		for _, kv := range ipv6Sysctls() {
 			err := os.WriteFile("/proc/sys/"+kv[0], []byte(kv[1]), 0o644)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -232,4 +232,4 @@ func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.NS,
 
 // Do runs fn on a thread of its own in the node's network namespace and waits for it: what
 // fn opens (an ethtool socket, to read the node's devices) stays in the namespace.
-func (n *Node) Do(fn func() error) error { return inNetns(n.NS, fn) }
+func (n *Node) Do(fn func() error) error { return InNetns(n.NS, fn) }

@@ -63,6 +63,7 @@ type Config struct {
 // Manager is a subnet.Manager on the Kubernetes API.
 type Manager struct {
 	nodes   *nodes
+	rest    *rest.Config // the client config nodes was made from
 	node    string
 	ann     annotations
 	netConf string
@@ -136,9 +137,13 @@ func open(c Config) (*Manager, error) {
 	if netConf == "" {
 		netConf = DefaultNetConfPath
 	}
-	return &Manager{nodes: nodes, node: c.NodeName, ann: ann, netConf: netConf, log: log,
+	return &Manager{nodes: nodes, rest: rc, node: c.NodeName, ann: ann, netConf: netConf, log: log,
 		onSkip: c.OnSkip, onWatchRestart: c.OnWatchRestart, onRelist: c.OnRelist}, nil
 }
+
+// REST is a copy of the client config the Manager talks to the API server with (its
+// credentials, protobuf first, weftd's user agent), for the other watches of weftd.
+func (m *Manager) REST() *rest.Config { return rest.CopyConfig(m.rest) }
 
 // Check implements subnet.Checker from the reflector's last attempt to watch nodes: it costs
 // no request. Before Watch runs there is nothing to tell, and Check reports no error.

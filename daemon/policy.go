@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/weftnet/weft/netpol"
+	npkube "github.com/weftnet/weft/netpol/kube"
+)
+
+// PolicyPlane enforces the NetworkPolicy of the node's pods in the OS (Linux: nftables,
+// linux/policy). Enforce is declarative: it makes the OS hold what rules say for a node whose
+// pod subnets are subnets, writes only what differs (repairing drift), and returns a summary
+// of what it wrote, empty when nothing. Remove deletes everything it programmed.
+type PolicyPlane interface {
+	Enforce(rules netpol.Rules, subnets []netip.Prefix) (written string, err error)
+	Remove() error
+}
+
+// policyResync is how often the policy table is checked against the cluster without a
+// change: the drift repair's period.
+const policyResync = 10 * time.Second
+
+// errPolicyNotListed is /readyz's reason until the policy watch's first lists are in.
+var errPolicyNotListed = errors.New("pods, namespaces and NetworkPolicies not listed yet: nothing enforced (weftd needs to list and watch them: the ClusterRole weft-network-policy)")
+
+// policyRetry is how soon a failed write of the policy table is tried again.
+const policyRetry = time.Second
+
+// enforcePolicy runs --network-policy until ctx ends: a watch of the cluster's pods,
+// namespaces and policies, and after each change (or policyResync) the rules of the node's
+// pods compiled and handed to plane. Nothing is written before the watch's first lists are
+// in, so the first write holds every pod's rules at once. subnets are the node's pod subnets,
+// read at each write (the own lease may move). report is told whether the last write
+// succeeded (nil) or not; until the first one it is not called.
+func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, cs kubernetes.Interface, node string,
+	plane PolicyPlane, subnets func() []netip.Prefix, report func(error)) {
+	log = log.With("component", "network-policy")
+	w := npkube.New(cs, log)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-ctx.Done():
+		<-done
+		return
+	case <-w.Synced():
+	}
+	log.Info("enforcing NetworkPolicy: pods, namespaces and policies listed")
+	tick := time.NewTicker(policyResync)
+	defer tick.Stop()
+	refused := map[netpol.Refusal]bool{} // logged already
+	for {
+		pods, nss, pols := w.Snapshot()
+		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, netpol.Options{SCTP: true})
+		now := map[netpol.Refusal]bool{}
+		for _, r := range rules.Refused {
+			now[r] = true
+			if !refused[r] {
+				log.Warn("NetworkPolicy refused: the pods it selects are denied in its directions", "policy", r.Policy, "reason", r.Reason)
+			}
+		}
+		refused = now
+		m.policyRefused.Set(float64(len(now)))
+		countIsolation(m, rules)
+		written, err := plane.Enforce(rules, subnets())
+		report(err)
+		switch {
+		case err != nil:
+			m.policyWrites.WithLabelValues("error").Inc()
+			log.Error("programming NetworkPolicy failed; retrying", "err", err)
+			retry := time.NewTimer(policyRetry)
+			select {
+			case <-ctx.Done():
+				retry.Stop()
+				<-done
+				return
+			case <-retry.C:
+			}
+			continue
+		case written != "":
+			m.policyWrites.WithLabelValues("success").Inc()
+			log.Info("NetworkPolicy programmed", "pods", len(rules.Pods), "policies", len(pols), "written", written)
+		}
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case <-w.Changed():
+		case <-tick.C:
+		}
+	}
+}
+
+// countIsolation sets weft_network_policy_pods from rules.
+func countIsolation(m *metrics, rules netpol.Rules) {
+	counts := map[string]int{"none": 0, "ingress": 0, "egress": 0, "both": 0}
+	for _, p := range rules.Pods {
+		switch {
+		case p.Ingress != nil && p.Egress != nil:
+			counts["both"]++
+		case p.Ingress != nil:
+			counts["ingress"]++
+		case p.Egress != nil:
+			counts["egress"]++
+		default:
+			counts["none"]++
+		}
+	}
+	for k, n := range counts {
+		m.policyPods.WithLabelValues(k).Set(float64(n))
+	}
+}
