@@ -176,8 +176,6 @@ func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func one(s string) netpol.Range { return netpol.Range{From: addr(s), To: addr(s)} }
 
-var subnets = []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}
-
 // TestPolicyTraffic programs policies into the node's table and checks real TCP connections
 // through it: what an isolated pod allows passes, the rest is dropped, replies pass, an
 // address of the node's pod subnet that is no known pod gets nothing; a peer that joins a
