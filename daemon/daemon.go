@@ -218,7 +218,7 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		d.health.update(func(h *health) { h.policy = errPolicyNotListed })
 		report := func(err error) { d.health.update(func(h *health) { h.policy = err }) }
 		wg.Go(func() {
-			enforcePolicy(ctx, log, d.m, deps.Kube, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
+			enforcePolicy(ctx, log, d.m, d.events, deps.Kube, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
 		})
 	}
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {

@@ -30,7 +30,7 @@ const (
 // noticeReasons lists the reasons of every Notice the daemon tells.
 func noticeReasons() []string {
 	return []string{NoticeOffloadOff, NoticeOffloadNotHelped, NoticeTransportBroken, NoticeTransportBack,
-		NoticePathMTUShort, NoticePathMTUWhole}
+		NoticePathMTUShort, NoticePathMTUWhole, NoticePolicyRefused}
 }
 
 // offload is the transmit checksum offload of one family's overlay device, which the family's

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -22,6 +23,10 @@ type PolicyPlane interface {
 	Remove() error
 }
 
+// NoticePolicyRefused is the reason of the warning about a NetworkPolicy weft cannot
+// enforce as written (netpol.Refusal), told once per policy and reason.
+const NoticePolicyRefused = "NetworkPolicyRefused"
+
 // policyResync is how often the policy table is checked against the cluster without a
 // change: the drift repair's period.
 const policyResync = 10 * time.Second
@@ -38,7 +43,7 @@ const policyRetry = time.Second
 // in, so the first write holds every pod's rules at once. subnets are the node's pod subnets,
 // read at each write (the own lease may move). report is told whether the last write
 // succeeded (nil) or not; until the first one it is not called.
-func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, cs kubernetes.Interface, node string,
+func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events, cs kubernetes.Interface, node string,
 	plane PolicyPlane, subnets func() []netip.Prefix, report func(error)) {
 	log = log.With("component", "network-policy")
 	w := npkube.New(cs, log)
@@ -62,6 +67,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, cs kuberne
 			now[r] = true
 			if !refused[r] {
 				log.Warn("NetworkPolicy refused: the pods it selects are denied in its directions", "policy", r.Policy, "reason", r.Reason)
+				ev.Notice(true, NoticePolicyRefused, fmt.Sprintf("NetworkPolicy %s cannot be enforced as written, so the pods it selects on this node are denied in its directions: %s", r.Policy, r.Reason))
 			}
 		}
 		refused = now
