@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -505,12 +506,11 @@ func baseExprs(r BaseRule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := uint32(r.Subnet.Addr().BitLen() / 8)
-		mask := netip.PrefixFrom(r.Subnet.Addr(), r.Subnet.Bits()).Masked()
-		maskBytes := prefixMask(r.Subnet.Bits(), int(n))
+		bits := r.Subnet.Addr().BitLen()
+		n := uint32(bits / 8)
 		return append(nfproto(r.V6), loadAddr(r.V6, src),
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: maskBytes, Xor: make([]byte, n)},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mask.Addr().AsSlice()},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: net.CIDRMask(r.Subnet.Bits(), bits), Xor: make([]byte, n)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: r.Subnet.Masked().Addr().AsSlice()},
 			loadAddr(r.V6, src), l, &expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}), nil
 	case BaseIngress, BaseEgress:
 		name := ingress + f
@@ -524,28 +524,4 @@ func baseExprs(r BaseRule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 		return append(nfproto(r.V6), loadAddr(r.V6, r.Kind == BaseEgress), l), nil
 	}
 	return nil, fmt.Errorf("policy: unknown base rule kind %q", r.Kind)
-}
-
-// prefixMask is the mask of a prefix of bits in n bytes.
-func prefixMask(bits, n int) []byte {
-	m := make([]byte, n)
-	for i := range m {
-		switch left := bits - 8*i; {
-		case left >= 8:
-			m[i] = 0xff
-		case left > 0:
-			m[i] = byte(0xff << (8 - left))
-		}
-	}
-	return m
-}
-
-// Enforce is Ensure of the table for rules on a node whose pod subnets are subnets
-// (daemon.PolicyPlane): it returns what it wrote, "" when nothing.
-func (m *Manager) Enforce(rules netpol.Rules, subnets []netip.Prefix) (string, error) {
-	ch, err := m.Ensure(Build(rules, subnets))
-	if err != nil || !ch.Any() {
-		return "", err
-	}
-	return ch.String(), nil
 }
