@@ -525,3 +525,13 @@ func baseExprs(r BaseRule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 	}
 	return nil, fmt.Errorf("policy: unknown base rule kind %q", r.Kind)
 }
+
+// Enforce is Ensure of the table for rules on a node whose pod subnets are subnets
+// (daemon.PolicyPlane): it returns what it wrote, "" when nothing.
+func (m *Manager) Enforce(rules netpol.Rules, subnets []netip.Prefix) (string, error) {
+	ch, err := m.Ensure(Build(rules, subnets))
+	if err != nil || !ch.Any() {
+		return "", err
+	}
+	return ch.String(), nil
+}
