@@ -67,7 +67,7 @@ type Platform struct {
 	// nil where the OS has none: --iface-can-reach is refused.
 	RouteTo func(netip.Addr) (string, netip.Addr, error)
 	// Policy opens the plane that enforces NetworkPolicy; nil where the OS has none:
-	// --network-policy is refused.
+	// --network-policy is refused. It is called after OpenPlanes.
 	Policy func(log *slog.Logger) PolicyPlane
 }
 

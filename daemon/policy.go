@@ -15,10 +15,12 @@ import (
 )
 
 // PolicyPlane enforces the NetworkPolicy of the node's pods in the OS (Linux: nftables,
-// linux/policy). Enforce is declarative: it makes the OS hold what rules say for a node whose
+// linux/policy; Windows: HNS ACLs on the pods' endpoints, windows). Options is what it can
+// express, which Compile refuses the rest by. Enforce is declarative: it makes the OS hold what rules say for a node whose
 // pod subnets are subnets, writes only what differs (repairing drift), and returns a summary
 // of what it wrote, empty when nothing. Remove deletes everything it programmed.
 type PolicyPlane interface {
+	Options() netpol.Options
 	Enforce(rules netpol.Rules, subnets []netip.Prefix) (written string, err error)
 	Remove() error
 }
@@ -61,7 +63,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 	refused := map[netpol.Refusal]bool{} // logged already
 	for {
 		pods, nss, pols := w.Snapshot()
-		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, netpol.Options{SCTP: true})
+		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, plane.Options())
 		now := map[netpol.Refusal]bool{}
 		for _, r := range rules.Refused {
 			now[r] = true

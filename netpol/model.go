@@ -73,6 +73,27 @@ type Range struct {
 	From, To netip.Addr
 }
 
+// Prefixes are the fewest prefixes that hold exactly the addresses of r, in order.
+func (r Range) Prefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for from := r.From; ; {
+		p := netip.PrefixFrom(from, from.BitLen())
+		for bits := from.BitLen() - 1; bits >= 0; bits-- {
+			q := netip.PrefixFrom(from, bits).Masked()
+			if q.Addr() != from || prefixRange(q).To.Compare(r.To) > 0 {
+				break
+			}
+			p = q
+		}
+		out = append(out, p)
+		last := prefixRange(p).To
+		if last.Compare(r.To) >= 0 {
+			return out
+		}
+		from = last.Next()
+	}
+}
+
 // Port is the ports From to To, both included, of one protocol; From 0 means every port of
 // that protocol.
 type Port struct {

@@ -20,6 +20,9 @@ type Client interface {
 	// CreateEndpoint creates ep on the network ep.HostComputeNetwork names.
 	CreateEndpoint(ep *HostComputeEndpoint) (*HostComputeEndpoint, error)
 	DeleteEndpoint(id string) error
+	// ModifyEndpointSettings adds, removes or updates an endpoint's policies (see
+	// EndpointPolicyRequest).
+	ModifyEndpointSettings(endpointID string, req *ModifyEndpointSettingRequest) error
 	// HostAttach attaches an endpoint to the host's own compartment, which gives the host a
 	// vNIC holding the endpoint's addresses: HNS v1's attach (HostAttachRequest). An endpoint
 	// attached already is an error matching ErrExists.

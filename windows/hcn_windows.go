@@ -156,6 +156,15 @@ func (HCN) DeleteEndpoint(id string) error {
 	return hnsErr((&hcn.HostComputeEndpoint{Id: id}).Delete(), "deleting HNS endpoint %s", id)
 }
 
+// ModifyEndpointSettings implements Client.
+func (HCN) ModifyEndpointSettings(endpointID string, req *ModifyEndpointSettingRequest) error {
+	r, err := convert[hcn.ModifyEndpointSettingRequest](req)
+	if err != nil {
+		return err
+	}
+	return hnsErr(hcn.ModifyEndpointSettings(endpointID, r), "modifying HNS endpoint %s", endpointID)
+}
+
 // HostAttach implements Client with HNS v1's call, vmcompute.dll's HNSCall, sending what
 // hcsshim's HNSEndpoint.HostAttach(1) sends. It is called here, not through hcsshim, whose
 // v1 errors hide the HRESULT from errors.As (internal/hcserror's HcsError has no Unwrap):

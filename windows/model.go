@@ -51,7 +51,36 @@ const (
 	PolicyRemoteSubnetRoute PolicyType = "RemoteSubnetRoute" // network: a peer's subnet behind its PA and DR MAC
 	PolicyHostRoute         PolicyType = "HostRoute"         // network: host to local pod traffic on Overlay
 	PolicyVSID              PolicyType = "VSID"              // subnet: the VXLAN network identifier
+	PolicyACL               PolicyType = "ACL"               // endpoint: a rule that allows or blocks traffic
 )
+
+// ACLSettings is an endpoint's ACL rule, as hcsshim's AclPolicySetting (hcn/hcnpolicy.go)
+// writes it: lists are comma-separated; Protocols are IP protocol numbers ("6" TCP, "17"
+// UDP), none for every protocol; addresses are addresses or prefixes; ports numbers or
+// ranges "from-to". Local is the endpoint's end, Remote the other. Lower Priority numbers
+// are evaluated first.
+type ACLSettings struct {
+	Protocols       string `json:",omitempty"`
+	Action          string // "Allow" or "Block"
+	Direction       string // "In" or "Out"
+	LocalAddresses  string `json:",omitempty"`
+	RemoteAddresses string `json:",omitempty"`
+	LocalPorts      string `json:",omitempty"`
+	RemotePorts     string `json:",omitempty"`
+	RuleType        string `json:",omitempty"` // "Switch" (VFP) or "Host" (WFP)
+	Priority        uint16 `json:",omitempty"`
+}
+
+// The values of ACLSettings' Action and Direction.
+const (
+	ACLAllow = "Allow"
+	ACLBlock = "Block"
+	ACLIn    = "In"
+	ACLOut   = "Out"
+)
+
+// ACLPolicy is the endpoint policy of one ACL rule.
+func ACLPolicy(s ACLSettings) Policy { return newPolicy(PolicyACL, s) }
 
 // Policy is a typed policy with its settings; the same shape serves networks, endpoints and
 // subnets (hcn's NetworkPolicy, EndpointPolicy, SubnetPolicy).
@@ -365,10 +394,13 @@ type HostComputeNamespace struct {
 // RequestType says what a modify request does with its settings.
 type RequestType string
 
-// The request types weft sends.
+// The request types weft sends. Update puts a request's policies in place of the object's
+// policies of the same types (hcsshim's TestApplyPolicyOnEndpoint updates an endpoint's ACLs
+// so and reads them back).
 const (
 	RequestAdd    RequestType = "Add"
 	RequestRemove RequestType = "Remove"
+	RequestUpdate RequestType = "Update"
 )
 
 // ModifyNetworkSettingRequest changes a network; weft adds and removes policies with it
@@ -390,6 +422,22 @@ type ModifyNamespaceSettingRequest struct {
 	ResourceType string          `json:",omitempty"`
 	RequestType  RequestType     `json:",omitempty"`
 	Settings     json.RawMessage `json:",omitempty"`
+}
+
+// ModifyEndpointSettingRequest changes an endpoint (HcnModifyEndpoint); weft updates its ACL
+// policies with it (ResourceType "Policy", Settings a PolicyNetworkRequest, which has the
+// shape of hcsshim's PolicyEndpointRequest).
+type ModifyEndpointSettingRequest struct {
+	ResourceType string          `json:",omitempty"`
+	RequestType  RequestType     `json:",omitempty"`
+	Settings     json.RawMessage `json:",omitempty"`
+}
+
+// EndpointPolicyRequest is the request that adds, removes or updates policies on an
+// endpoint.
+func EndpointPolicyRequest(rt RequestType, policies ...Policy) *ModifyEndpointSettingRequest {
+	b, _ := json.Marshal(PolicyNetworkRequest{Policies: policies}) // Policy always marshals
+	return &ModifyEndpointSettingRequest{ResourceType: "Policy", RequestType: rt, Settings: b}
 }
 
 // PolicyRequest is the request that adds (or removes) policies on a network.

@@ -82,6 +82,11 @@ type Plane struct {
 	mode  PeerMode // resolved against HNS's version; PeersAuto until then
 	net   netModel
 	watch watchers
+	// networkID is the ID of the network ensureNetwork last adopted or made, for
+	// NetworkPolicy; clearACLs: weft's ACLs leave that network's endpoints when
+	// ensureNetwork next has it (NetworkPolicy.Remove before the network was known).
+	networkID string
+	clearACLs bool
 }
 
 // New returns a plane on hns. host may be nil when the backend is vxlan.
@@ -228,6 +233,9 @@ func (p *Plane) ensureNetwork(ctx context.Context, name string, sn netip.Prefix,
 		if why == "" {
 			p.log.Debug("adopting HNS network", "network", name, "id", n.ID)
 			n, err = p.waitManagementIP(ctx, n)
+			if err == nil {
+				p.adopted(n.ID)
+			}
 			return n, false, err
 		}
 		p.log.Warn("replacing HNS network made for something else", "network", name, "id", n.ID, "reason", why)
@@ -241,7 +249,25 @@ func (p *Plane) ensureNetwork(ctx context.Context, name string, sn netip.Prefix,
 	}
 	p.log.Info("created HNS network; waiting for the host network to come back", "network", name, "id", n.ID, "subnet", sn)
 	n, err = p.waitManagementIP(ctx, n)
+	if err == nil {
+		p.adopted(n.ID)
+	}
 	return n, err == nil, err
+}
+
+// adopted records the network the plane has, and takes weft's NetworkPolicy ACLs off its
+// endpoints if NetworkPolicy.Remove asked for it before (a failure is logged, and tried
+// again the next time).
+func (p *Plane) adopted(id string) {
+	p.networkID = id
+	if !p.clearACLs {
+		return
+	}
+	if err := p.removeACLs(id); err != nil {
+		p.log.Warn("removing the NetworkPolicy ACLs of an earlier run failed", "err", err)
+		return
+	}
+	p.clearACLs = false
 }
 
 // waitManagementIP returns the network once HNS reports its management IP and HostReady

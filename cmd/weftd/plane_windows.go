@@ -28,10 +28,22 @@ func (f *planeFlags) addFlags(fs *flag.FlagSet) {
 // platform is Windows': HNS's planes (newPlane), and the IP Helper's default route. It has no
 // route lookup: weftd on Windows refuses --iface-can-reach, as flanneld does ("ifcanreach is
 // not supported on windows").
+//
+// NetworkPolicy is enforced with ACLs on the endpoints of the plane's network: its policy
+// plane is the data plane's, which OpenPlanes opened before Policy is called.
 func (f *planeFlags) platform(cfg daemon.Config) daemon.Platform {
+	var opened *windows.Plane
 	return daemon.Platform{
-		OpenPlanes: func(log *slog.Logger) (backend.Plane, backend.Plane, error) { return f.newPlane(cfg, log) },
-		DefaultIf:  func() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() },
+		OpenPlanes: func(log *slog.Logger) (backend.Plane, backend.Plane, error) {
+			p, err := f.newPlane(cfg, log)
+			if err != nil {
+				return nil, nil, err
+			}
+			opened = p
+			return p, p.IPv6(), nil
+		},
+		DefaultIf: func() (string, error) { return windows.NewIPHelper().DefaultRouteInterface() },
+		Policy:    func(*slog.Logger) daemon.PolicyPlane { return opened.NetworkPolicy() },
 	}
 }
 
@@ -39,18 +51,17 @@ func (f *planeFlags) platform(cfg daemon.Config) daemon.Platform {
 // the weft CNI plugin reads (package hnsfile); the source VIP also goes where kube-proxy's
 // start-up reads it. The IPv6 family's plane shares HNS and the host with the
 // IPv4 one (one L2Bridge network carries both; Overlay carries no IPv6).
-func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (backend.Plane, backend.Plane, error) {
+func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (*windows.Plane, error) {
 	netFile, vipFile := hnsfile.Paths(cfg.SubnetFile)
 	vips := []string{vipFile}
 	if f.sourceVIPFile != "" && filepath.Clean(f.sourceVIPFile) != vipFile {
 		vips = append(vips, f.sourceVIPFile)
 	}
 	host := windows.NewIPHelper()
-	p := windows.New(windows.NewHCN(), host, windows.Config{
+	return windows.New(windows.NewHCN(), host, windows.Config{
 		Peers:          f.hnsPeers,
 		SourceVIPFiles: vips,
 		NetworkFile:    netFile,
 		HostReady:      host.HostReady,
-	}, log)
-	return p, p.IPv6(), nil
+	}, log), nil
 }

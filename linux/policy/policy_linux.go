@@ -526,6 +526,10 @@ func baseExprs(r BaseRule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 	return nil, fmt.Errorf("policy: unknown base rule kind %q", r.Kind)
 }
 
+// Options implements daemon.PolicyPlane: nftables matches SCTP ports (th dport) as it
+// matches TCP's and UDP's.
+func (m *Manager) Options() netpol.Options { return netpol.Options{SCTP: true} }
+
 // Enforce is Ensure of the table for rules on a node whose pod subnets are subnets
 // (daemon.PolicyPlane): it returns what it wrote, "" when nothing.
 func (m *Manager) Enforce(rules netpol.Rules, subnets []netip.Prefix) (string, error) {

@@ -41,14 +41,15 @@ func (h *HNS) DeleteNamespace(id string) error {
 
 // EndpointRequest is HcnModifyEndpoint's request (hcsshim hcn/hcnendpoint.go,
 // ModifyEndpointSettingRequest): ResourceType "Policy" with {"Policies": […]} settings.
-type EndpointRequest struct {
-	ResourceType string
-	RequestType  windows.RequestType
-	Settings     json.RawMessage
-}
+type EndpointRequest = windows.ModifyEndpointSettingRequest
 
 // RequestUpdate replaces policies (an endpoint's ACLs, in hcsshim's ApplyPolicy tests).
-const RequestUpdate windows.RequestType = "Update"
+const RequestUpdate = windows.RequestUpdate
+
+// ModifyEndpointSettings implements windows.Client: ModifyEndpoint.
+func (h *HNS) ModifyEndpointSettings(id string, req *windows.ModifyEndpointSettingRequest) error {
+	return h.ModifyEndpoint(id, req)
+}
 
 // ModifyEndpoint is HcnModifyEndpoint with a policy request: Add adds the policies
 // (hcsshim's TestAddL4WfpProxyPolicyOnEndpoint), Remove removes each as its JSON value

@@ -88,6 +88,11 @@ func checkPolicy(call, of string, p windows.Policy, v windows.Version) error {
 			return hnsError(call, windows.HCNInvalidPolicyType, "a NESTEDIPSET set: not in HNS %s", v)
 		}
 	case "ACL":
+		if of == "endpoint" {
+			if err := checkACL(call, p); err != nil {
+				return err
+			}
+		}
 		// Protocol 252 in ACLs: AclSupportForProtocol252Version.
 		var s struct{ Protocols string }
 		if json.Unmarshal(p.Settings, &s) == nil && slices.Contains(strings.Split(s.Protocols, ","), "252") && !from(11, 0).has(v) {
