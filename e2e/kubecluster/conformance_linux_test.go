@@ -73,6 +73,25 @@ func TestConformance(t *testing.T) {
 	}
 	win := windowsCheck{c: c, w: w, dsr: wopts.DSR}
 	win.waitRSRs(ctx, t, "the Windows node started")
+	prepareSuite(ctx, t, c, repo, start)
+	focus := e2eFocus
+	if f := os.Getenv(EnvE2EFocus); f != "" {
+		focus = []string{f}
+	}
+	// The Windows node is not Ready.
+	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance"), opts.KubeBin, focus, e2eSkips, 1)
+	win.waitRSRs(ctx, t, "after the suite")
+	win.waitServices(ctx, t, "after the suite")
+	for _, r := range w.Refused() {
+		t.Error(r)
+	}
+	win.checkPeers(ctx, t)
+}
+
+// prepareSuite gives the cluster what Kubernetes' e2e suite needs: the test images in
+// every node, CoreDNS, and a route from the underlay (where e2e.test runs) to the pods.
+func prepareSuite(ctx context.Context, t *testing.T, c *Cluster, repo string, start time.Time) {
+	t.Helper()
 	work := t.TempDir()
 	images, err := E2EImages(ctx, repo, work)
 	if err != nil {
@@ -93,26 +112,26 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("cluster ready for the e2e suite in %v", time.Since(start).Round(time.Second))
+}
 
-	// Kept after the run, unlike the cluster's directory: the suite's report and output.
-	reportDir := filepath.Join(repo, ".cache", "conformance")
+// runSuite runs Kubernetes' e2e suite (focus less skips) on the cluster, its report and
+// output kept in reportDir after the run, unlike the cluster's directory; it logs the summary
+// and each skipped spec with its reason, and fails the test on every failed spec and when
+// none passed.
+func runSuite(ctx context.Context, t *testing.T, c *Cluster, reportDir, kubeBin string, focus []string, skips []E2ESkip, notReady int) *E2EResult {
+	t.Helper()
 	if err := os.RemoveAll(reportDir); err != nil {
 		t.Fatal(err)
 	}
-	focus := e2eFocus
-	if f := os.Getenv(EnvE2EFocus); f != "" {
-		focus = []string{f}
-	}
-	start = time.Now()
+	start := time.Now()
 	res, err := c.RunE2E(ctx, E2EOptions{
-		Binary:    filepath.Join(opts.KubeBin, "e2e.test"),
-		ReportDir: reportDir,
-		Focus:     focus,
-		Skip:      e2eSkips,
-		Timeout:   75 * time.Minute,
-		Progress:  func(line string) { t.Log(line) },
-		// The Windows node.
-		AllowedNotReadyNodes: 1,
+		Binary:               filepath.Join(kubeBin, "e2e.test"),
+		ReportDir:            reportDir,
+		Focus:                focus,
+		Skip:                 skips,
+		Timeout:              75 * time.Minute,
+		Progress:             func(line string) { t.Log(line) },
+		AllowedNotReadyNodes: notReady,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -130,10 +149,5 @@ func TestConformance(t *testing.T) {
 	if len(res.Passed) == 0 {
 		t.Errorf("no e2e spec passed: is the focus right? see %s", res.Log)
 	}
-	win.waitRSRs(ctx, t, "after the suite")
-	win.waitServices(ctx, t, "after the suite")
-	for _, r := range w.Refused() {
-		t.Error(r)
-	}
-	win.checkPeers(ctx, t)
+	return res
 }

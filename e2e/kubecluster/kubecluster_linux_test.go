@@ -94,6 +94,12 @@ func newCluster(t *testing.T, n int) *Cluster {
 // then deploys weft (Cluster.DeployWeft) and returns the nodes once their network is ready.
 func deployWeft(ctx context.Context, t *testing.T, c *Cluster) []corev1.Node {
 	t.Helper()
+	return deployWeftWith(ctx, t, c, (*Cluster).DeployWeft)
+}
+
+// deployWeftWith is deployWeft with deploy in place of DeployWeft.
+func deployWeftWith(ctx context.Context, t *testing.T, c *Cluster, deploy func(*Cluster, context.Context, string, string) ([]corev1.Node, error)) []corev1.Node {
+	t.Helper()
 	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,7 @@ func deployWeft(ctx context.Context, t *testing.T, c *Cluster) []corev1.Node {
 	if err := c.ImportImages(ctx, images...); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := c.DeployWeft(ctx, repo, work)
+	nodes, err := deploy(c, ctx, repo, work)
 	if err != nil {
 		t.Fatal(err)
 	}

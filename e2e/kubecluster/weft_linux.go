@@ -73,11 +73,40 @@ func WeftManifest(repo, work string) (string, error) {
 // and weft.yaml (WeftManifest's copy), and waits until every node is Ready with
 // NetworkUnavailable False. The images (BaseImages) must have been imported.
 func (c *Cluster) DeployWeft(ctx context.Context, repo, work string) ([]corev1.Node, error) {
+	return c.deployWeft(ctx, repo, work, false)
+}
+
+// DeployWeftWithPolicy deploys weft as DeployWeft does, with NetworkPolicy on as README.md
+// says to turn it on: network-policy.yaml applied beside rbac.yaml, and weft.yaml's
+// commented --network-policy uncommented.
+func (c *Cluster) DeployWeftWithPolicy(ctx context.Context, repo, work string) ([]corev1.Node, error) {
+	return c.deployWeft(ctx, repo, work, true)
+}
+
+// policySwitch is the commented switch of dist/kubernetes/weft.yaml.
+const policySwitch = "# - --network-policy\n"
+
+func (c *Cluster) deployWeft(ctx context.Context, repo, work string, policy bool) ([]corev1.Node, error) {
 	local, err := WeftManifest(repo, work)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{filepath.Join(repo, "dist", "kubernetes", "rbac.yaml"), local} {
+	files := []string{filepath.Join(repo, "dist", "kubernetes", "rbac.yaml")}
+	if policy {
+		m, err := os.ReadFile(local)
+		if err != nil {
+			return nil, fmt.Errorf("kubecluster: %w", err)
+		}
+		if !strings.Contains(string(m), policySwitch) {
+			return nil, fmt.Errorf("kubecluster: dist/kubernetes/weft.yaml has no %q to uncomment", strings.TrimSpace(policySwitch))
+		}
+		on := strings.Replace(string(m), policySwitch, "- --network-policy\n", 1)
+		if err := os.WriteFile(local, []byte(on), 0o644); err != nil {
+			return nil, fmt.Errorf("kubecluster: %w", err)
+		}
+		files = append(files, filepath.Join(repo, "dist", "kubernetes", "network-policy.yaml"))
+	}
+	for _, f := range append(files, local) {
 		out, err := c.Kubectl(ctx, "apply", "-f", f)
 		if err != nil {
 			return nil, err

@@ -52,6 +52,9 @@ type WindowsOptions struct {
 	Programs, KubeProxyExe string
 	// DSR runs kube-proxy.exe with --enable-dsr, the DaemonSet's commented line.
 	DSR bool
+	// NetworkPolicy runs weftd.exe with --network-policy, the Windows DaemonSet's commented
+	// line (the RBAC of dist/kubernetes/network-policy.yaml: DeployWeftWithPolicy).
+	NetworkPolicy bool
 }
 
 // AddWindowsNode adds the Windows node name to the cluster, whose weft (DeployWeft) must
@@ -116,6 +119,9 @@ func (c *Cluster) AddWindowsNode(ctx context.Context, tb testing.TB, name string
 	w.daemonArgv = w.Wine(filepath.Join(opts.Programs, "weftd.exe"), "--kube-subnet-mgr",
 		"--kubeconfig-file="+winnode.Path(c.adminKubeconfig), "--net-config-path="+winnode.Path(netConfPath),
 		"--subnet-file="+w.WinSubnetFile)
+	if opts.NetworkPolicy {
+		w.daemonArgv = append(w.daemonArgv, "--network-policy")
+	}
 	if err := w.StartWeftd(); err != nil {
 		return nil, err
 	}

@@ -91,6 +91,9 @@
 //     TestApplyPolicyOnEndpoint and TestModifyEndpointSettings update ACLs and read them
 //     back; that policies of other types stay is unverified); version gates and port
 //     clashes as at creation. Other request types: HCN_E_REQUEST_UNSUPPORTED (unverified).
+//   - An endpoint's ACL policies: settings as hcsshim's AclPolicySetting has them, judged
+//     by ACLAllows (default deny once an endpoint has any ACL, lower priority first); acl.go
+//     gives each rule's source.
 //   - A namespace made without a type is a Host namespace, and schema 0.0 (no version) is
 //     taken: containerd makes its pods' namespaces as HostComputeNamespace{}
 //     (pkg/netns/netns_windows.go). HNS's schema has its enums as strings over numbers

@@ -1,0 +1,47 @@
+package kubecluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weftnet/weft/e2e/cluster"
+)
+
+// netpolFocus selects Kubernetes' own NetworkPolicy specs: SIG Network's Netpol suite (a
+// matrix of pods in three namespaces probing each other on TCP, UDP and SCTP ports under each
+// policy, and the NetworkPolicy API specs).
+var netpolFocus = []string{`\[sig-network\] Netpol`}
+
+// netpolSkips are the Netpol specs that cannot run on this machine, each with why.
+var netpolSkips = []E2ESkip{
+	{`\[Feature:SCTPConnectivity\]`, "needs SCTP in the nodes' kernel to carry SCTP between pods: this machine's kernel has " +
+		"none (no /proc/net/sctp, and no module to load); weft's nftables rules match SCTP ports as TCP's (TestBuild)"},
+}
+
+// TestNetworkPolicyConformance runs Kubernetes' NetworkPolicy specs (netpolFocus, less
+// netpolSkips) against a three-node cluster running weft deployed from dist/kubernetes with
+// NetworkPolicy on, as README.md says to turn it on, and fails on any failed spec. make
+// conformance runs it.
+func TestNetworkPolicyConformance(t *testing.T) {
+	needLong(t)
+	opts := needCluster(t)
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), opts.KubeBin)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c := newCluster(t, 3)
+	deployWeftWith(ctx, t, c, (*Cluster).DeployWeftWithPolicy)
+	prepareSuite(ctx, t, c, repo, start)
+	focus := netpolFocus
+	if f := os.Getenv(EnvE2EFocus); f != "" {
+		focus = []string{f}
+	}
+	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance-netpol"), opts.KubeBin, focus, netpolSkips, 0)
+}
