@@ -16,12 +16,15 @@ import (
 
 // PolicyPlane enforces the NetworkPolicy of the node's pods in the OS (Linux: nftables,
 // linux/policy; Windows: HNS ACLs on the pods' endpoints, windows). Options is what it can
-// express, which Compile refuses the rest by. Enforce is declarative: it makes the OS hold what rules say for a node whose
-// pod subnets are subnets, writes only what differs (repairing drift), and returns a summary
-// of what it wrote, empty when nothing. Remove deletes everything it programmed.
+// express, which Compile refuses the rest by. Enforce is declarative: it makes the OS hold
+// what rules say for a node whose pod subnets are subnets, writes only what differs, and
+// returns a summary of what it wrote, empty when nothing. Remove deletes everything it
+// programmed.
 type PolicyPlane interface {
 	Options() netpol.Options
-	Enforce(rules netpol.Rules, subnets []netip.Prefix) (written string, err error)
+	// Enforce with full checks everything the OS holds (and repairs drift); without, it may
+	// write only what differs from what it last wrote.
+	Enforce(rules netpol.Rules, subnets []netip.Prefix, full bool) (written string, err error)
 	Remove() error
 }
 
@@ -61,6 +64,9 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	refused := map[netpol.Refusal]bool{} // logged already
+	// full: the first write, each resync (drift repair) and a retry check all the OS holds;
+	// a change writes what differs from the last write.
+	full := true
 	for {
 		pods, nss, pols := w.Snapshot()
 		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, plane.Options())
@@ -75,8 +81,9 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 		refused = now
 		m.policyRefused.Set(float64(len(now)))
 		countIsolation(m, rules)
-		written, err := plane.Enforce(rules, subnets())
+		written, err := plane.Enforce(rules, subnets(), full)
 		report(err)
+		full = err != nil
 		switch {
 		case err != nil:
 			m.policyWrites.WithLabelValues("error").Inc()
@@ -100,6 +107,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			return
 		case <-w.Changed():
 		case <-tick.C:
+			full = true
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -121,6 +122,7 @@ type ruleSpec struct {
 	ports    []Port      // the numeric and whole-protocol entries
 	named    []namedPort // the named entries
 	hasPorts bool        // ports were given, so a rule none of whose ports resolves allows nothing
+	source   string      // Rule.Source
 }
 
 // peerSpec is one NetworkPolicyPeer: pods chosen by selectors, or addresses (block).
@@ -173,12 +175,14 @@ func parsePolicy(np *networkingv1.NetworkPolicy, opts Options) *policy {
 	for i, r := range spec.Ingress {
 		s := p.parseRule(rulePath{"ingress", "from", i}, r.Ports, r.From, p.ingress && !opts.SCTP)
 		if p.ingress {
+			s.source = p.key + " spec.ingress[" + strconv.Itoa(i) + "]"
 			p.ingressSpecs = append(p.ingressSpecs, s)
 		}
 	}
 	for i, r := range spec.Egress {
 		s := p.parseRule(rulePath{"egress", "to", i}, r.Ports, r.To, p.egress && !opts.SCTP)
 		if p.egress {
+			s.source = p.key + " spec.egress[" + strconv.Itoa(i) + "]"
 			p.egressSpecs = append(p.egressSpecs, s)
 		}
 	}
@@ -453,7 +457,7 @@ func (x *compiler) resolve(p *policy) {
 		return // refused: it isolates, but allows nothing
 	}
 	for _, s := range p.ingressSpecs {
-		r := Rule{Any: s.any}
+		r := Rule{Any: s.any, Source: s.source}
 		if !s.any {
 			if r.Peers = x.rulePeers(p.namespace, s); len(r.Peers) == 0 {
 				continue
@@ -517,7 +521,7 @@ func (x *compiler) appendEgress(out []Rule, policyNS string, s ruleSpec) []Rule 
 		}
 	}
 	if !s.hasPorts || len(s.ports) > 0 {
-		out = append(out, Rule{Any: s.any, Peers: peers, Ports: normalizePorts(s.ports)})
+		out = append(out, Rule{Any: s.any, Peers: peers, Ports: normalizePorts(s.ports), Source: s.source})
 	}
 	if len(s.named) == 0 {
 		return out
@@ -564,7 +568,8 @@ func (x *compiler) appendEgress(out []Rule, policyNS string, s ruleSpec) []Rule 
 	}
 	slices.SortFunc(keys, comparePorts)
 	for _, k := range keys {
-		out = append(out, Rule{Peers: normalizeRanges(byPort[k]), Ports: []Port{k}})
+		out = append(out, Rule{Peers: normalizeRanges(byPort[k]), Ports: []Port{k},
+			Source: fmt.Sprintf("%s port %s/%d", s.source, k.Protocol, k.From)})
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,9 @@ import (
 )
 
 var addrComparer = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
+
+// ignoreSource leaves Rule.Source out of the table cases' comparisons (TestRuleSource checks it).
+var ignoreSource = cmpopts.IgnoreFields(Rule{}, "Source")
 
 // testCluster is the cluster of the table tests: three namespaces, six pods over two nodes.
 // Compile runs for n1, whose pods are a/web1, a/db and b/web.
@@ -572,7 +576,7 @@ func TestCompile(t *testing.T) {
 				pr.IPs = n1Pods[k]
 				want[k] = pr
 			}
-			if diff := cmp.Diff(want, got.Pods, addrComparer); diff != "" {
+			if diff := cmp.Diff(want, got.Pods, addrComparer, ignoreSource); diff != "" {
 				t.Errorf("Pods (-want +got):\n%s", diff)
 			}
 
@@ -623,6 +627,55 @@ func TestCompileLocalPods(t *testing.T) {
 		}
 		if got.Pods == nil {
 			t.Errorf("Pods of %s is nil", tc.node)
+		}
+	}
+}
+
+// TestRuleSource: every rule names the policy rule it comes from; rules of one source have
+// the same peers whichever local pod they apply to, and the sources stay when a peer pod
+// changes (so that a data plane keeps one set per source, rewritten element by element).
+func TestRuleSource(t *testing.T) {
+	c := benchCluster(120, 4, 6, 20)
+	sources := func(r Rules) map[string][]Range {
+		t.Helper()
+		out := map[string][]Range{}
+		for key, pr := range r.Pods {
+			for _, d := range []*Direction{pr.Ingress, pr.Egress} {
+				if d == nil {
+					continue
+				}
+				for _, rule := range d.Allow {
+					if !strings.Contains(rule.Source, " spec.ingress[") && !strings.Contains(rule.Source, " spec.egress[") {
+						t.Fatalf("pod %s: a rule of source %q", key, rule.Source)
+					}
+					if have, ok := out[rule.Source]; ok && !cmp.Equal(have, rule.Peers, addrComparer) {
+						t.Errorf("source %q: peers %v for one pod, %v for %s", rule.Source, have, rule.Peers, key)
+					}
+					out[rule.Source] = rule.Peers
+				}
+			}
+		}
+		return out
+	}
+	before := sources(Compile(c, "node-1", Options{}))
+	named := 0
+	for src := range before {
+		if strings.Contains(src, " port TCP/") {
+			named++
+		}
+	}
+	if len(before) < 10 || named == 0 {
+		t.Fatalf("%d sources, %d of egress named ports: the test would prove little", len(before), named)
+	}
+	for i := range c.Pods {
+		if c.Pods[i].Node != "node-1" {
+			c.Pods[i].Labels = map[string]string{"app": c.Pods[i].Labels["app"], "role": "role-1"}
+		}
+	}
+	after := sources(Compile(c, "node-1", Options{}))
+	for src := range before {
+		if _, ok := after[src]; !ok {
+			t.Errorf("source %q gone after peers changed roles", src)
 		}
 	}
 }

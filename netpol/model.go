@@ -66,6 +66,11 @@ type Rule struct {
 	Any   bool
 	Peers []Range
 	Ports []Port
+	// Source names the policy rule it comes from ("namespace/name spec.ingress[0]", and the
+	// port of an egress named port's): the same for every pod the rule applies to, with the
+	// same Peers, and from one Compile to the next, so that a data plane can keep one set of
+	// its peers, rewritten element by element as they change.
+	Source string
 }
 
 // Range is the addresses from From to To, both included, of one family.

@@ -56,8 +56,9 @@ func (pp *NetworkPolicy) Options() netpol.Options { return netpol.Options{SCTP: 
 var errNoNetwork = errors.New("the HNS network is not made yet")
 
 // Enforce implements daemon.PolicyPlane: every local endpoint of the network on subnets
-// gets the ACLs rules want for it, written only where they differ from what it holds.
-func (pp *NetworkPolicy) Enforce(rules netpol.Rules, subnets []netip.Prefix) (string, error) {
+// gets the ACLs rules want for it, written only where they differ from what it holds. It
+// always lists the network's endpoints (a node's few), so full changes nothing.
+func (pp *NetworkPolicy) Enforce(rules netpol.Rules, subnets []netip.Prefix, _ bool) (string, error) {
 	id := pp.p.network()
 	if id == "" {
 		return "", errNoNetwork

@@ -107,7 +107,7 @@ func (s *policyScene) pod(name, app, node, ip string) {
 func (s *policyScene) enforce(np *windows.NetworkPolicy) string {
 	s.t.Helper()
 	rules := netpol.Compile(s.cluster, policyNode, np.Options())
-	written, err := np.Enforce(rules, s.subnets)
+	written, err := np.Enforce(rules, s.subnets, true)
 	if err != nil {
 		s.t.Fatalf("Enforce: %v", err)
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/weftnet/weft/netpol"
@@ -33,17 +35,54 @@ type Manager struct {
 	// written is, per verdict map, the verdict of each key (as a string of its bytes) that
 	// this Manager wrote; pending what the batch being built will write.
 	written, pending map[string]map[string]*expr.Verdict
+	// last is what the kernel holds after the last Ensure or Update that succeeded (nil
+	// after one that failed, and after Remove): what Update diffs from.
+	last *current
 }
 
-// New returns a Manager for the network namespace conn talks to; nil is the current one.
+// New returns a Manager for the network namespace conn talks to (NewConn's); nil is the
+// current one.
 func New(log *slog.Logger, conn *nftables.Conn) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if conn == nil {
-		conn, _ = nftables.New() // without options it opens nothing and cannot fail
+		conn, _ = NewConn() // it opens nothing yet and cannot fail
 	}
 	return &Manager{log: log, conn: conn, written: map[string]map[string]*expr.Verdict{}}
+}
+
+// batchBuffer is the size of the netlink socket's buffers for a transaction. The table of a
+// node with hundreds of isolated pods is a batch of megabytes: past the default send buffer
+// (net.core.wmem_default, about 200 KiB) the kernel refuses it with EMSGSIZE, and the
+// acknowledgements of its messages overflow the default receive buffer (ENOBUFS); google/
+// nftables' own tests show both (TestNftablesDeadlock, "send" and "recv").
+const batchBuffer = 64 << 20
+
+// NewConn opens nftables as a Manager needs it: with buffers for a transaction of the
+// whole table. opts are nftables.New's (nftables.WithNetNSFd).
+func NewConn(opts ...nftables.ConnOption) (*nftables.Conn, error) {
+	return nftables.New(append(opts, nftables.WithSockOptions(bigBuffers))...)
+}
+
+// bigBuffers sets a netlink socket's buffers to batchBuffer: forced past net.core.[rw]mem_max
+// (weftd has CAP_NET_ADMIN), or as large as those allow.
+func bigBuffers(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var forced error
+	if err := raw.Control(func(fd uintptr) {
+		forced = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, batchBuffer),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, batchBuffer))
+	}); err != nil {
+		return err
+	}
+	if forced != nil {
+		return errors.Join(c.SetWriteBuffer(batchBuffer), c.SetReadBuffer(batchBuffer))
+	}
+	return nil
 }
 
 // Changes counts what one Ensure wrote, by kind.
@@ -61,15 +100,43 @@ func (c Changes) String() string {
 
 // Ensure makes the kernel's policy table be want, writing only what differs, in one
 // transaction; when the kernel holds want already it only reads. It repairs drift the same
-// way: a rule, element, set or chain deleted or changed by hand is written again.
+// way: a rule, element, set or chain deleted or changed by hand is written again. Its cost
+// grows with the table: it reads all of it.
 func (m *Manager) Ensure(want Table) (Changes, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pending = map[string]map[string]*expr.Verdict{}
+	m.last = nil
 	cur, err := m.read()
 	if err != nil {
 		return Changes{}, err
 	}
+	return m.ensure(want, cur)
+}
+
+// Update is Ensure for a change: it writes what differs between want and the table the
+// Manager last wrote or read, without reading the kernel (its cost grows with the change,
+// not with the table), or is Ensure when it has none. It does not see drift: Ensure does.
+func (m *Manager) Update(want Table) (Changes, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := m.last
+	m.last = nil
+	if cur == nil {
+		read, err := m.read()
+		if err != nil {
+			return Changes{}, err
+		}
+		cur = &read
+	} else {
+		cur.remade = nil
+	}
+	return m.ensure(want, *cur)
+}
+
+// ensure writes what want needs beyond cur; on success the kernel holds want, which
+// becomes m.last.
+func (m *Manager) ensure(want Table, cur current) (Changes, error) {
+	m.pending = map[string]map[string]*expr.Verdict{}
 	var ch Changes
 	table := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 	if cur.table == nil {
@@ -101,7 +168,10 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 			continue
 		}
 		sets[name] = s
-		n, err := m.syncElements(s, cur.elems[name], setElements(ws))
+		if last, ok := cur.wantSets[name]; ok && last.V6 == ws.V6 && last.Interval == ws.Interval && slices.Equal(last.Elems, ws.Elems) {
+			continue // as the last write left it
+		}
+		n, err := m.syncElements(s, cur.elemsOf(name), setElements(ws))
 		if err != nil {
 			return Changes{}, err
 		}
@@ -127,6 +197,7 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 			}
 			ch.Sets++
 			delete(cur.elems, name)
+			delete(cur.wantMaps, name)
 		}
 		sets[name] = s
 	}
@@ -139,7 +210,7 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 		if !have {
 			c = m.conn.AddChain(&nftables.Chain{Name: name, Table: table})
 			ch.Chains++
-		} else if slices.Equal(cur.rules[name], ruleStrings(rules)) && !cur.refersToRemade(rules) {
+		} else if cur.sameRules(name, rules) && !cur.refersToRemade(rules) {
 			continue
 		} else {
 			m.conn.FlushChain(c)
@@ -156,7 +227,10 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 
 	// The maps' elements, now that their chains exist.
 	for _, name := range slices.Sorted(maps.Keys(want.Maps)) {
-		n, err := m.syncElements(sets[name], cur.elems[name], mapElements(want.Maps[name]))
+		if last, ok := cur.wantMaps[name]; ok && last.V6 == want.Maps[name].V6 && maps.Equal(last.Elems, want.Maps[name].Elems) {
+			continue
+		}
+		n, err := m.syncElements(sets[name], cur.elemsOf(name), mapElements(want.Maps[name]))
 		if err != nil {
 			return Changes{}, err
 		}
@@ -212,6 +286,7 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 		}
 	}
 	if !ch.Any() {
+		m.last = held(want, table)
 		return ch, nil
 	}
 	for name := range m.written {
@@ -223,7 +298,32 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 		return Changes{}, fmt.Errorf("policy: writing table inet %s (%s): %w", TableName, ch, err)
 	}
 	maps.Copy(m.written, m.pending)
+	m.last = held(want, table)
 	return ch, nil
+}
+
+// held is what the kernel holds once it holds want, for Update: the objects by name (the
+// kernel finds a set, chain or map by its name) and want itself, whose parts ensure compares
+// with what it is asked for next, and whose elements it encodes only for a set that changed.
+// Its cost grows with the number of chains and sets, not with their contents.
+func held(want Table, table *nftables.Table) *current {
+	cur := &current{table: table, chains: map[string]*nftables.Chain{}, rules: map[string][]string{},
+		sets: map[string]*nftables.Set{}, elems: map[string][]nftables.SetElement{},
+		wantSets: want.Sets, wantMaps: want.Maps, wantChains: want.Chains}
+	for name := range want.Chains {
+		cur.chains[name] = &nftables.Chain{Name: name, Table: table}
+	}
+	cur.chains[baseChain] = baseChainOf(table)
+	for _, r := range want.BaseRules() {
+		cur.rules[baseChain] = append(cur.rules[baseChain], r.String())
+	}
+	for name, ws := range want.Sets {
+		cur.sets[name] = &nftables.Set{Table: table, Name: name, KeyType: keyType(ws.V6), Interval: ws.Interval}
+	}
+	for name, wm := range want.Maps {
+		cur.sets[name] = &nftables.Set{Table: table, Name: name, KeyType: keyType(wm.V6), IsMap: true, DataType: nftables.TypeVerdict}
+	}
+	return cur
 }
 
 // Remove deletes the policy table. The daemon calls it only when policy is turned off,
@@ -231,6 +331,7 @@ func (m *Manager) Ensure(want Table) (Changes, error) {
 func (m *Manager) Remove() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.last = nil
 	t, err := m.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
 	if err != nil || t == nil {
 		return nil // no table (the library hides ENOENT in its error)
@@ -250,6 +351,36 @@ type current struct {
 	sets   map[string]*nftables.Set
 	elems  map[string][]nftables.SetElement
 	remade []string // sets deleted to be made again in this transaction
+	// The parts of the Table the Manager last wrote, when the current is held's rather than
+	// read's: a set, map or chain held so is as its last write left it.
+	wantSets   map[string]Set
+	wantMaps   map[string]VMap
+	wantChains map[string][]Rule
+}
+
+// elemsOf is the elements of the set or map name: as read, or as held's last write.
+func (cur current) elemsOf(name string) []nftables.SetElement {
+	if e, ok := cur.elems[name]; ok {
+		return e
+	}
+	if ws, ok := cur.wantSets[name]; ok {
+		return setElements(ws)
+	}
+	if wm, ok := cur.wantMaps[name]; ok {
+		return mapElements(wm)
+	}
+	return nil
+}
+
+// sameRules reports whether the chain name holds rules.
+func (cur current) sameRules(name string, rules []Rule) bool {
+	if last, ok := cur.wantChains[name]; ok {
+		return slices.EqualFunc(last, rules, func(a, b Rule) bool {
+			return a.V6 == b.V6 && a.Dir == b.Dir && a.PeerSet == b.PeerSet && a.Verdict == b.Verdict &&
+				(a.Port == b.Port || a.Port != nil && b.Port != nil && *a.Port == *b.Port)
+		})
+	}
+	return slices.Equal(cur.rules[name], ruleStrings(rules))
 }
 
 // refersToRemade reports whether one of rules looks up a set remade in this transaction.
@@ -530,10 +661,15 @@ func baseExprs(r BaseRule, sets map[string]*nftables.Set) ([]expr.Any, error) {
 // matches TCP's and UDP's.
 func (m *Manager) Options() netpol.Options { return netpol.Options{SCTP: true} }
 
-// Enforce is Ensure of the table for rules on a node whose pod subnets are subnets
-// (daemon.PolicyPlane): it returns what it wrote, "" when nothing.
-func (m *Manager) Enforce(rules netpol.Rules, subnets []netip.Prefix) (string, error) {
-	ch, err := m.Ensure(Build(rules, subnets))
+// Enforce is Ensure (full: reading the kernel, which repairs drift) or Update of the table
+// for rules on a node whose pod subnets are subnets (daemon.PolicyPlane): it returns what it
+// wrote, "" when nothing.
+func (m *Manager) Enforce(rules netpol.Rules, subnets []netip.Prefix, full bool) (string, error) {
+	ensure := m.Update
+	if full {
+		ensure = m.Ensure
+	}
+	ch, err := ensure(Build(rules, subnets))
 	if err != nil || !ch.Any() {
 		return "", err
 	}

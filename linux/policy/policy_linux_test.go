@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +25,12 @@ import (
 // namespace that holds two remote pod addresses, 10.244.2.2 and 10.244.2.3, routed through
 // 198.51.100.2. Every namespace is named and deleted with the test.
 type testNet struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 	m      *Manager
 }
 
-func newTestNet(t *testing.T) *testNet {
+func newTestNet(t testing.TB) *testNet {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
@@ -54,7 +55,7 @@ func newTestNet(t *testing.T) *testNet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fd.Close() })
-	conn, err := nftables.New(nftables.WithNetNSFd(int(fd)))
+	conn, err := NewConn(nftables.WithNetNSFd(int(fd)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +102,8 @@ func (n *testNet) inNS(ns string, fn func()) {
 	<-done
 }
 
-// listen serves TCP on addr:port in namespace ns until the test ends, answering "ok".
-func (n *testNet) listen(ns, addr string, port int) {
+// listener listens on TCP addr:port in namespace ns until the test ends.
+func (n *testNet) listener(ns, addr string, port int) net.Listener {
 	var l net.Listener
 	n.inNS(ns, func() {
 		var err error
@@ -114,6 +115,12 @@ func (n *testNet) listen(ns, addr string, port int) {
 		n.t.FailNow()
 	}
 	n.t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// listen serves TCP on addr:port in namespace ns until the test ends, answering "ok".
+func (n *testNet) listen(ns, addr string, port int) {
+	l := n.listener(ns, addr, port)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -254,5 +261,68 @@ func TestPolicyTraffic(t *testing.T) {
 	}
 	if out := n.sh("node", "nft list table inet "+TableName); !strings.Contains(out, "fd00:10:244:1::2") {
 		t.Errorf("the table lacks pod1's IPv6 address:\n%s", out)
+	}
+}
+
+// TestUpdateMatchesEnsure: Update, which diffs from the Manager's last write without reading
+// the kernel, leaves the kernel holding exactly what it is given: after each of a series of
+// changes (peers relabelled, pods gone and back, policies gone and added, both families), an
+// Ensure, which reads the kernel, finds nothing to write. It also shows what Update leaves to
+// Ensure: drift.
+func TestUpdateMatchesEnsure(t *testing.T) {
+	n := newTestNet(t)
+	sns := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	c := convergeCluster(400, 40)
+	for i := range c.Pods {
+		ip := c.Pods[i].IPs[0].As4()
+		c.Pods[i].IPs = append(c.Pods[i].IPs, netip.AddrFrom16([16]byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip[0], ip[1], ip[2], ip[3]}))
+	}
+	compile := func() Table { return Build(netpol.Compile(c, "node-0", netpol.Options{SCTP: true}), sns) }
+	if ch := n.ensure(compile()); ch.Chains == 0 || ch.Elements == 0 {
+		t.Fatalf("the first Ensure wrote %s: the test would prove little", ch)
+	}
+	allPolicies, allPods := c.Policies, c.Pods
+	steps := []struct {
+		name   string
+		change func()
+	}{
+		{"peers relabelled", func() {
+			for i := 1; i < len(c.Pods); i += 3 {
+				c.Pods[i].Labels = map[string]string{"app": c.Pods[i].Labels["app"], "role": "2"}
+			}
+		}},
+		{"half the pods gone", func() { c.Pods = slices.Clone(allPods[:len(allPods)/2]) }},
+		{"pods back", func() { c.Pods = allPods }},
+		{"policies gone", func() { c.Policies = allPolicies[:5] }},
+		{"policies back", func() { c.Policies = allPolicies }},
+		{"no policy", func() { c.Policies = nil }},
+		{"all back", func() { c.Policies = allPolicies }},
+	}
+	updated := 0
+	for _, s := range steps {
+		s.change()
+		want := compile()
+		ch, err := n.m.Update(want)
+		if err != nil {
+			t.Fatalf("%s: Update: %v", s.name, err)
+		}
+		if ch.Any() {
+			updated++
+		}
+		if again := n.ensure(want); again.Any() {
+			t.Errorf("%s: after Update wrote %s, Ensure found %s still to write", s.name, ch, again)
+		}
+	}
+	if updated < len(steps)-1 {
+		t.Errorf("only %d of %d changes wrote anything: the test would prove little", updated, len(steps))
+	}
+
+	want := compile()
+	n.sh("node", "nft flush table inet "+TableName)
+	if ch, err := n.m.Update(want); err != nil || ch.Any() {
+		t.Errorf("Update after drift: wrote %s (%v); want nothing (it does not read the kernel)", ch, err)
+	}
+	if ch := n.ensure(want); !ch.Any() {
+		t.Error("Ensure after drift wrote nothing")
 	}
 }

@@ -105,9 +105,10 @@ func Build(rules netpol.Rules, subnets []netip.Prefix) Table {
 		t.Maps[ingress+f] = VMap{V6: v6, Elems: map[netip.Addr]string{}}
 		t.Maps[egress+f] = VMap{V6: v6, Elems: map[netip.Addr]string{}}
 	}
+	bySource := map[string]sourceSets{}
 	for _, key := range slices.Sorted(maps.Keys(rules.Pods)) {
 		pr := rules.Pods[key]
-		id := podID(key)
+		id := shortID(key)
 		for _, ip := range pr.IPs {
 			f := famSuffix(ip.Is6())
 			s := t.Sets[podsSet+f]
@@ -122,7 +123,7 @@ func Build(rules netpol.Rules, subnets []netip.Prefix) Table {
 				continue
 			}
 			chain := d.dir + "-" + id
-			t.Chains[chain] = t.chainFor(chain, d.dir, *d.rules)
+			t.Chains[chain] = t.chainFor(chain, d.dir, *d.rules, bySource)
 			for _, ip := range pr.IPs {
 				t.Maps[d.vmap+famSuffix(ip.Is6())].Elems[ip] = chain
 			}
@@ -137,36 +138,76 @@ func Build(rules netpol.Rules, subnets []netip.Prefix) Table {
 
 // chainFor is the rules of the chain named chain for one direction of a pod, adding the
 // sets of their peers to t: per allowed rule and family, one rule for each port (or one
-// for any port), then a drop.
-func (t *Table) chainFor(chain, dir string, d netpol.Direction) []Rule {
+// for any port), then a drop. A rule's peers are one set per policy rule it comes from
+// (netpol.Rule.Source), which every pod the rule applies to shares: the table grows with the
+// policies' peers, not with peers times selected pods, and a peer that changes is an element
+// of one set.
+func (t *Table) chainFor(chain, dir string, d netpol.Direction, bySource map[string]sourceSets) []Rule {
 	var out []Rule
 	for i, r := range d.Allow {
-		for _, v6 := range []bool{false, true} {
-			peerSet := ""
-			if !r.Any {
-				peerSet = fmt.Sprintf("%s-%d-%s", chain, i, famSuffix(v6))
-				var elems []netpol.Range
-				for _, p := range r.Peers {
-					if p.From.Is6() == v6 {
-						elems = append(elems, p)
-					}
-				}
-				t.Sets[peerSet] = Set{V6: v6, Interval: true, Elems: elems}
-			}
+		names := [2]string{}
+		if !r.Any {
+			names = t.peerSets(chain, i, r, bySource)
+		}
+		for f, v6 := range []bool{false, true} {
 			if len(r.Ports) == 0 {
-				out = append(out, Rule{V6: v6, Dir: dir, PeerSet: peerSet, Verdict: "return"})
+				out = append(out, Rule{V6: v6, Dir: dir, PeerSet: names[f], Verdict: "return"})
 			}
 			for _, p := range r.Ports {
-				out = append(out, Rule{V6: v6, Dir: dir, PeerSet: peerSet, Port: &p, Verdict: "return"})
+				out = append(out, Rule{V6: v6, Dir: dir, PeerSet: names[f], Port: &p, Verdict: "return"})
 			}
 		}
 	}
 	return append(out, Rule{Dir: dir, Verdict: "drop"})
 }
 
-// podID names a pod's chains: short, as set names must be (32 bytes on older kernels),
-// and the same on every run for the same pod.
-func podID(key string) string {
+// sourceSets are the peer sets (IPv4's, IPv6's) made for a policy rule, and its peers.
+type sourceSets struct {
+	peers []netpol.Range
+	names [2]string
+}
+
+// peerSets names the sets of r's peers, IPv4's and IPv6's, adding them to t. A rule's peers
+// are one pair of sets per policy rule it comes from (netpol.Rule.Source), which every pod the
+// rule applies to shares: the table grows with the policies' peers, not with peers times
+// selected pods, and a peer that changes is an element of one set. Compile shares a source's
+// Peers between pods, so a source seen before costs a comparison of slice headers.
+func (t *Table) peerSets(chain string, i int, r netpol.Rule, bySource map[string]sourceSets) [2]string {
+	if seen, ok := bySource[r.Source]; ok && r.Source != "" && sameRanges(seen.peers, r.Peers) {
+		return seen.names
+	}
+	var names [2]string
+	for f, v6 := range []bool{false, true} {
+		var elems []netpol.Range
+		for _, p := range r.Peers {
+			if p.From.Is6() == v6 {
+				elems = append(elems, p)
+			}
+		}
+		names[f] = "p-" + shortID(r.Source) + "-" + famSuffix(v6)
+		if _, taken := t.Sets[names[f]]; r.Source == "" || taken {
+			// No source, or a source whose peers differ (rules not from Compile): the chain's own.
+			names[f] = fmt.Sprintf("%s-%d-%s", chain, i, famSuffix(v6))
+		}
+		t.Sets[names[f]] = Set{V6: v6, Interval: true, Elems: elems}
+	}
+	if _, ok := bySource[r.Source]; !ok && r.Source != "" {
+		bySource[r.Source] = sourceSets{peers: r.Peers, names: names}
+	}
+	return names
+}
+
+// sameRanges reports whether a and b hold the same ranges: at once when they are one slice.
+func sameRanges(a, b []netpol.Range) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return true
+	}
+	return slices.Equal(a, b)
+}
+
+// shortID names a pod's chains, and a policy rule's peer sets: short, as set names must be (32
+// bytes on older kernels), and the same on every run for the same pod or rule.
+func shortID(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
 }

@@ -35,7 +35,7 @@ func TestBuild(t *testing.T) {
 	if got := tb.Sets["pods4"].Elems; len(got) != 3 || got[0].From != a("10.244.1.2") || got[2].From != a("10.244.1.4") {
 		t.Errorf("pods4: %v, want the three pods' IPv4 addresses in order", got)
 	}
-	in, out := "in-"+podID("prod/web"), "out-"+podID("prod/db")
+	in, out := "in-"+shortID("prod/web"), "out-"+shortID("prod/db")
 	if tb.Maps["ingress4"].Elems[a("10.244.1.2")] != in || tb.Maps["ingress6"].Elems[a("fd00:10:244:1::2")] != in {
 		t.Errorf("ingress maps: %v %v, want web's addresses to jump to %s", tb.Maps["ingress4"], tb.Maps["ingress6"], in)
 	}
