@@ -173,6 +173,16 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 			t.row("path mtu", pathMTU(o))
 		}
 	}
+	if np := st.NetworkPolicy; np != nil {
+		s := fmt.Sprintf("%d pods isolated, %d open, %d refused policies", len(np.Pods), np.Open, len(np.Refused))
+		if np.Written != nil {
+			s += fmt.Sprintf(", last written %s ago", roundDuration(now.Sub(*np.Written)))
+		}
+		if np.Error != "" {
+			s += ", FAILED: " + np.Error
+		}
+		t.row("network policy", s)
+	}
 	for _, o := range st.Offload {
 		s := o.Device + " tx checksum offload on"
 		if !o.TxChecksum {
@@ -188,6 +198,9 @@ func writeStatus(out io.Writer, st status.Node, now time.Time) error {
 		return err
 	}
 	if err := writeUnreachable(out, st.Unreachable, now); err != nil {
+		return err
+	}
+	if err := writePolicy(out, st.NetworkPolicy, now); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintf(out, "\npeers: %d\n", len(st.Peers)); err != nil {
@@ -227,6 +240,33 @@ func pathMTU(o *status.Overlay) string {
 	}
 	return fmt.Sprintf("SHORT: %d overlay peers' paths carry less than the pods' MTU of %d bytes: %s",
 		len(keys), o.MTU, strings.Join(keys, ", "))
+}
+
+// writePolicy lists the pods that NetworkPolicy isolates, with the policies that select each,
+// and the policies refused, if any.
+func writePolicy(out io.Writer, np *status.NetworkPolicy, _ time.Time) error {
+	if np == nil || len(np.Pods)+len(np.Refused) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(out, "\nisolated pods: %d\n", len(np.Pods)); err != nil {
+		return fmt.Errorf("writing the status: %w", err)
+	}
+	t := newTable(out)
+	t.row("POD", "ADDRESSES", "ISOLATED", "POLICIES")
+	for _, p := range np.Pods {
+		var dirs []string
+		if p.Ingress {
+			dirs = append(dirs, "ingress")
+		}
+		if p.Egress {
+			dirs = append(dirs, "egress")
+		}
+		t.row(p.Pod, orDash(strings.Join(p.IPs, ",")), strings.Join(dirs, ","), orDash(strings.Join(p.Policies, ",")))
+	}
+	for _, r := range np.Refused {
+		t.row("refused: "+r.Policy, "", "", r.Reason)
+	}
+	return t.flush()
 }
 
 // writeUnreachable lists the peers whose probes go unanswered, if any.

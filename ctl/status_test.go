@@ -16,7 +16,7 @@ import (
 )
 
 func testStatus(now time.Time) status.Node {
-	exp := now.Add(24 * time.Hour)
+	exp, written := now.Add(24*time.Hour), now.Add(-5*time.Second)
 	return status.Node{
 		Interface: "eth0", Address: "192.0.2.11", PublicIP: "203.0.113.1", Backend: "vxlan",
 		Lease: &status.Lease{Subnet: "10.244.1.0/24", Expiration: &exp,
@@ -38,6 +38,10 @@ func testStatus(now time.Time) status.Node {
 			Error: "probe: ping 10.244.3.1: no answer after 1s"}},
 		Offload: []status.Offload{{Device: "flannel.1", Mode: "auto", Reason: "turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP",
 			Problem: "offload off did not help: 10.244.2.0-24"}},
+		NetworkPolicy: &status.NetworkPolicy{Open: 4, Written: &written,
+			Pods: []status.PolicyPod{{Pod: "shop/db", IPs: []string{"10.244.1.7", "fd00:1::7"}, Ingress: true, Policies: []string{"shop/db-in", "shop/deny-all"}},
+				{Pod: "shop/web", IPs: []string{"10.244.1.5"}, Ingress: true, Egress: true, Policies: []string{"shop/deny-all"}}},
+			Refused: []status.PolicyRefused{{Policy: "shop/sctp", Reason: "spec.ingress[0].ports[0]: SCTP"}}},
 	}
 }
 
@@ -47,17 +51,24 @@ func TestWriteStatus(t *testing.T) {
 	if err := writeStatus(&b, testStatus(now), now); err != nil {
 		t.Fatal(err)
 	}
-	want := `node       eth0 192.0.2.11, public IP 203.0.113.1, backend vxlan
-lease      10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP MAC 0a:00:00:00:00:01
-ready      no: last convergence failed: setting route: file exists
-converged  2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
-overlay    2 of 3 peers answer probes through the data plane, 1 unreachable; each probed at least every 2s
-path mtu   SHORT: 2 overlay peers' paths carry less than the pods' MTU of 1450 bytes: 10.244.2.0-24 (passes 1350), 10.244.2.0-24 IPv6
-offload    flannel.1 tx checksum offload OFF: turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP (mode auto); offload off did not help: 10.244.2.0-24
+	want := `node            eth0 192.0.2.11, public IP 203.0.113.1, backend vxlan
+lease           10.244.1.0/24, expires 2026-11-23T01:00:00Z (in 24h0m), VNI 1, VTEP MAC 0a:00:00:00:00:01
+ready           no: last convergence failed: setting route: file exists
+converged       2026-11-22T00:59:57Z (3s ago), took 412µs, wrote route:1, FAILED: setting route: file exists
+overlay         2 of 3 peers answer probes through the data plane, 1 unreachable; each probed at least every 2s
+path mtu        SHORT: 2 overlay peers' paths carry less than the pods' MTU of 1450 bytes: 10.244.2.0-24 (passes 1350), 10.244.2.0-24 IPv6
+network policy  2 pods isolated, 4 open, 1 refused policies, last written 5s ago
+offload         flannel.1 tx checksum offload OFF: turned off by weftd: peer 10.244.2.0-24 (10.244.2.0) answers ICMP through the tunnel but neither TCP nor UDP (mode auto); offload off did not help: 10.244.2.0-24
 
 unreachable: 1
 PEER           PROBED      SINCE                             LAST ERROR
 10.244.3.0-24  10.244.3.1  2026-11-22T00:58:30Z (1m30s ago)  probe: ping 10.244.3.1: no answer after 1s
+
+isolated pods: 2
+POD                 ADDRESSES             ISOLATED        POLICIES
+shop/db             10.244.1.7,fd00:1::7  ingress         shop/db-in,shop/deny-all
+shop/web            10.244.1.5            ingress,egress  shop/deny-all
+refused: shop/sctp                                        spec.ingress[0].ports[0]: SCTP
 
 peers: 3
 SUBNET         PUBLIC IP   BACKEND  VTEP MAC           STATE       CLASHES WITH   REASON
@@ -102,13 +113,14 @@ func TestStatusCommand(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Lease.Subnet != st.Lease.Subnet || len(back.Peers) != 3 || back.Peers[1].Reason != st.Peers[1].Reason || back.Peers[2].ClashesWith != "10.244.2.0-24" {
+	if back.Lease.Subnet != st.Lease.Subnet || len(back.Peers) != 3 || back.Peers[1].Reason != st.Peers[1].Reason || back.Peers[2].ClashesWith != "10.244.2.0-24" ||
+		back.NetworkPolicy == nil || len(back.NetworkPolicy.Pods) != 2 || back.NetworkPolicy.Pods[0].Policies[1] != "shop/deny-all" {
 		t.Errorf("JSON round trip: %+v", back)
 	}
 
 	out.Reset()
 	if code := Main(context.Background(), []string{"status", "--addr", addr}, &out, &errOut); code != ExitOK ||
-		!strings.HasPrefix(out.String(), "node       eth0 192.0.2.11") {
+		!strings.HasPrefix(out.String(), "node            eth0 192.0.2.11") || !strings.Contains(out.String(), "shop/web            10.244.1.5            ingress,egress  shop/deny-all") {
 		t.Errorf("table: exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
 

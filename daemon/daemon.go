@@ -216,7 +216,9 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 	d.health.update(func(h *health) { h.offloadStatus = d.paths.offloadStatus })
 	if deps.Policy != nil && deps.Kube != nil {
 		d.health.update(func(h *health) { h.policy = errPolicyNotListed })
-		report := func(err error) { d.health.update(func(h *health) { h.policy = err }) }
+		report := func(err error, st *status.NetworkPolicy) {
+			d.health.update(func(h *health) { h.policy, h.status.NetworkPolicy = err, st })
+		}
 		wg.Go(func() {
 			enforcePolicy(ctx, log, d.m, d.events, deps.Kube, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
 		})

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/weftnet/weft/netpol"
 	npkube "github.com/weftnet/weft/netpol/kube"
+	"github.com/weftnet/weft/status"
 )
 
 // PolicyPlane enforces the NetworkPolicy of the node's pods in the OS (Linux: nftables,
@@ -46,10 +49,11 @@ const policyRetry = time.Second
 // namespaces and policies, and after each change (or policyResync) the rules of the node's
 // pods compiled and handed to plane. Nothing is written before the watch's first lists are
 // in, so the first write holds every pod's rules at once. subnets are the node's pod subnets,
-// read at each write (the own lease may move). report is told whether the last write
-// succeeded (nil) or not; until the first one it is not called.
+// read at each write (the own lease may move). report is told, after each write, whether it
+// succeeded (nil) or not and what the node's pods are under (for /status); until the first
+// one it is not called.
 func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events, cs kubernetes.Interface, node string,
-	plane PolicyPlane, subnets func() []netip.Prefix, report func(error)) {
+	plane PolicyPlane, subnets func() []netip.Prefix, report func(error, *status.NetworkPolicy)) {
 	log = log.With("component", "network-policy")
 	w := npkube.New(cs, log)
 	done := make(chan error, 1)
@@ -67,6 +71,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 	// full: the first write, each resync (drift repair) and a retry check all the OS holds;
 	// a change writes what differs from the last write.
 	full := true
+	var written time.Time
 	for {
 		pods, nss, pols := w.Snapshot()
 		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, plane.Options())
@@ -81,8 +86,11 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 		refused = now
 		m.policyRefused.Set(float64(len(now)))
 		countIsolation(m, rules)
-		written, err := plane.Enforce(rules, subnets(), full)
-		report(err)
+		wrote, err := plane.Enforce(rules, subnets(), full)
+		if err == nil && (wrote != "" || written.IsZero()) {
+			written = time.Now()
+		}
+		report(err, policyStatus(rules, written, err))
 		full = err != nil
 		switch {
 		case err != nil:
@@ -97,9 +105,9 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			case <-retry.C:
 			}
 			continue
-		case written != "":
+		case wrote != "":
 			m.policyWrites.WithLabelValues("success").Inc()
-			log.Info("NetworkPolicy programmed", "pods", len(rules.Pods), "policies", len(pols), "written", written)
+			log.Info("NetworkPolicy programmed", "pods", len(rules.Pods), "policies", len(pols), "written", wrote)
 		}
 		select {
 		case <-ctx.Done():
@@ -110,6 +118,33 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			full = true
 		}
 	}
+}
+
+// policyStatus is /status's view of rules, last written at written (zero: never) with err.
+func policyStatus(rules netpol.Rules, written time.Time, err error) *status.NetworkPolicy {
+	st := &status.NetworkPolicy{Pods: []status.PolicyPod{}}
+	for _, key := range slices.Sorted(maps.Keys(rules.Pods)) {
+		pr := rules.Pods[key]
+		if pr.Ingress == nil && pr.Egress == nil {
+			st.Open++
+			continue
+		}
+		pod := status.PolicyPod{Pod: key, Ingress: pr.Ingress != nil, Egress: pr.Egress != nil, Policies: pr.Policies}
+		for _, ip := range pr.IPs {
+			pod.IPs = append(pod.IPs, ip.String())
+		}
+		st.Pods = append(st.Pods, pod)
+	}
+	for _, r := range rules.Refused {
+		st.Refused = append(st.Refused, status.PolicyRefused{Policy: r.Policy, Reason: r.Reason})
+	}
+	if !written.IsZero() {
+		st.Written = &written
+	}
+	if err != nil {
+		st.Error = err.Error()
+	}
+	return st
 }
 
 // countIsolation sets weft_network_policy_pods from rules.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/weftnet/weft/e2e/cluster"
 	"github.com/weftnet/weft/internal/kubetest"
+	"github.com/weftnet/weft/status"
 )
 
 const (
@@ -277,6 +278,13 @@ func TestNetworkPolicy(t *testing.T) {
 		}, policyTimeout)
 		awaitPolicyPods(t, n1, "none=0 ingress=1 egress=1 both=0")
 		awaitPolicyPods(t, n2, "none=1 ingress=2 egress=0 both=0")
+		// /status (weftctl status) names the isolated pods and the policies that select them.
+		untilStatus(t, "dev/api isolated for egress by dev/api-deny-egress", n1, policyTimeout, func(st status.Node) bool {
+			np := st.NetworkPolicy
+			return np != nil && np.Written != nil && slices.ContainsFunc(np.Pods, func(p status.PolicyPod) bool {
+				return p.Pod == "dev/api" && p.Egress && !p.Ingress && slices.Contains(p.Policies, "dev/api-deny-egress")
+			})
+		})
 	})
 	if t.Failed() {
 		return

@@ -27,8 +27,40 @@ type Node struct {
 	Offload []Offload `json:"offload,omitempty"`
 	// WireGuard is each WireGuard device (the wireguard backend): which WireGuard runs it.
 	WireGuard []WireGuard `json:"wireguard,omitempty"`
-	Ready     bool        `json:"ready"`
+	// NetworkPolicy is what --network-policy enforces for the node's pods; nil when off.
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	Ready         bool           `json:"ready"`
 	NotReady  string      `json:"notReadyReason,omitempty"`
+}
+
+// NetworkPolicy is the NetworkPolicy enforcement of the node's pods, as last written.
+type NetworkPolicy struct {
+	// Pods are the node's pods that a policy isolates, by "namespace/name".
+	Pods []PolicyPod `json:"pods"`
+	// Open is how many of the node's pods no policy isolates.
+	Open int `json:"open"`
+	// Refused are the policies weft cannot enforce as written (the pods they select are
+	// denied in their directions).
+	Refused []PolicyRefused `json:"refused,omitempty"`
+	// Written is when the rules were last written to the data plane, and what; Error the
+	// last write's failure.
+	Written *time.Time `json:"written,omitempty"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// PolicyPod is one isolated pod of the node: its directions and the policies that select it.
+type PolicyPod struct {
+	Pod      string   `json:"pod"`
+	IPs      []string `json:"ips"`
+	Ingress  bool     `json:"ingress"` // isolated for ingress
+	Egress   bool     `json:"egress"`  // isolated for egress
+	Policies []string `json:"policies"`
+}
+
+// PolicyRefused is a policy weft cannot enforce as written, and why.
+type PolicyRefused struct {
+	Policy string `json:"policy"`
+	Reason string `json:"reason"`
 }
 
 // WireGuard is one WireGuard device of the node.
