@@ -30,7 +30,7 @@ type Node struct {
 	// NetworkPolicy is what --network-policy enforces for the node's pods; nil when off.
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 	Ready         bool           `json:"ready"`
-	NotReady  string      `json:"notReadyReason,omitempty"`
+	NotReady      string         `json:"notReadyReason,omitempty"`
 }
 
 // NetworkPolicy is the NetworkPolicy enforcement of the node's pods, as last written.
