@@ -49,6 +49,8 @@ type metrics struct {
 	policyPods       *prometheus.GaugeVec
 	policyRefused    prometheus.Gauge
 	policyWrites     *prometheus.CounterVec
+	policyRules      prometheus.Gauge
+	policyDrift      prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -163,7 +165,13 @@ func newMetrics() *metrics {
 	m.policyWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "weft_network_policy_writes_total", Help: "Writes of the policy table by result (success, error): each a change of pods, namespaces or policies, or drift repaired.",
 	}, []string{"result"})
-	m.reg.MustRegister(m.policyPods, m.policyRefused, m.policyWrites)
+	m.policyRules = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "weft_network_policy_rules", Help: "Allow rules of the node's isolated pods (each a policy rule's peers and ports for one pod and direction).",
+	})
+	m.policyDrift = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "weft_network_policy_drift_repaired_total", Help: "Resyncs of the policy table (every 10 s) that found the data plane changed by someone else and wrote it back.",
+	})
+	m.reg.MustRegister(m.policyPods, m.policyRefused, m.policyWrites, m.policyRules, m.policyDrift)
 	m.reg.MustRegister(m.leaseInfo, m.leaseExpiry, m.acquisitions, m.renewals, m.peers, m.pool, m.wireguard, m.probes, m.probeRTT, m.unreachable,
 		m.transportBroken, m.mtuShort, m.offload, m.offloadChanges, m.eventsReceived,
 		m.eventsApplied, m.watchRestarts, m.watchRelists, m.convergeDuration, m.changes, m.driftRestored,

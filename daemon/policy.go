@@ -70,7 +70,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 	refused := map[netpol.Refusal]bool{} // logged already
 	// full: the first write, each resync (drift repair) and a retry check all the OS holds;
 	// a change writes what differs from the last write.
-	full := true
+	full, resync := true, false
 	var written time.Time
 	for {
 		pods, nss, pols := w.Snapshot()
@@ -91,7 +91,11 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			written = time.Now()
 		}
 		report(err, policyStatus(rules, written, err))
-		full = err != nil
+		if err == nil && resync && wrote != "" {
+			m.policyDrift.Inc()
+			log.Warn("NetworkPolicy drift repaired: the data plane no longer held what weftd wrote", "written", wrote)
+		}
+		full, resync = err != nil, false
 		switch {
 		case err != nil:
 			m.policyWrites.WithLabelValues("error").Inc()
@@ -115,7 +119,7 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			return
 		case <-w.Changed():
 		case <-tick.C:
-			full = true
+			full, resync = true, true
 		}
 	}
 }
@@ -147,10 +151,16 @@ func policyStatus(rules netpol.Rules, written time.Time, err error) *status.Netw
 	return st
 }
 
-// countIsolation sets weft_network_policy_pods from rules.
+// countIsolation sets weft_network_policy_pods and _rules from rules.
 func countIsolation(m *metrics, rules netpol.Rules) {
 	counts := map[string]int{"none": 0, "ingress": 0, "egress": 0, "both": 0}
+	allow := 0
 	for _, p := range rules.Pods {
+		for _, d := range []*netpol.Direction{p.Ingress, p.Egress} {
+			if d != nil {
+				allow += len(d.Allow)
+			}
+		}
 		switch {
 		case p.Ingress != nil && p.Egress != nil:
 			counts["both"]++
@@ -165,4 +175,5 @@ func countIsolation(m *metrics, rules netpol.Rules) {
 	for k, n := range counts {
 		m.policyPods.WithLabelValues(k).Set(float64(n))
 	}
+	m.policyRules.Set(float64(allow))
 }

@@ -333,6 +333,29 @@ func TestNetworkPolicy(t *testing.T) {
 		return
 	}
 
+	t.Run("drift repaired", func(t *testing.T) {
+		flows := []flow{
+			deny(front, web, otherPort),
+			deny(api, tool, httpPort),
+			allow(front, web, httpPort),
+			allow(tool, api, httpPort),
+		}
+		before := counter(t, n1, "weft_network_policy_drift_repaired_total")
+		nodeExec(t, n1, "nft", "flush", "table", "inet", "weft_policy")
+		start := time.Now()
+		awaitFlows(t, "after the table was flushed by hand", flows, 2*policyResync)
+		for counter(t, n1, "weft_network_policy_drift_repaired_total") <= before {
+			if time.Since(start) > 2*policyResync {
+				t.Fatalf("node %s: weft_network_policy_drift_repaired_total still %v", n1.Name, before)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("node %s: the flushed table written back and counted within %v", n1.Name, time.Since(start).Round(100*time.Millisecond))
+	})
+	if t.Failed() {
+		return
+	}
+
 	t.Run("policies deleted", func(t *testing.T) {
 		for _, name := range []string{"prod/default-deny-ingress", "prod/web-from-frontend", "prod/web-from-ops", "dev/api-deny-egress"} {
 			kc.deletePolicy(t, name)
@@ -689,6 +712,9 @@ func policyWrites(t *testing.T, n *cluster.Node) string {
 	}
 	return strings.Join(lines, ", ")
 }
+
+// policyResync is weftd's period of checking its policy table against the kernel.
+const policyResync = 10 * time.Second
 
 // policyTable is `nft list table inet weft_policy` in the node, with each rule's handle if
 // handles, and without the counters' values, which traffic changes.
