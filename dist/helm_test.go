@@ -342,6 +342,13 @@ podCidr: 10.99.0.0/16`,
 			maps.Copy(want, objectsOf(t, networkPolicyFile, loadManifest(t, networkPolicyFile)))
 		},
 	}, {
+		name:   "network policy on Windows",
+		values: `{windows: {networkPolicy: true}}`,
+		edit: func(t *testing.T, want objectSet) {
+			appendArgs(want.container(t, windowsDS, "containers", weftdContainer), "--network-policy")
+			maps.Copy(want, objectsOf(t, networkPolicyFile, loadManifest(t, networkPolicyFile)))
+		},
+	}, {
 		name:   "tolerations and node selector",
 		values: `{tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}], nodeSelector: {weftnet.github.io/pool: blue}}`,
 		edit: func(t *testing.T, want objectSet) {
