@@ -1283,3 +1283,60 @@ func (o fuzzOracle) peersMatch(policyNS string, peers []networkingv1.NetworkPoli
 	}
 	return false
 }
+
+// TestRangePrefixes: the prefixes of a range cover exactly its addresses, in order, each
+// aligned, and are the fewest (no two neighbours could merge into one prefix), for random
+// ranges of both families, single addresses and whole spaces.
+func TestRangePrefixes(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	v4 := func() netip.Addr {
+		return netip.AddrFrom4([4]byte{byte(r.IntN(3)), byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))})
+	}
+	v6 := func() netip.Addr {
+		var b [16]byte
+		b[0] = 0xfd
+		for i := 12; i < 16; i++ {
+			b[i] = byte(r.IntN(256))
+		}
+		return netip.AddrFrom16(b)
+	}
+	cases := []Range{
+		host("10.0.0.1"),
+		{addr4("0.0.0.0"), addr4("255.255.255.255")},
+		{netip.MustParseAddr("::"), netip.MustParseAddr("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")},
+		{addr4("10.0.0.0"), addr4("10.0.0.255")},
+		{addr4("10.0.0.1"), addr4("10.0.1.0")},
+	}
+	for range 300 {
+		gen := v4
+		if r.IntN(2) == 0 {
+			gen = v6
+		}
+		a, b := gen(), gen()
+		if b.Less(a) {
+			a, b = b, a
+		}
+		cases = append(cases, Range{a, b})
+	}
+	for _, c := range cases {
+		ps := c.Prefixes()
+		if len(ps) == 0 || ps[0].Addr() != c.From || prefixRange(ps[len(ps)-1]).To != c.To {
+			t.Fatalf("%v: prefixes %v do not start and end with the range", c, ps)
+		}
+		for i, p := range ps {
+			if p.Masked() != p {
+				t.Fatalf("%v: prefix %v is not aligned", c, p)
+			}
+			if i > 0 && prefixRange(ps[i-1]).To.Next() != p.Addr() {
+				t.Fatalf("%v: a gap or an overlap between %v and %v", c, ps[i-1], p)
+			}
+			if i > 0 && ps[i-1].Bits() == p.Bits() && p.Bits() > 0 {
+				if parent := netip.PrefixFrom(ps[i-1].Addr(), p.Bits()-1).Masked(); parent.Addr() == ps[i-1].Addr() {
+					t.Fatalf("%v: %v and %v make one prefix %v", c, ps[i-1], p, parent)
+				}
+			}
+		}
+	}
+}
+
+func addr4(s string) netip.Addr { return netip.MustParseAddr(s) }
