@@ -1,7 +1,6 @@
 package hnstest
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -15,8 +14,8 @@ import (
 
 // An endpoint's ACL policies, as the simulator takes and judges them. Sources:
 //   - The settings are hcsshim's AclPolicySetting (hcn/hcnpolicy.go): Protocols, Action,
-//     Direction, Local/RemoteAddresses, Local/RemotePorts, RuleType, Priority, no other
-//     field; Action Allow or Block, Direction In or Out, RuleType Host or Switch (its
+//     Direction, Local/RemoteAddresses, Local/RemotePorts, RuleType, Priority (and v1's
+//     single-valued fields, aclSettings); Action Allow or Block, Direction In or Out, RuleType Host or Switch (its
 //     constants; a request with another value is refused, with HCN_E_INVALID_POLICY:
 //     unverified). Lists are comma-separated, as hcsshim's tests write them
 //     (hcn/hcnutils_test.go: "192.168.100.0/24,10.0.0.21", "80,8080"); port ranges
@@ -43,9 +42,20 @@ func checkACL(call string, p windows.Policy) error {
 	return nil
 }
 
+// aclSettings are an ACL's settings as either API writes them: v2's (windows.ACLSettings,
+// hcsshim's AclPolicySetting) and the single-valued fields of v1's (hcsshim's ACLPolicy:
+// Protocol, 256 for every protocol; LocalPort, RemotePort), which arrive here unchanged from
+// a v1 endpoint (internal/hnssim). Other fields of v1's (Id, InternalPort, ServiceName) are
+// not judged.
+type aclSettings struct {
+	windows.ACLSettings
+	Protocol              uint16 `json:",omitempty"`
+	LocalPort, RemotePort uint16 `json:",omitempty"`
+}
+
 // acl is one parsed ACL rule.
 type acl struct {
-	windows.ACLSettings
+	aclSettings
 	protocols   []int // empty: every protocol
 	local       []netip.Prefix
 	remote      []netip.Prefix
@@ -56,12 +66,10 @@ type acl struct {
 
 func parseACL(settings json.RawMessage) (acl, error) {
 	var a acl
-	dec := json.NewDecoder(bytes.NewReader(settings))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a.ACLSettings); err != nil {
+	if err := json.Unmarshal(settings, &a.aclSettings); err != nil {
 		return a, err
 	}
-	s := a.ACLSettings
+	s := a.aclSettings
 	switch s.Action {
 	case windows.ACLAllow, windows.ACLBlock:
 	default:
@@ -88,6 +96,9 @@ func parseACL(settings json.RawMessage) (acl, error) {
 			a.protocols = append(a.protocols, n)
 		}
 	}
+	if s.Protocol != 0 && s.Protocol != 256 {
+		a.protocols = append(a.protocols, int(s.Protocol))
+	}
 	if a.local, err = prefixes(s.LocalAddresses); err != nil {
 		return a, err
 	}
@@ -97,8 +108,16 @@ func parseACL(settings json.RawMessage) (acl, error) {
 	if a.localPorts, err = portRanges(s.LocalPorts); err != nil {
 		return a, err
 	}
-	a.remotePorts, err = portRanges(s.RemotePorts)
-	return a, err
+	if a.remotePorts, err = portRanges(s.RemotePorts); err != nil {
+		return a, err
+	}
+	if s.LocalPort != 0 {
+		a.localPorts = append(a.localPorts, [2]uint16{s.LocalPort, s.LocalPort})
+	}
+	if s.RemotePort != 0 {
+		a.remotePorts = append(a.remotePorts, [2]uint16{s.RemotePort, s.RemotePort})
+	}
+	return a, nil
 }
 
 // list splits a comma-separated list; "" is the empty list.
@@ -206,7 +225,7 @@ func (h *HNS) ACLAllows(ip netip.Addr, f Flow) (bool, string, error) {
 	})
 	for _, r := range rules {
 		if r.matches(ip, f) {
-			b, _ := json.Marshal(r.ACLSettings)
+			b, _ := json.Marshal(r.aclSettings)
 			return !r.blocks, string(b), nil
 		}
 	}
