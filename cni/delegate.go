@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -157,6 +158,31 @@ func windowsDelegate(d map[string]json.RawMessage, conf Config, env subnet.Env, 
 		ipam["ranges"] = [][]ipRange{excludeFromRange(sn, reserved)}
 	}
 	d["ipam"] = mustJSON(ipam)
+	if hns.NetworkPolicy {
+		return closeEndpoint(d)
+	}
+	return nil
+}
+
+// closeEndpoint adds to a win-overlay or win-bridge delegate's policies the ACLs that make the
+// pod's endpoint closed both ways from its creation (hnsfile.ClosedEndpointACLs), which weftd
+// replaces with what the pod's policies allow once it knows the pod: a new pod is never
+// reachable before its policies are in. They are HNS v2 endpoint policies ("apiVersion": 2,
+// which containerd's pods need anyway); the delegate's own policies are kept.
+func closeEndpoint(d map[string]json.RawMessage) error {
+	var policies []json.RawMessage
+	if raw, ok := d["policies"]; ok {
+		if err := json.Unmarshal(raw, &policies); err != nil {
+			return configError("delegate.policies", "not a list of policies: %v", err)
+		}
+	}
+	if string(d["apiVersion"]) != "2" {
+		return configError("delegate.apiVersion", `weftd enforces NetworkPolicy (hns.json), which needs "apiVersion": 2 to close each new endpoint with HNS v2 ACLs; got %s`, cmp.Or(string(d["apiVersion"]), "none"))
+	}
+	for _, p := range hnsfile.ClosedEndpointACLs() {
+		policies = append(policies, mustJSON(map[string]any{"name": "EndpointPolicy", "value": p}))
+	}
+	d["policies"] = mustJSON(policies)
 	return nil
 }
 

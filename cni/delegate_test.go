@@ -203,6 +203,19 @@ func TestDelegateWindows(t *testing.T) {
 			"ipam":{"type":"host-local","ranges":[[
 				{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.2","rangeEnd":"10.244.1.99"},
 				{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.101"}]]}}`,
+	}, {
+		// weftd enforces NetworkPolicy: each new endpoint is closed both ways beside the
+		// delegate's own policies, until weftd opens it.
+		name: "network policy closes the endpoint",
+		conf: `{"cniVersion":"1.0.0","name":"weft","type":"weft","delegate":{"apiVersion":2,
+			"policies":[{"Name":"EndpointPolicy","Value":{"Type":"OutBoundNAT","Settings":{"Exceptions":["10.244.0.0/16"]}}}]}}`,
+		env: env(true),
+		hns: hnsfile.Network{Name: "flannel.4096", Type: "Overlay", NetworkPolicy: true, SourceVIP: netip.MustParseAddr("10.244.1.254")},
+		want: `{"cniVersion":"1.0.0","name":"flannel.4096","type":"win-overlay","apiVersion":2,"ipMasq":true,"ipMasqNetwork":"10.244.0.0/16",
+			"policies":[{"Name":"EndpointPolicy","Value":{"Type":"OutBoundNAT","Settings":{"Exceptions":["10.244.0.0/16"]}}},
+				{"name":"EndpointPolicy","value":{"Type":"ACL","Settings":{"Action":"Block","Direction":"In","RuleType":"Switch","Priority":4200}}},
+				{"name":"EndpointPolicy","value":{"Type":"ACL","Settings":{"Action":"Block","Direction":"Out","RuleType":"Switch","Priority":4200}}}],
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24","rangeStart":"10.244.1.2","rangeEnd":"10.244.1.253"}]]}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			conf, err := ParseConfig([]byte(tc.conf))
@@ -230,6 +243,20 @@ func TestDelegateWindowsStaleVIP(t *testing.T) {
 	ce := ToCNI(err)
 	if ce == nil || ce.Code != 11 || !strings.Contains(ce.Msg, "10.244.2.254") || !strings.Contains(ce.Msg, "/run/flannel/subnet.env") {
 		t.Errorf("error %#v; want code 11 naming the VIP and subnet.env", ce)
+	}
+}
+
+// TestDelegateWindowsPolicyNeedsV2: weftd enforces NetworkPolicy, and the delegate is on
+// HNS v1: the pod fails with an error naming the key, rather than starting open.
+func TestDelegateWindowsPolicyNeedsV2(t *testing.T) {
+	conf, err := ParseConfig([]byte(`{"name":"weft","type":"weft"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = BuildDelegate(Windows, conf, env(true), hnsfile.Network{Name: "cbr0", Type: "L2Bridge", NetworkPolicy: true})
+	ce := ToCNI(err)
+	if ce == nil || ce.Code != 7 || !strings.Contains(ce.Msg, "delegate.apiVersion") {
+		t.Errorf("error %#v; want code 7 naming delegate.apiVersion", ce)
 	}
 }
 

@@ -78,7 +78,7 @@ func TestReadHNSNetwork(t *testing.T) {
 		t.Errorf("no files: %+v, %v; want zero, nil", n, err)
 	}
 	sn := netip.MustParsePrefix("10.244.1.0/24")
-	if err := hnsfile.WriteNetwork(netFile, "flannel.4096", hnsfile.Overlay); err != nil {
+	if err := hnsfile.WriteNetwork(netFile, hnsfile.Network{Name: "flannel.4096", Type: hnsfile.Overlay}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hnsfile.WriteSourceVIP(vipFile, netip.PrefixFrom(windows.SourceVIP(sn), sn.Bits())); err != nil {

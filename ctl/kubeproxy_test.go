@@ -45,7 +45,7 @@ func TestWaitNetwork(t *testing.T) {
 	netPath, vipPath := hnsfile.Paths(subnetFile)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		if err := hnsfile.WriteNetwork(netPath, "flannel.4096", hnsfile.Overlay); err != nil {
+		if err := hnsfile.WriteNetwork(netPath, hnsfile.Network{Name: "flannel.4096", Type: hnsfile.Overlay}); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -97,7 +97,7 @@ func TestKubeProxy(t *testing.T) {
 	dir := t.TempDir()
 	subnetFile := filepath.Join(dir, "subnet.env")
 	netPath, _ := hnsfile.Paths(subnetFile)
-	if err := hnsfile.WriteNetwork(netPath, "cbr0", hnsfile.L2Bridge); err != nil {
+	if err := hnsfile.WriteNetwork(netPath, hnsfile.Network{Name: "cbr0", Type: hnsfile.L2Bridge}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(helperEnv, "1")

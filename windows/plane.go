@@ -26,6 +26,9 @@ type Config struct {
 	// NetworkFile, if set, is where the HNS network's name and type are written for the
 	// weft CNI plugin (see hnsfile.WriteNetwork), each time the network is made or adopted.
 	NetworkFile string
+	// NetworkPolicy: weftd enforces NetworkPolicy (NetworkPolicy), which NetworkFile tells the
+	// CNI plugin, so that it makes each pod's endpoint closed until weftd opens it.
+	NetworkPolicy bool
 	// BlipTimeout bounds the wait for the host network after HNS makes a network (30 s);
 	// PollInterval is how often it looks (500 ms).
 	BlipTimeout  time.Duration
@@ -307,7 +310,7 @@ func (p *Plane) writeNetworkFile(n *HostComputeNetwork) error {
 	if p.cfg.NetworkFile == "" {
 		return nil
 	}
-	return hnsfile.WriteNetwork(p.cfg.NetworkFile, n.Name, string(n.Type))
+	return hnsfile.WriteNetwork(p.cfg.NetworkFile, hnsfile.Network{Name: n.Name, Type: string(n.Type), NetworkPolicy: p.cfg.NetworkPolicy})
 }
 
 // Kinds of backend.Changes the plane counts.

@@ -2,6 +2,7 @@ package windows
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/weftnet/weft/netpol"
+	"github.com/weftnet/weft/windows/hnsfile"
 )
 
 // NetworkPolicy on Windows: ACL policies on the pods' endpoints (HcnModifyEndpoint), which
@@ -38,7 +40,7 @@ import (
 // so an operator's rule below 4100 overrides weft's.
 const (
 	aclAllow uint16 = 4100
-	aclLast  uint16 = 4200
+	aclLast  uint16 = hnsfile.ClosedPriority
 )
 
 // NetworkPolicy enforces NetworkPolicy with ACLs on the endpoints of the plane's network
@@ -208,12 +210,19 @@ func podEndpoint(ep *HostComputeEndpoint, subnets []netip.Prefix, host []netip.A
 	})
 }
 
-// unknownEndpointACLs block an endpoint both ways.
+// unknownEndpointACLs block an endpoint both ways: the ACLs of an endpoint whose pod weftd
+// does not know yet, the same the CNI plugin gives every new pod's endpoint when NetworkPolicy
+// is on (hnsfile.ClosedEndpointACLs).
 func unknownEndpointACLs() []Policy {
-	return []Policy{
-		ACLPolicy(ACLSettings{Action: ACLBlock, Direction: ACLIn, RuleType: "Switch", Priority: aclLast}),
-		ACLPolicy(ACLSettings{Action: ACLBlock, Direction: ACLOut, RuleType: "Switch", Priority: aclLast}),
+	var out []Policy
+	for _, raw := range hnsfile.ClosedEndpointACLs() {
+		var p Policy
+		if err := json.Unmarshal(raw, &p); err != nil {
+			panic(fmt.Sprintf("windows: hnsfile's closed ACL %s: %v", raw, err)) // a constant
+		}
+		out = append(out, p)
 	}
+	return out
 }
 
 // PodACLs are the ACL policies that enforce pr on the pod's endpoint, on a node whose own

@@ -1,6 +1,7 @@
 package windows_test
 
 import (
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/weftnet/weft/netpol"
 	"github.com/weftnet/weft/subnet"
 	"github.com/weftnet/weft/windows"
+	"github.com/weftnet/weft/windows/hnsfile"
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
@@ -53,16 +55,28 @@ func newPolicyScene(t *testing.T) *policyScene {
 	s.pod("a", "web", policyNode, "10.244.3.5")
 	s.pod("b", "dns-client", policyNode, "10.244.3.6")
 	s.pod("d", "free", policyNode, "10.244.3.8")
+	s.pod("e", "free", policyNode, "10.244.3.9")
 	s.pod("client", "client", "linux1", "10.244.1.9")
 	s.pod("other", "other", "linux1", "10.244.1.10")
 	for _, e := range []struct {
-		name, ip string
-		foreign  bool
-	}{{"a", "10.244.3.5", true}, {"b", "10.244.3.6", false}, {"c", "10.244.3.7", false}, {"d", "10.244.3.8", true}} {
+		name, ip        string
+		foreign, closed bool
+	}{{"a", "10.244.3.5", true, false}, {"b", "10.244.3.6", false, false}, {"c", "10.244.3.7", false, false},
+		{"d", "10.244.3.8", true, false}, {"e", "10.244.3.9", false, true}} {
 		ep := &windows.HostComputeEndpoint{Name: "pod-" + e.name, HostComputeNetwork: s.netID,
 			IPConfigurations: []windows.IPConfig{{IPAddress: e.ip, PrefixLength: 24}}}
 		if e.foreign {
 			ep.Policies = operatorACLs
+		}
+		if e.closed {
+			// As the CNI plugin makes it when hns.json says NetworkPolicy.
+			for _, raw := range hnsfile.ClosedEndpointACLs() {
+				var p windows.Policy
+				if err := json.Unmarshal(raw, &p); err != nil {
+					t.Fatal(err)
+				}
+				ep.Policies = append(ep.Policies, p)
+			}
 		}
 		if _, err := n.hns.CreateEndpoint(ep); err != nil {
 			t.Fatal(err)
@@ -164,8 +178,10 @@ func TestNetworkPolicyACLs(t *testing.T) {
 	s := newPolicyScene(t)
 	np := s.n.plane.NetworkPolicy()
 	s.n.mutations()
+	s.check("the CNI plugin's closed endpoint, before weftd", flow{"10.244.3.9", true, hnstest.ProtoTCP, "10.244.1.9", 80, false},
+		flow{"10.244.3.9", false, hnstest.ProtoTCP, "10.244.1.9", 80, false})
 	written := s.enforce(np)
-	for _, want := range []string{"prod/a: 4 ACLs", "prod/b: 3 ACLs", "unknown endpoint pod-c: 2 ACLs"} {
+	for _, want := range []string{"prod/a: 4 ACLs", "prod/b: 3 ACLs", "unknown endpoint pod-c: 2 ACLs", "prod/e: 0 ACLs"} {
 		if !strings.Contains(written, want) {
 			t.Errorf("Enforce wrote %q: want %q in it", written, want)
 		}
@@ -173,8 +189,8 @@ func TestNetworkPolicyACLs(t *testing.T) {
 	if strings.Contains(written, "prod/d") {
 		t.Errorf("Enforce wrote %q: pod d, which nothing isolates, needs no ACL", written)
 	}
-	if n := s.aclWrites(); n != 3 {
-		t.Errorf("the first Enforce made %d ModifyEndpoint requests, want 3 (a, b and the unknown c)", n)
+	if n := s.aclWrites(); n != 4 {
+		t.Errorf("the first Enforce made %d ModifyEndpoint requests, want 4 (a, b, the unknown c, e opened)", n)
 	}
 	enforced := []flow{
 		{"10.244.3.5", true, tcp, "10.244.1.9", 80, true},        // a: the client on 80
@@ -193,6 +209,8 @@ func TestNetworkPolicyACLs(t *testing.T) {
 		{"10.244.3.7", false, udp, "10.2.3.4", 53, false},
 		{"10.244.3.8", true, tcp, "10.244.1.10", 80, true}, // d: nothing isolates it
 		{"10.244.3.8", false, tcp, "169.254.169.254", 80, false},
+		{"10.244.3.9", true, tcp, "10.244.1.10", 80, true}, // e: known, open now
+		{"10.244.3.9", false, tcp, "10.244.1.10", 80, true},
 	}
 	s.check("enforced", enforced...)
 

@@ -62,6 +62,7 @@ func (f *planeFlags) newPlane(cfg daemon.Config, log *slog.Logger) (*windows.Pla
 		Peers:          f.hnsPeers,
 		SourceVIPFiles: vips,
 		NetworkFile:    netFile,
+		NetworkPolicy:  cfg.NetworkPolicy,
 		HostReady:      host.HostReady,
 	}, log), nil
 }

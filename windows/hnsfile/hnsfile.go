@@ -43,6 +43,10 @@ type Network struct {
 	Name string `json:"name"`
 	// Type is Overlay or L2Bridge. "" if unknown.
 	Type string `json:"type"`
+	// NetworkPolicy: weftd enforces NetworkPolicy on the pods' endpoints (--network-policy),
+	// so the plugin makes each endpoint closed (ACLs that block it both ways), which weftd
+	// opens as its pod's policies say once it knows the pod.
+	NetworkPolicy bool `json:"networkPolicy,omitempty"`
 	// SourceVIP is the address of the node subnet kept for kube-proxy on overlay. Zero if
 	// there is none.
 	SourceVIP netip.Addr `json:"-"`
@@ -54,10 +58,26 @@ func Paths(subnetFile string) (network, sourceVIP string) {
 	return filepath.Join(dir, NetworkFile), filepath.Join(dir, SourceVIPFile)
 }
 
-// WriteNetwork writes NetworkFile's content for the network name of type typ to path,
-// atomically: a pod may start at any moment.
-func WriteNetwork(path, name, typ string) error {
-	b, err := json.Marshal(Network{Name: name, Type: typ})
+// ClosedPriority is the priority of the ACLs that keep a new endpoint closed
+// (ClosedEndpointACLs): one of the priorities of weftd's ACLs, which weftd takes for its own.
+const ClosedPriority = 4200
+
+// ClosedEndpointACLs are the HNS v2 endpoint policies that block an endpoint both ways, which
+// the plugin gives each new pod's endpoint when NetworkPolicy says so, and which weftd
+// replaces with what the pod's policies allow once it knows the pod.
+func ClosedEndpointACLs() []json.RawMessage {
+	var out []json.RawMessage
+	for _, dir := range []string{"In", "Out"} {
+		out = append(out, json.RawMessage(fmt.Sprintf(
+			`{"Type":"ACL","Settings":{"Action":"Block","Direction":%q,"RuleType":"Switch","Priority":%d}}`, dir, ClosedPriority)))
+	}
+	return out
+}
+
+// WriteNetwork writes NetworkFile's content for the network n (its name, type and
+// NetworkPolicy) to path, atomically: a pod may start at any moment.
+func WriteNetwork(path string, n Network) error {
+	b, err := json.Marshal(n)
 	if err != nil {
 		return fmt.Errorf("HNS network file %s: %w", path, err)
 	}

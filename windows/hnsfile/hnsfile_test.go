@@ -70,7 +70,7 @@ func TestReadsWhatIsWritten(t *testing.T) {
 	if err := WriteSourceVIP(vipFile, vip); err != nil { // makes the directory
 		t.Fatal(err)
 	}
-	if err := WriteNetwork(netFile, "flannel.4096", Overlay); err != nil {
+	if err := WriteNetwork(netFile, Network{Name: "flannel.4096", Type: Overlay}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := Read(subnetFile)
