@@ -88,8 +88,9 @@ type Plane struct {
 	// networkID is the ID of the network ensureNetwork last adopted or made, for
 	// NetworkPolicy; clearACLs: weft's ACLs leave that network's endpoints when
 	// ensureNetwork next has it (NetworkPolicy.Remove before the network was known).
-	networkID string
-	clearACLs bool
+	networkID      string
+	networkOverlay bool
+	clearACLs      bool
 }
 
 // New returns a plane on hns. host may be nil when the backend is vxlan.
@@ -237,7 +238,7 @@ func (p *Plane) ensureNetwork(ctx context.Context, name string, sn netip.Prefix,
 			p.log.Debug("adopting HNS network", "network", name, "id", n.ID)
 			n, err = p.waitManagementIP(ctx, n)
 			if err == nil {
-				p.adopted(n.ID)
+				p.adopted(n)
 			}
 			return n, false, err
 		}
@@ -253,7 +254,7 @@ func (p *Plane) ensureNetwork(ctx context.Context, name string, sn netip.Prefix,
 	p.log.Info("created HNS network; waiting for the host network to come back", "network", name, "id", n.ID, "subnet", sn)
 	n, err = p.waitManagementIP(ctx, n)
 	if err == nil {
-		p.adopted(n.ID)
+		p.adopted(n)
 	}
 	return n, err == nil, err
 }
@@ -261,12 +262,12 @@ func (p *Plane) ensureNetwork(ctx context.Context, name string, sn netip.Prefix,
 // adopted records the network the plane has, and takes weft's NetworkPolicy ACLs off its
 // endpoints if NetworkPolicy.Remove asked for it before (a failure is logged, and tried
 // again the next time).
-func (p *Plane) adopted(id string) {
-	p.networkID = id
+func (p *Plane) adopted(n *HostComputeNetwork) {
+	p.networkID, p.networkOverlay = n.ID, n.Type == NetworkOverlay
 	if !p.clearACLs {
 		return
 	}
-	if err := p.removeACLs(id); err != nil {
+	if err := p.removeACLs(n.ID); err != nil {
 		p.log.Warn("removing the NetworkPolicy ACLs of an earlier run failed", "err", err)
 		return
 	}

@@ -61,7 +61,7 @@ var errNoNetwork = errors.New("the HNS network is not made yet")
 // gets the ACLs rules want for it, written only where they differ from what it holds. It
 // always lists the network's endpoints (a node's few), so full changes nothing.
 func (pp *NetworkPolicy) Enforce(rules netpol.Rules, subnets []netip.Prefix, _ bool) (string, error) {
-	id := pp.p.network()
+	id, overlay := pp.p.network()
 	if id == "" {
 		return "", errNoNetwork
 	}
@@ -75,10 +75,10 @@ func (pp *NetworkPolicy) Enforce(rules netpol.Rules, subnets []netip.Prefix, _ b
 			pods[ip] = key
 		}
 	}
-	host := nodeAddresses(subnets)
+	host := nodeAddresses(subnets, overlay)
 	var written []string
 	for _, ep := range eps {
-		if !podEndpoint(&ep, subnets, host) {
+		if !podEndpoint(&ep, subnets, append(host, sourceVIPs(subnets, overlay)...)) {
 			continue
 		}
 		want, pod := unknownEndpointACLs(), ""
@@ -115,11 +115,12 @@ func (pp *NetworkPolicy) Remove() error {
 	return pp.p.removeACLs(id)
 }
 
-// network is the network's ID, "" before the plane made or adopted it.
-func (p *Plane) network() string {
+// network is the network's ID, "" before the plane made or adopted it, and whether it is
+// an Overlay network.
+func (p *Plane) network() (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.networkID
+	return p.networkID, p.networkOverlay
 }
 
 // removeACLs takes weft's ACLs off every endpoint of the network id.
@@ -185,12 +186,27 @@ func sameACLs(a, b []Policy) bool {
 	return slices.Equal(key(a), key(b))
 }
 
-// nodeAddresses are the node's own addresses on its pod subnets: the gateway, host-gw's host
-// endpoint and the Overlay's source VIP.
-func nodeAddresses(subnets []netip.Prefix) []netip.Addr {
+// nodeAddresses are the node's own addresses on its pod subnets, which a pod's ingress always
+// allows: the gateway, and an L2Bridge network's host endpoint (.2; on Overlay .2 is a pod's).
+func nodeAddresses(subnets []netip.Prefix, overlay bool) []netip.Addr {
 	var out []netip.Addr
 	for _, sn := range subnets {
-		out = append(out, gateway(sn), hostEndpointIP(sn), SourceVIP(sn))
+		out = append(out, gateway(sn))
+		if !overlay {
+			out = append(out, hostEndpointIP(sn))
+		}
+	}
+	return out
+}
+
+// sourceVIPs are the Overlay's source VIPs: kube-proxy's endpoint, no pod's. Not allowed in:
+// what kube-proxy sources from it comes from anywhere.
+func sourceVIPs(subnets []netip.Prefix, overlay bool) []netip.Addr {
+	var out []netip.Addr
+	for _, sn := range subnets {
+		if overlay {
+			out = append(out, SourceVIP(sn))
+		}
 	}
 	return out
 }

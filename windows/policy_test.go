@@ -53,7 +53,7 @@ func newPolicyScene(t *testing.T) *policyScene {
 		"prod": {Name: "prod", Labels: map[string]string{"kubernetes.io/metadata.name": "prod"}},
 	}}
 	s.pod("a", "web", policyNode, "10.244.3.5")
-	s.pod("b", "dns-client", policyNode, "10.244.3.6")
+	s.pod("b", "dns-client", policyNode, "10.244.3.2")
 	s.pod("d", "free", policyNode, "10.244.3.8")
 	s.pod("e", "free", policyNode, "10.244.3.9")
 	s.pod("client", "client", "linux1", "10.244.1.9")
@@ -61,7 +61,7 @@ func newPolicyScene(t *testing.T) *policyScene {
 	for _, e := range []struct {
 		name, ip        string
 		foreign, closed bool
-	}{{"a", "10.244.3.5", true, false}, {"b", "10.244.3.6", false, false}, {"c", "10.244.3.7", false, false},
+	}{{"a", "10.244.3.5", true, false}, {"b", "10.244.3.2", false, false}, {"c", "10.244.3.7", false, false},
 		{"d", "10.244.3.8", true, false}, {"e", "10.244.3.9", false, true}} {
 		ep := &windows.HostComputeEndpoint{Name: "pod-" + e.name, HostComputeNetwork: s.netID,
 			IPConfigurations: []windows.IPConfig{{IPAddress: e.ip, PrefixLength: 24}}}
@@ -200,11 +200,11 @@ func TestNetworkPolicyACLs(t *testing.T) {
 		{"10.244.3.5", true, icmp, "10.244.3.1", 0, true},        // the node itself, always
 		{"10.244.3.5", false, tcp, "10.244.1.10", 443, true},     // a's egress is not isolated
 		{"10.244.3.5", false, tcp, "169.254.169.254", 80, false}, // but the operator's block holds
-		{"10.244.3.6", false, udp, "10.2.3.4", 53, true},         // b: DNS in 10/8
-		{"10.244.3.6", false, udp, "10.1.2.3", 53, false},        // not in the except
-		{"10.244.3.6", false, tcp, "10.2.3.4", 53, false},        // not over TCP
-		{"10.244.3.6", false, udp, "192.168.0.1", 53, false},     // not outside 10/8
-		{"10.244.3.6", true, tcp, "10.244.1.10", 22, true},       // b's ingress is not isolated
+		{"10.244.3.2", false, udp, "10.2.3.4", 53, true},         // b: DNS in 10/8
+		{"10.244.3.2", false, udp, "10.1.2.3", 53, false},        // not in the except
+		{"10.244.3.2", false, tcp, "10.2.3.4", 53, false},        // not over TCP
+		{"10.244.3.2", false, udp, "192.168.0.1", 53, false},     // not outside 10/8
+		{"10.244.3.2", true, tcp, "10.244.1.10", 22, true},       // b's ingress is not isolated
 		{"10.244.3.7", true, tcp, "10.244.1.9", 80, false},       // c: no known pod, closed
 		{"10.244.3.7", false, udp, "10.2.3.4", 53, false},
 		{"10.244.3.8", true, tcp, "10.244.1.10", 80, true}, // d: nothing isolates it
@@ -274,7 +274,7 @@ func TestNetworkPolicyACLs(t *testing.T) {
 	if err := np.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	s.check("removed", flow{"10.244.3.6", false, tcp, "10.2.3.4", 53, true}, flow{"10.244.3.7", true, tcp, "10.244.1.10", 1, true},
+	s.check("removed", flow{"10.244.3.2", false, tcp, "10.2.3.4", 53, true}, flow{"10.244.3.7", true, tcp, "10.244.1.10", 1, true},
 		flow{"10.244.3.5", false, tcp, "169.254.169.254", 80, false})
 	eps, _ = s.n.hns.NetworkEndpoints(s.netID)
 	for _, ep := range eps {
@@ -295,9 +295,9 @@ func TestNetworkPolicyACLs(t *testing.T) {
 	if err := s.n.plane.NetworkPolicy().Remove(); err != nil {
 		t.Fatal(err)
 	}
-	s.check("before Prepare", flow{"10.244.3.6", false, tcp, "10.2.3.4", 80, false}) // b's ACLs still hold
+	s.check("before Prepare", flow{"10.244.3.2", false, tcp, "10.2.3.4", 80, false}) // b's ACLs still hold
 	s.n.mustAcquire("10.244.3.0/24")
-	s.check("after Prepare", flow{"10.244.3.6", false, tcp, "10.2.3.4", 80, true}, flow{"10.244.3.5", true, tcp, "10.244.1.10", 80, true})
+	s.check("after Prepare", flow{"10.244.3.2", false, tcp, "10.2.3.4", 80, true}, flow{"10.244.3.5", true, tcp, "10.244.1.10", 80, true})
 }
 
 func protocol(p corev1.Protocol) *corev1.Protocol { return &p }
