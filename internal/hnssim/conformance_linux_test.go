@@ -23,25 +23,44 @@ import (
 	"github.com/weftnet/weft/windows/hnstest"
 )
 
-// conformanceVersion is the HNS version the simulator reports to hcsshim's tests (through
-// vmcompute's HNSCall GET /globals/version). hcsshim tells features apart by version
-// (hcn/hcnglobals.go, hcnsupport.go), and several tests use one without asking
-// (TestAddL4WfpProxyPolicyOnEndpoint: 13.2, TestApplyTierAclPolicyOnEndpoint: 14.0,
-// TestAddRemoveNetworACLPolicy: 15.0, TestCreateUpdateDeleteLoadBalancer: 15.4): 15.4, the
-// newest version hcsshim v0.15.0 names (ModifyLoadbalancerVersion, AccelnetVersion), has
-// them all. The simulator refuses each feature
-// below its version; hnstest's and this package's unit tests check those gates.
-var conformanceVersion = windows.Version{Major: 15, Minor: 4}
+// hcnVersions are the HNS versions the simulator reports to hcsshim's tests (through
+// vmcompute's HNSCall GET /globals/version), each with the tests it is not to pass there and
+// why. hcsshim tells features apart by version (hcn/hcnglobals.go, hcnsupport.go), and several
+// tests use one without asking: at a version without it, HNS refuses the call and the test
+// fails, as it would on that Windows. 15.4, the newest version hcsshim v0.15.0 names
+// (ModifyLoadbalancerVersion, AccelnetVersion), has them all. 10.0 is a Windows Server 2019
+// build's (before 10.3's VXLAN port); there the simulator refuses each feature newer than it,
+// and the tests of those features fail with the refusal.
+var hcnVersions = []struct {
+	version windows.Version
+	leftOut map[string]string
+}{
+	{windows.Version{Major: 15, Minor: 4}, map[string]string{}},
+	{windows.Version{Major: 10, Minor: 0}, map[string]string{
+		"TestAddDSRLoadBalancer":             "a DSR load balancer needs HNS 9.3 to 9.x or 10.2 on (DSRVersion)",
+		"TestAddL4WfpProxyPolicyOnEndpoint":  "an endpoint's L4WFPPROXY policy needs HNS 13.2 (L4WfpProxyPolicyVersion)",
+		"TestApplyTierAclPolicyOnEndpoint":   "an endpoint's TierAcl policy needs HNS 14.0 (TierAclPolicyVersion)",
+		"TestAddRemoveNetworACLPolicy":       "a network's NetworkACL policy needs HNS 15.0 (NetworkACLPolicyVersion)",
+		"TestCreateUpdateDeleteLoadBalancer": "HcnModifyLoadBalancer needs HNS 15.4 (ModifyLoadbalancerVersion)",
+	}},
+}
 
-// leftOut are hcsshim's hcn tests the simulator does not pass, each with why: none now.
-// Every test of networks, endpoints, namespaces, policies, SDN routes, load balancers and
-// HNS v1 passes.
-var leftOut = map[string]string{}
+// hcnTests is how many tests hcsshim v0.15.0's hcn package has (-test.list), and
+// hcnTableTests those of hcn/hcnsupport_test.go, which compare hcsshim's own feature tables
+// with themselves (GetSupportedFeatures against the XxxSupported functions, and
+// isFeatureSupported against literal versions): they ask HNS its version and nothing else, so
+// they are counted apart from the tests that exercise the simulator. A new hcsshim changes
+// both numbers, and this test says so.
+const (
+	hcnTests      = 78
+	hcnTableTests = 18
+)
 
 // TestHcsshimConformance runs hcsshim v0.15.0's own hcn integration tests (written against
-// real HNS, built for Windows with -tags integration) under Wine against this simulator,
-// and fails on every failing test not in leftOut, and on every test of leftOut that passes.
-// It needs Wine (tools/wine/setup.sh installs it as root) and skips without it.
+// real HNS, built for Windows with -tags integration) under Wine against this simulator, at
+// each of hcnVersions, and fails on every test that fails or skips and is not left out for
+// that version, and on every left-out test that passes. It needs Wine (tools/wine/setup.sh
+// installs it as root) and skips without it.
 func TestHcsshimConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs hcsshim's hcn tests under Wine")
@@ -59,9 +78,26 @@ func TestHcsshimConformance(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building hcsshim's hcn tests: %v\n%s", err, out)
 	}
-	built := time.Since(start)
+	t.Logf("hcsshim's hcn tests built in %v", time.Since(start).Round(time.Second))
+	tables, err := tableTests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != hcnTableTests {
+		t.Errorf("hcn/hcnsupport_test.go has %d tests, want %d: update hcnTableTests", len(tables), hcnTableTests)
+	}
+	for _, hv := range hcnVersions {
+		t.Run("HNS "+hv.version.String(), func(t *testing.T) {
+			runHcnTests(t, repo, bin, hv.version, hv.leftOut, tables)
+		})
+	}
+}
 
-	hns := hnstest.New(hnstest.Options{Version: conformanceVersion})
+// runHcnTests runs hcn.test (bin) against a simulator of HNS version v and checks the
+// results: see TestHcsshimConformance.
+func runHcnTests(t *testing.T, repo, bin string, v windows.Version, leftOut map[string]string, tables []string) {
+	start := time.Now()
+	hns := hnstest.New(hnstest.Options{Version: v})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +105,7 @@ func TestHcsshimConformance(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	go func() { _ = New(hns, slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(l) }()
 
-	// A prefix of the test's own: hcsshim's namespace tests write the registry.
+	// A prefix of the run's own: hcsshim's namespace tests write the registry.
 	prefix := winetest.Prefix(t, repo, "wine-hcn-")
 	run := func(args ...string) string {
 		t.Helper()
@@ -84,8 +120,8 @@ func TestHcsshimConformance(t *testing.T) {
 		return string(out)
 	}
 	all := testNames(run("-test.list", "."))
-	if len(all) < 50 {
-		t.Fatalf("hcn.test lists %d tests, want hcsshim v0.15.0's 79", len(all))
+	if len(all) != hcnTests {
+		t.Fatalf("hcn.test lists %d tests, want hcsshim v0.15.0's %d: update hcnTests", len(all), hcnTests)
 	}
 	for name := range leftOut {
 		if !slices.Contains(all, name) {
@@ -113,7 +149,7 @@ func TestHcsshimConformance(t *testing.T) {
 		pending = rest
 	}
 
-	var passed, failed, skipped, out []string
+	var passed, tablesPassed, failed, out []string
 	for _, name := range all {
 		reason, left := leftOut[name]
 		switch r := results[name]; {
@@ -122,23 +158,37 @@ func TestHcsshimConformance(t *testing.T) {
 			if r == "PASS" {
 				t.Errorf("%s passes: take it off the left-out list (%s)", name, reason)
 			}
+		case r == "PASS" && slices.Contains(tables, name):
+			tablesPassed = append(tablesPassed, name)
 		case r == "PASS":
 			passed = append(passed, name)
-		case r == "SKIP":
-			skipped = append(skipped, name)
-		default:
+		default: // a skip too: every test here runs against real HNS's answers
 			failed = append(failed, name)
 			t.Errorf("%s: %s\n%s", name, r, logs[name])
 		}
 	}
-	t.Logf("hcsshim hcn tests against the simulator (HNS %s): %d passed, %d failed, %d skipped, %d left out (build %s, run %s)",
-		conformanceVersion, len(passed), len(failed), len(skipped), len(out), built.Round(time.Second), (time.Since(start) - built).Round(time.Second))
-	for _, name := range skipped {
-		t.Logf("skipped: %s\n%s", name, logs[name])
-	}
+	t.Logf("hcsshim hcn tests against the simulator (HNS %s): %d of the simulator passed, %d of hcsshim's feature tables passed, %d failed or skipped, %d left out (run %s)",
+		v, len(passed), len(tablesPassed), len(failed), len(out), time.Since(start).Round(time.Second))
 	for _, name := range out {
 		t.Logf("left out: %s (%s): %s", name, leftOut[name], results[name])
 	}
+}
+
+// tableTests are the tests of hcsshim's hcn/hcnsupport_test.go, read from the module's source.
+func tableTests() ([]string, error) {
+	dir, err := exec.Command(goTool(), "list", "-m", "-f", "{{.Dir}}", "github.com/Microsoft/hcsshim").Output()
+	if err != nil {
+		return nil, fmt.Errorf("finding hcsshim's source: %w", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(dir)), "hcn", "hcnsupport_test.go"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`).FindAllSubmatch(src, -1) {
+		names = append(names, string(m[1]))
+	}
+	return names, nil
 }
 
 // goTool is the go command of the toolchain running the test.
