@@ -17,9 +17,10 @@ import (
 )
 
 // The figures of NetworkPolicy's cost (make bench; root). Data path: TCP between a remote
-// pod (the peer namespace) and a local one (pod1), forwarded by the node, with no policy
-// table ("off") and with weft's table ("on") isolating pod1 to what its policy allows beside
-// the rules of benchOtherPods more local pods, as on a busy node. Control path: the time from
+// pod (the peer namespace) and a local one (pod1), forwarded by the node, with conntrack on
+// as on any Kubernetes node, with no policy table ("off") and with weft's table ("on")
+// isolating pod1 to what its policy allows beside the rules of benchOtherPods more local
+// pods, as on a busy node. Control path: the time from
 // one change of the cluster to the kernel holding it (Compile, Build, Ensure), at cluster
 // sizes, and the heap it keeps per pod.
 
@@ -56,6 +57,13 @@ func BenchmarkDataPath(b *testing.B) {
 			n := newTestNet(b)
 			n.listen("pod1", "10.244.1.2", 8080)
 			sunk := n.sink("pod1", "10.244.1.2", 8081)
+			// Both ways the node tracks connections, as every Kubernetes node does (kube-proxy's
+			// rules, weft's masquerade): a table of its own that matches conntrack state, so that
+			// "off" is not also conntrack off.
+			n.sh("node", "nft add table inet bench_ct && nft add chain inet bench_ct tracked '{ type filter hook forward priority 10; }' && "+
+				"nft add rule inet bench_ct tracked ct state established,related counter")
+			// Ports enough for the connections of a run: a closed one's port waits out TIME_WAIT.
+			n.sh("peer", "sysctl -qw net.ipv4.ip_local_port_range='1024 65000'")
 			if on {
 				n.ensure(Build(dataPathRules(), subnets))
 			}
