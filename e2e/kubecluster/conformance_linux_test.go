@@ -3,8 +3,11 @@ package kubecluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,27 +26,40 @@ var e2eFocus = []string{
 }
 
 // EnvE2EFocus names the variable that narrows a run to the specs its regular expression
-// matches, instead of e2eFocus (e2eSkips still apply): for looking into one spec.
+// matches, instead of e2eFocus (e2eSkipped still apply): for looking into one spec.
 const EnvE2EFocus = "WEFT_E2E_FOCUS"
 
-// e2eSkips are the specs in focus that cannot run on this machine, each with why. Specs the
-// suite skips by itself (no SSH to the nodes, too few nodes…) are listed with its reasons.
-var e2eSkips = []E2ESkip{
-	{`LoadBalancer|ESIPP`, "needs a cloud load balancer: nothing here gives a Service of type LoadBalancer an address"},
-	{`\[Feature:Networking-IPv4\]`, "needs the Internet (a pod connects to 8.8.8.8:53): this machine's outside " +
-		"accepts every TCP connection, whatever the address, so a pass would prove nothing, and the underlay has no way out"},
-	{`IPv6|\[Feature:IPv6DualStack\]|[Dd]ual[- ][Ss]tack`, "IPv6: the cluster is IPv4 only (dist/net-conf.json)"},
-	{`SCTP`, "this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP): protocol not supported)"},
-	{`\[Disruptive\]`, "restarts kube-proxy or the API server over SSH, which this cluster's machines do not run"},
-	{`\[Flaky\]`, "marked flaky by Kubernetes"},
-	{`should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes`,
-		"expects a node's own connection to a NodePort with externalTrafficPolicy Local to reach an endpoint on " +
-			"another node with the node's address; weft, as flanneld with --ip-masq (dist/kubernetes), masquerades " +
-			"what a node sends to other nodes' pods (flannel's rule since its PR 327), so that the replies come back " +
-			"over the overlay even where the node's address is not reachable or rp_filter is strict"},
+// e2eSkipped are the specs of e2eFocus that are not to pass on this machine, by their full
+// text, each with why; the suite is told to skip exactly these. A spec in focus that does not
+// pass and is not here fails TestConformance (skipped by itself, or never reached), and so
+// does one here that the run did not skip (the list is stale): a new Kubernetes, or a fix,
+// shows.
+var e2eSkipped = map[string]string{
+	"[sig-network] Networking Granular Checks: Pods should function for intra-pod communication: sctp [LinuxOnly] [Feature:SCTPConnectivity]": noSCTP,
+	"[sig-network] Networking Granular Checks: Pods should function for node-pod communication: sctp [LinuxOnly] [Feature:SCTPConnectivity]":  noSCTP,
+	"[sig-network] Networking Granular Checks: Services should function for endpoint-Service: sctp [Feature:SCTPConnectivity]":                noSCTP,
+	"[sig-network] Networking Granular Checks: Services should function for node-Service: sctp [Feature:SCTPConnectivity]":                    noSCTP,
+	"[sig-network] Networking Granular Checks: Services should function for pod-Service: sctp [Feature:SCTPConnectivity]":                     noSCTP,
+	"[sig-network] Services should allow creating a basic SCTP service with pod and endpoints [LinuxOnly] [Serial]":                           noSCTP,
+	"[sig-network] Networking should provide Internet connection for containers [Feature:Networking-IPv4]": "needs the Internet " +
+		"(a pod connects to 8.8.8.8:53): this machine's outside accepts every TCP connection, whatever the address, so a pass " +
+		"would prove nothing, and the underlay has no way out",
+	"[sig-network] Services should work after restarting apiserver [Disruptive]":  noSSH,
+	"[sig-network] Services should work after restarting kube-proxy [Disruptive]": noSSH,
+	"[sig-network] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes": "expects " +
+		"a node's own connection to a NodePort with externalTrafficPolicy Local to reach an endpoint on another node with the " +
+		"node's address; weft, as flanneld with --ip-masq (dist/kubernetes), masquerades what a node sends to other nodes' pods " +
+		"(flannel's rule since its PR 327), so that the replies come back over the overlay even where the node's address is not " +
+		"reachable or rp_filter is strict",
 }
 
-// TestConformance runs Kubernetes' own e2e tests of the network (e2eFocus, less e2eSkips)
+// Reasons shared by several specs.
+const (
+	noSCTP = "this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP): protocol not supported)"
+	noSSH  = "restarts kube-proxy or the API server over SSH, which this cluster's machines do not run"
+)
+
+// TestConformance runs Kubernetes' own e2e tests of the network (e2eFocus, less e2eSkipped)
 // against a three-node cluster running weft as a user deploys it, with CoreDNS and the test
 // images imported into every node, and fails if any spec that ran failed. It prints the
 // suite's summary and each skipped spec with its reason. A Windows node (AddWindowsNode:
@@ -79,7 +95,7 @@ func TestConformance(t *testing.T) {
 		focus = []string{f}
 	}
 	// The Windows node is not Ready.
-	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance"), opts.KubeBin, focus, e2eSkips, 1)
+	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance"), opts.KubeBin, focus, e2eSkipped, 1)
 	win.waitRSRs(ctx, t, "after the suite")
 	win.waitServices(ctx, t, "after the suite")
 	for _, r := range w.Refused() {
@@ -114,14 +130,20 @@ func prepareSuite(ctx context.Context, t *testing.T, c *Cluster, repo string, st
 	t.Logf("cluster ready for the e2e suite in %v", time.Since(start).Round(time.Second))
 }
 
-// runSuite runs Kubernetes' e2e suite (focus less skips) on the cluster, its report and
-// output kept in reportDir after the run, unlike the cluster's directory; it logs the summary
-// and each skipped spec with its reason, and fails the test on every failed spec and when
-// none passed.
-func runSuite(ctx context.Context, t *testing.T, c *Cluster, reportDir, kubeBin string, focus []string, skips []E2ESkip, notReady int) *E2EResult {
+// runSuite runs Kubernetes' e2e suite on the cluster (focus, less the specs skipped, each by
+// its full text), its report and output kept in reportDir after the run, unlike the cluster's
+// directory; it logs the summary and each skipped spec with its reason, and fails the test on
+// every failed spec, every spec in focus skipped or not reached that skipped does not list,
+// every spec skipped lists (and focus selects) that was not skipped, and when none passed.
+func runSuite(ctx context.Context, t *testing.T, c *Cluster, reportDir, kubeBin string, focus []string, skipped map[string]string, notReady int) *E2EResult {
 	t.Helper()
 	if err := os.RemoveAll(reportDir); err != nil {
 		t.Fatal(err)
+	}
+	var skips []E2ESkip
+	for _, name := range slices.Sorted(maps.Keys(skipped)) {
+		// ginkgo matches --ginkgo.skip against the spec's full text after a space.
+		skips = append(skips, E2ESkip{Pattern: `(^|\s)` + regexp.QuoteMeta(name) + "$", Reason: skipped[name]})
 	}
 	start := time.Now()
 	res, err := c.RunE2E(ctx, E2EOptions{
@@ -136,18 +158,42 @@ func runSuite(ctx context.Context, t *testing.T, c *Cluster, reportDir, kubeBin 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var skipped strings.Builder
+	var list strings.Builder
 	for _, s := range res.Skipped {
-		fmt.Fprintf(&skipped, "\n  %s\n      (%s)", s.Spec, s.Reason)
+		fmt.Fprintf(&list, "\n  %s\n      (%s)", s.Spec, s.Reason)
 	}
 	t.Logf("Kubernetes e2e suite, in %v:\n%s\n%d passed, %d failed, %d skipped; skipped:%s\nfull output: %s",
 		time.Since(start).Round(time.Second), res.Summary, len(res.Passed), len(res.Failed), len(res.Skipped),
-		skipped.String(), res.Log)
+		list.String(), res.Log)
 	for _, f := range res.Failed {
 		t.Errorf("e2e spec failed: %s\n%s", f, res.Failures[f])
+	}
+	for _, p := range skipProblems(res, focus, skipped) {
+		t.Error(p)
 	}
 	if len(res.Passed) == 0 {
 		t.Errorf("no e2e spec passed: is the focus right? see %s", res.Log)
 	}
 	return res
+}
+
+// skipProblems are the ways res's skipped specs differ from skipped: a spec skipped (or not
+// reached) that skipped does not list, and one it lists, and focus selects, that was not
+// skipped.
+func skipProblems(res *E2EResult, focus []string, skipped map[string]string) []string {
+	var out []string
+	focusRE := regexp.MustCompile(strings.Join(focus, "|"))
+	seen := map[string]bool{}
+	for _, s := range res.Skipped {
+		seen[s.Spec] = true
+		if _, listed := skipped[s.Spec]; !listed {
+			out = append(out, fmt.Sprintf("e2e spec skipped unexpectedly (pass it, or list it with why): %s\n      (%s)", s.Spec, s.Reason))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(skipped)) {
+		if focusRE.MatchString(name) && !seen[name] {
+			out = append(out, "e2e spec listed as skipped was not (take it off the list, or the suite no longer has it): "+name)
+		}
+	}
+	return out
 }

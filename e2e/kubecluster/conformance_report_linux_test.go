@@ -127,3 +127,28 @@ FAIL! -- 1 Passed | 1 Failed | 0 Pending | 6998 Skipped
 		t.Errorf("summary %q", summary)
 	}
 }
+
+// TestSkipProblems: a spec skipped or not reached that the list lacks is a problem, and so is
+// a listed spec in focus that was not skipped; a listed spec out of focus is not.
+func TestSkipProblems(t *testing.T) {
+	res := &E2EResult{Skipped: []E2ESkipped{
+		{Spec: "[sig-network] A listed [Feature:X]", Reason: "ours"},
+		{Spec: "[sig-network] B skipped itself", Reason: "no SSH"},
+		{Spec: "[sig-network] C never reached", Reason: "not run: the suite stopped before it (timeout or interrupt)"},
+	}}
+	skipped := map[string]string{
+		"[sig-network] A listed [Feature:X]":   "ours",
+		"[sig-network] D listed, ran":          "stale",
+		"[sig-storage] E listed, out of focus": "elsewhere",
+	}
+	got := skipProblems(res, []string{`\[sig-network\]`}, skipped)
+	want := []string{"B skipped itself", "C never reached", "D listed, ran"}
+	if len(got) != len(want) {
+		t.Fatalf("problems %q, want one each for %q", got, want)
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("problem %d: %q, want one about %q", i, got[i], w)
+		}
+	}
+}
