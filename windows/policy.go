@@ -84,7 +84,7 @@ func (pp *NetworkPolicy) Enforce(rules netpol.Rules, subnets []netip.Prefix, _ b
 		want, pod := unknownEndpointACLs(), ""
 		for _, ip := range ep.IPs() {
 			if key, ok := pods[ip]; ok {
-				want, pod = PodACLs(rules.Pods[key], host), key
+				want, pod = podACLs(rules.Pods[key], host), key
 				break
 			}
 		}
@@ -241,10 +241,10 @@ func unknownEndpointACLs() []Policy {
 	return out
 }
 
-// PodACLs are the ACL policies that enforce pr on the pod's endpoint, on a node whose own
+// podACLs are the ACL policies that enforce pr on the pod's endpoint, on a node whose own
 // addresses on the pod network are host (allowed in); none when pr isolates neither
 // direction.
-func PodACLs(pr netpol.PodRules, host []netip.Addr) []Policy {
+func podACLs(pr netpol.PodRules, host []netip.Addr) []Policy {
 	if pr.Ingress == nil && pr.Egress == nil {
 		return nil
 	}

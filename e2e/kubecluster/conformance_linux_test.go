@@ -69,13 +69,7 @@ const (
 // and kube-proxy.exe's load balancers hold for every Service left. make conformance runs
 // it.
 func TestConformance(t *testing.T) {
-	needLong(t)
-	opts := needCluster(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), opts.KubeBin)
+	opts, repo := needSuite(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
 	defer cancel()
@@ -90,18 +84,36 @@ func TestConformance(t *testing.T) {
 	win := windowsCheck{c: c, w: w, dsr: wopts.DSR}
 	win.waitRSRs(ctx, t, "the Windows node started")
 	prepareSuite(ctx, t, c, repo, start)
-	focus := e2eFocus
-	if f := os.Getenv(EnvE2EFocus); f != "" {
-		focus = []string{f}
-	}
 	// The Windows node is not Ready.
-	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance"), opts.KubeBin, focus, e2eSkipped, 1)
+	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance"), opts.KubeBin, suiteFocus(e2eFocus), e2eSkipped, 1)
 	win.waitRSRs(ctx, t, "after the suite")
 	win.waitServices(ctx, t, "after the suite")
 	for _, r := range w.Refused() {
 		t.Error(r)
 	}
 	win.checkPeers(ctx, t)
+}
+
+// needSuite skips the test unless a long cluster test can run, and returns the cluster's
+// options and the repository, with Kubernetes' e2e suite built (cached after the first time).
+func needSuite(t *testing.T) (Options, string) {
+	t.Helper()
+	needLong(t)
+	opts := needCluster(t)
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), opts.KubeBin)
+	return opts, repo
+}
+
+// suiteFocus is focus, or the expression of EnvE2EFocus when it is set.
+func suiteFocus(focus []string) []string {
+	if f := os.Getenv(EnvE2EFocus); f != "" {
+		return []string{f}
+	}
+	return focus
 }
 
 // prepareSuite gives the cluster what Kubernetes' e2e suite needs: the test images in

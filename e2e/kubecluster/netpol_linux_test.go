@@ -2,12 +2,9 @@ package kubecluster
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/weftnet/weft/e2e/cluster"
 )
 
 // netpolFocus selects Kubernetes' own NetworkPolicy specs: SIG Network's Netpol suite (a
@@ -32,22 +29,12 @@ const noSCTPPods = "needs SCTP in the nodes' kernel to carry SCTP between pods: 
 // NetworkPolicy on, as README.md says to turn it on, and fails on any failed spec. make
 // conformance runs it.
 func TestNetworkPolicyConformance(t *testing.T) {
-	needLong(t)
-	opts := needCluster(t)
-	repo, err := cluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), opts.KubeBin)
+	opts, repo := needSuite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Minute)
 	defer cancel()
 	start := time.Now()
 	c := newCluster(t, 3)
 	deployWeftWith(ctx, t, c, (*Cluster).DeployWeftWithPolicy)
 	prepareSuite(ctx, t, c, repo, start)
-	focus := netpolFocus
-	if f := os.Getenv(EnvE2EFocus); f != "" {
-		focus = []string{f}
-	}
-	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance-netpol"), opts.KubeBin, focus, netpolSkipped, 0)
+	runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance-netpol"), opts.KubeBin, suiteFocus(netpolFocus), netpolSkipped, 0)
 }
