@@ -13,10 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/netif"
+	npkube "github.com/weftnet/weft/netpol/kube"
 	"github.com/weftnet/weft/probe"
 	"github.com/weftnet/weft/status"
 	"github.com/weftnet/weft/subnet"
@@ -48,10 +47,10 @@ type Deps struct {
 	// offload (Config.TxChecksumOffload); nil: none.
 	Checker probe.Checker
 	// Policy enforces --network-policy, with the cluster's pods, namespaces and policies read
-	// through Kube; both nil: no policy.
-	Policy  PolicyPlane
-	Kube    kubernetes.Interface
-	metrics *metrics // made by RunWith when nil
+	// by PolicyWatch, which RunWith runs; both nil: no policy.
+	Policy      PolicyPlane
+	PolicyWatch *npkube.Watcher
+	metrics     *metrics // made by RunWith when nil
 }
 
 // Platform is what weftd is given of the operating system it runs on. cmd/weftd builds it
@@ -111,8 +110,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, plat Platform) error
 		wg.Go(func() { rec.Run(ctx, eventSink(km)) })
 		deps.Manager, deps.Events = km, rec
 		if cfg.NetworkPolicy {
-			if deps.Kube, err = kubernetes.NewForConfig(km.REST()); err != nil {
-				return fmt.Errorf("--network-policy: a client of the API server: %w", err)
+			if deps.PolicyWatch, err = npkube.New(km.REST(), policyLog(log)); err != nil {
+				return fmt.Errorf("--network-policy: %w", err)
 			}
 		}
 	} else {
@@ -214,13 +213,13 @@ func RunWith(ctx context.Context, cfg Config, log *slog.Logger, deps Deps) error
 		return err
 	}
 	d.health.update(func(h *health) { h.offloadStatus = d.paths.offloadStatus })
-	if deps.Policy != nil && deps.Kube != nil {
+	if deps.Policy != nil && deps.PolicyWatch != nil {
 		d.health.update(func(h *health) { h.policy = errPolicyNotListed })
 		report := func(err error, st *status.NetworkPolicy) {
 			d.health.update(func(h *health) { h.policy, h.status.NetworkPolicy = err, st })
 		}
 		wg.Go(func() {
-			enforcePolicy(ctx, log, d.m, d.events, deps.Kube, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
+			enforcePolicy(ctx, policyLog(log), d.m, d.events, deps.PolicyWatch, d.cfg.NodeName, deps.Policy, d.podSubnets, report)
 		})
 	}
 	if deps.Pinger != nil && cfg.ProbeInterval > 0 && d.caps.Probes {

@@ -10,8 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/weftnet/weft/netpol"
 	npkube "github.com/weftnet/weft/netpol/kube"
 	"github.com/weftnet/weft/status"
@@ -42,20 +40,21 @@ const policyResync = 10 * time.Second
 // errPolicyNotListed is /readyz's reason until the policy watch's first lists are in.
 var errPolicyNotListed = errors.New("pods, namespaces and NetworkPolicies not listed yet: nothing enforced (weftd needs to list and watch them: the ClusterRole weft-network-policy)")
 
+// policyLog is the logger of --network-policy's parts.
+func policyLog(log *slog.Logger) *slog.Logger { return log.With("component", "network-policy") }
+
 // policyRetry is how soon a failed write of the policy table is tried again.
 const policyRetry = time.Second
 
-// enforcePolicy runs --network-policy until ctx ends: a watch of the cluster's pods,
+// enforcePolicy runs --network-policy until ctx ends: w, the watch of the cluster's pods,
 // namespaces and policies, and after each change (or policyResync) the rules of the node's
 // pods compiled and handed to plane. Nothing is written before the watch's first lists are
 // in, so the first write holds every pod's rules at once. subnets are the node's pod subnets,
 // read at each write (the own lease may move). report is told, after each write, whether it
 // succeeded (nil) or not and what the node's pods are under (for /status); until the first
 // one it is not called.
-func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events, cs kubernetes.Interface, node string,
+func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events, w *npkube.Watcher, node string,
 	plane PolicyPlane, subnets func() []netip.Prefix, report func(error, *status.NetworkPolicy)) {
-	log = log.With("component", "network-policy")
-	w := npkube.New(cs, log)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	select {

@@ -16,10 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/weftnet/weft/netpol"
@@ -52,51 +50,38 @@ type informer struct {
 	ctl   cache.Controller
 }
 
-// New makes a Watcher of the cluster cs serves, which logs to log. Nothing is asked of the
-// API server until Run.
-func New(cs kubernetes.Interface, log *slog.Logger) *Watcher {
+// New makes a Watcher of the cluster whose API server rc reaches, which logs to log. Nothing
+// is asked of the API server until Run.
+func New(rc *rest.Config, log *slog.Logger) (*Watcher, error) {
+	c, err := newClient(rc)
+	if err != nil {
+		return nil, err
+	}
 	w := &Watcher{log: log, synced: make(chan struct{}), changed: make(chan struct{}, 1)}
 	logger := logr.FromSlogHandler(log.Handler())
-	w.pods = newInformer(&logger, "pods", cs, listWatch(cs.CoreV1().Pods(metav1.NamespaceAll)),
-		&corev1.Pod{}, trimPod, cache.ResourceEventHandlerFuncs{
-			AddFunc: w.podAdded, UpdateFunc: w.podUpdated, DeleteFunc: w.podDeleted,
-		})
-	w.namespaces = newInformer(&logger, "namespaces", cs, listWatch(cs.CoreV1().Namespaces()),
-		&corev1.Namespace{}, trimNamespace, cache.ResourceEventHandlerFuncs{
+	w.pods = newInformer(&logger, "pods", c.pods(), &corev1.Pod{}, trimPod, cache.ResourceEventHandlerFuncs{
+		AddFunc: w.podAdded, UpdateFunc: w.podUpdated, DeleteFunc: w.podDeleted,
+	})
+	w.namespaces = newInformer(&logger, "namespaces", c.namespaces(), &corev1.Namespace{}, trimNamespace,
+		cache.ResourceEventHandlerFuncs{
 			AddFunc: w.addedOrDeleted, UpdateFunc: w.namespaceUpdated, DeleteFunc: w.addedOrDeleted,
 		})
-	w.policies = newInformer(&logger, "network policies", cs,
-		listWatch(cs.NetworkingV1().NetworkPolicies(metav1.NamespaceAll)),
-		&networkingv1.NetworkPolicy{}, trimPolicy, cache.ResourceEventHandlerFuncs{
+	w.policies = newInformer(&logger, "network policies", c.policies(), &networkingv1.NetworkPolicy{}, trimPolicy,
+		cache.ResourceEventHandlerFuncs{
 			AddFunc: w.addedOrDeleted, UpdateFunc: w.policyUpdated, DeleteFunc: w.addedOrDeleted,
 		})
-	return w
-}
-
-// lister is the list and watch of one kind's typed client.
-type lister[L runtime.Object] interface {
-	List(context.Context, metav1.ListOptions) (L, error)
-	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
-}
-
-func listWatch[L runtime.Object](c lister[L]) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return c.List(ctx, opts)
-		},
-		WatchFuncWithContext: c.Watch,
-	}
+	return w, nil
 }
 
 // newInformer makes the informer of one kind, whose objects are of obj's type, trimmed by
 // trim, with h told of every change. The informer streams its first list where the API
 // server can (WatchList): each object is trimmed as it comes, rather than a whole list of
 // whole objects held at once.
-func newInformer(logger *logr.Logger, kind string, cs kubernetes.Interface, lw *cache.ListWatch,
+func newInformer(logger *logr.Logger, kind string, lw *cache.ListWatch,
 	obj runtime.Object, trim cache.TransformFunc, h cache.ResourceEventHandler) informer {
 	store, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		Logger:        logger,
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, cs),
+		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, nil),
 		ObjectType:    obj,
 		Handler:       h,
 		Transform:     trim,

@@ -16,6 +16,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -206,10 +207,9 @@ func TestWatcher(t *testing.T) {
 	}
 	grantDocRules(t, admin, srv.Restricted())
 	rc := kubetest.FailDenied(t, srv.Restricted())
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Protobuf first, as weftd's Node client hands its config on (subnet/kube's REST).
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	ctx := context.Background()
 
 	createNamespace(t, admin, "alpha", map[string]string{"team": "a"})
@@ -258,7 +258,10 @@ func TestWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := New(cs, testLogger(t))
+	w, err := New(rc, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(runCtx) }()
@@ -455,10 +458,13 @@ func TestWatcher(t *testing.T) {
 
 	step("first lists fail", func(t *testing.T) {
 		// An identity the API server does not know: every list is refused.
-		w := New(mustClient(t, srv.Config("not-a-token")), testLogger(t))
+		w, err := New(srv.Config("not-a-token"), testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		err := w.Run(ctx)
+		err = w.Run(ctx)
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "pods") {
 			t.Errorf("Run = %v; want an error that names pods and wraps the deadline", err)
 		}
@@ -504,7 +510,10 @@ func grantDocRules(t *testing.T, admin kubernetes.Interface, restricted *rest.Co
 		t.Fatal(err)
 	}
 	// The API server's authorizer learns of the binding from its own watch, a moment later.
-	cs := mustClient(t, restricted)
+	cs, err := kubernetes.NewForConfig(restricted)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := metav1.ListOptions{Limit: 1}
 	var last error
 	deadline := time.Now().Add(waitLimit)
@@ -598,15 +607,6 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func mustClient(t *testing.T, rc *rest.Config) kubernetes.Interface {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
 }
 
 // createNamespace creates a namespace and the service account that pods run as, which
