@@ -50,7 +50,9 @@ test: deps lint cross unit wine
 deps:
 	$(GO) mod download
 	tools/install-cni.sh $(CNI_BIN)
-	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS)
+	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS) agnhost
+	tools/kube/install-e2e.sh $(KUBE_BIN)
+	tools/coredns/install-coredns.sh .cache/coredns/bin
 	tools/containerd/install-containerd.sh $(CONTAINERD_BIN)
 	tools/helm/install-helm.sh $(HELM_BIN)
 	tools/flannel/install-flanneld.sh .cache/flannel/bin
@@ -59,7 +61,7 @@ deps:
 
 unit:
 	WEFT_CNI_BIN=$(CURDIR)/$(CNI_BIN) WEFT_KUBE_APISERVER=$(CURDIR)/$(KUBE_BIN)/kube-apiserver \
-	  WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	  WEFT_HELM=$(CURDIR)/$(HELM_BIN)/helm $(GO) test -race -count=1 -timeout 45m $(PKGS)
 
 ## e2e: only the end-to-end tests (root): weftd nodes in network namespaces, real pods and packets
 e2e: deps

@@ -19,11 +19,45 @@ import (
 // Network's conformance specs, the networking granular checks (pod to pod and node to pod,
 // http and udp; pods to Services), the IPv4 networking feature, and every Services spec.
 var e2eFocus = []string{
-	`\[sig-network\].*\[Conformance\]`,
+	conformanceFocus,
 	`\[sig-network\] Networking Granular Checks`,
 	`\[sig-network\].*\[Feature:Networking-IPv4\]`,
 	`\[sig-network\] Services `,
 }
+
+// conformanceFocus selects SIG Network's conformance specs.
+const conformanceFocus = `\[sig-network\].*\[Conformance\]`
+
+// netpolCore are the Netpol specs `make test` runs (TestPodNetwork), by their full text:
+// one of each kind of rule weft compiles (a default deny, pod and namespace selectors
+// together, a named port, an ipBlock with except, both directions in one policy, a UDP
+// port, a protocol weft must not take for another) and of each kind of change it follows (a
+// pod's labels, a policy deleted). make conformance runs them all (netpolFocus).
+var netpolCore = []string{
+	"[sig-network] Netpol NetworkPolicy between server and client should support a 'default-deny-ingress' policy [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should enforce policy based on PodSelector and NamespaceSelector [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should allow ingress access on one named port [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should enforce except clause while egress access to server in CIDR block [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should work with Ingress, Egress specified together [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should allow ingress access from updated pod [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should stop enforcing policies after they are deleted [Feature:NetworkPolicy]",
+	"[sig-network] Netpol NetworkPolicy between server and client should not mistakenly treat 'protocol: SCTP' as 'protocol: TCP', even if the plugin doesn't support SCTP [Feature:NetworkPolicy]",
+	"[sig-network] Netpol [LinuxOnly] NetworkPolicy between server and client using UDP should enforce policy based on Ports [Feature:NetworkPolicy]",
+}
+
+// coreFocus is what `make test` runs of Kubernetes' e2e suite: SIG Network's conformance
+// specs and netpolCore.
+func coreFocus() []string {
+	focus := []string{conformanceFocus}
+	for _, name := range netpolCore {
+		focus = append(focus, exactSpec(name))
+	}
+	return focus
+}
+
+// exactSpec is the expression that selects the spec of full text name and no other. ginkgo
+// matches --ginkgo.focus and --ginkgo.skip against a spec's full text after a space.
+func exactSpec(name string) string { return `(^|\s)` + regexp.QuoteMeta(name) + "$" }
 
 // EnvE2EFocus names the variable that narrows a run to the specs its regular expression
 // matches, instead of e2eFocus (e2eSkipped still apply): for looking into one spec.
@@ -95,17 +129,24 @@ func TestConformance(t *testing.T) {
 }
 
 // needSuite skips the test unless a long cluster test can run, and returns the cluster's
-// options and the repository, with Kubernetes' e2e suite built (cached after the first time).
+// options and the repository, with Kubernetes' e2e suite built (needE2E).
 func needSuite(t *testing.T) (Options, string) {
 	t.Helper()
 	needLong(t)
 	opts := needCluster(t)
+	return opts, needE2E(t, opts.KubeBin)
+}
+
+// needE2E builds Kubernetes' e2e suite into kubeBin (the first time only; cached after) and
+// returns the repository.
+func needE2E(t *testing.T, kubeBin string) string {
+	t.Helper()
 	repo, err := cluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), opts.KubeBin)
-	return opts, repo
+	install(t, filepath.Join(repo, "tools", "kube", "install-e2e.sh"), kubeBin)
+	return repo
 }
 
 // suiteFocus is focus, or the expression of EnvE2EFocus when it is set.
@@ -154,8 +195,7 @@ func runSuite(ctx context.Context, t *testing.T, c *Cluster, reportDir, kubeBin 
 	}
 	var skips []E2ESkip
 	for _, name := range slices.Sorted(maps.Keys(skipped)) {
-		// ginkgo matches --ginkgo.skip against the spec's full text after a space.
-		skips = append(skips, E2ESkip{Pattern: `(^|\s)` + regexp.QuoteMeta(name) + "$", Reason: skipped[name]})
+		skips = append(skips, E2ESkip{Pattern: exactSpec(name), Reason: skipped[name]})
 	}
 	start := time.Now()
 	res, err := c.RunE2E(ctx, E2EOptions{

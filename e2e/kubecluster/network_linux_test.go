@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -116,10 +118,15 @@ func (c *Cluster) exec(ctx context.Context, pod string, argv ...string) (string,
 // Events are on the Node, `kubectl exec` runs weftctl status and doctor in a weft pod (the
 // doctor finds no problem), a real Prometheus scrapes every node as the README says, and a
 // rolling restart of the DaemonSet loses no packet of two pods pinging each other every 10 ms
-// and keeps each node's podCIDR and VTEP MAC.
+// and keeps each node's podCIDR and VTEP MAC. Then NetworkPolicy is turned on as README.md
+// says (a rolling update, which loses no packet either), and Kubernetes' own e2e suite judges
+// the cluster: SIG Network's conformance specs and a core of the Netpol specs (coreFocus),
+// failing on any spec that fails, is skipped or is not reached.
 func TestPodNetwork(t *testing.T) {
 	c := newCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// The cluster's own checks take a few minutes; the e2e suite's build (the first time) and
+	// its specs most of the rest.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	nodes := deployWeft(ctx, t, c)
 	needTestImages(ctx, t, c)
@@ -268,47 +275,23 @@ func TestPodNetwork(t *testing.T) {
 		scrapeNodes(ctx, t, c, names)
 	})
 
+	// Two pods of their own, on node1 and node2, ping each other every 10 ms through the
+	// DaemonSet's rolling updates.
+	states, err := c.RunPods(ctx, PingPod("ping-node1", "node1", BusyBoxImage), PingPod("ping-node2", "node2", BusyBoxImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	t.Run("RollingRestart", func(t *testing.T) {
-		// Two pods of their own, on node1 and node2, ping each other every 10 ms; the
-		// network's losses are counted in their namespaces (StartPings says why ping's own
-		// count is not enough).
-		states, err := c.RunPods(ctx, PingPod("ping-node1", "node1", BusyBoxImage), PingPod("ping-node2", "node2", BusyBoxImage))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pings, err := c.StartPings(ctx, states)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		if _, err := c.Kubectl(ctx, "rollout", "restart", "-n", "kube-flannel", "ds/weft"); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := c.Kubectl(ctx, "rollout", "status", "-n", "kube-flannel", "ds/weft", "--timeout=4m"); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		t.Logf("rollout restart of ds/weft done in %v", time.Since(start).Round(time.Millisecond))
-		// A second of pings after the last node's new weftd, then stop them.
-		time.Sleep(time.Second)
-		results, err := pings.Stop(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range results {
-			t.Logf("during the rollout: %s", r.Describe(pings.Start()))
-			if r.NetSent < 100 || r.NetSent != r.NetReceived {
-				t.Errorf("ping %s -> %s: %d requests left, %d replies came back; want no loss", r.From, r.To, r.NetSent, r.NetReceived)
+		noLossDuring(ctx, t, c, states, "rollout restart of ds/weft", func() error {
+			if _, err := c.Kubectl(ctx, "rollout", "restart", "-n", "kube-flannel", "ds/weft"); err != nil {
+				return err
 			}
-		}
-		for _, s := range states {
-			now, err := c.PodState(ctx, "default", s.Name)
-			if err != nil {
-				t.Fatal(err)
+			if out, err := c.Kubectl(ctx, "rollout", "status", "-n", "kube-flannel", "ds/weft", "--timeout=4m"); err != nil {
+				return fmt.Errorf("%w\n%s", err, out)
 			}
-			if now != s {
-				t.Errorf("pod %s changed during the rollout: %+v, now %+v", s.Name, s, now)
-			}
-		}
+			return nil
+		})
 		after, err := c.WaitNodes(ctx, NetworkReady)
 		if err != nil {
 			t.Fatal(err)
@@ -320,6 +303,63 @@ func TestPodNetwork(t *testing.T) {
 			}
 		}
 	})
+
+	repo, err := cluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("NetworkPolicyOn", func(t *testing.T) {
+		noLossDuring(ctx, t, c, states, "turning NetworkPolicy on", func() error {
+			return c.EnableNetworkPolicy(ctx, repo, t.TempDir())
+		})
+	})
+
+	t.Run("Conformance", func(t *testing.T) {
+		start := time.Now()
+		needE2E(t, c.opts.KubeBin)
+		prepareSuite(ctx, t, c, repo, start)
+		skipped := maps.Clone(e2eSkipped)
+		maps.Copy(skipped, netpolSkipped)
+		runSuite(ctx, t, c, filepath.Join(repo, ".cache", "conformance-core"), c.opts.KubeBin, suiteFocus(coreFocus()), skipped, 0)
+	})
+}
+
+// noLossDuring runs do while the pods of states ping each other, and fails the test unless
+// every ping sent came back, and the pods are as they were (not restarted, not moved). The
+// network's losses are counted in the pods' namespaces (StartPings says why ping's own count
+// is not enough).
+func noLossDuring(ctx context.Context, t *testing.T, c *Cluster, states []PodState, what string, do func() error) {
+	t.Helper()
+	pings, err := c.StartPings(ctx, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := do(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Logf("%s done in %v", what, time.Since(start).Round(time.Millisecond))
+	// A second of pings after the last node's new weftd, then stop them.
+	time.Sleep(time.Second)
+	results, err := pings.Stop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		t.Logf("during %s: %s", what, r.Describe(pings.Start()))
+		if r.NetSent < 100 || r.NetSent != r.NetReceived {
+			t.Errorf("%s: ping %s -> %s: %d requests left, %d replies came back; want no loss", what, r.From, r.To, r.NetSent, r.NetReceived)
+		}
+	}
+	for _, s := range states {
+		now, err := c.PodState(ctx, "default", s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now != s {
+			t.Errorf("pod %s changed during %s: %+v, now %+v", s.Name, what, s, now)
+		}
+	}
 }
 
 // nodeNetwork is what a node's network is known by to its peers.

@@ -300,7 +300,7 @@ func (c *Cluster) podNetns(ctx context.Context, pod PodState) (string, error) {
 }
 
 // countPings sets up, in from's network namespace, counters of the echo requests to and
-// replies from each other pod.
+// replies from each other pod, from zero: the counters of an earlier mesh of the same pods go.
 func (c *Cluster) countPings(ctx context.Context, from PodState, pods []PodState) error {
 	netns, err := c.podNetns(ctx, from)
 	if err != nil {
@@ -308,6 +308,7 @@ func (c *Cluster) countPings(ctx context.Context, from PodState, pods []PodState
 	}
 	cmds := [][]string{
 		{"add", "table", "inet", pingTable},
+		{"flush", "table", "inet", pingTable},
 		{"add", "chain", "inet", pingTable, "out", "{ type filter hook output priority 0; }"},
 		{"add", "chain", "inet", pingTable, "in", "{ type filter hook input priority 0; }"},
 	}

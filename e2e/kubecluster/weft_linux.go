@@ -87,33 +87,57 @@ func (c *Cluster) DeployWeftWithPolicy(ctx context.Context, repo, work string) (
 const policySwitch = "# - --network-policy\n"
 
 func (c *Cluster) deployWeft(ctx context.Context, repo, work string, policy bool) ([]corev1.Node, error) {
+	if err := c.applyWeft(ctx, repo, work, policy); err != nil {
+		return nil, err
+	}
+	return c.waitNetworkReady(ctx, "the apply")
+}
+
+// EnableNetworkPolicy turns NetworkPolicy on in a cluster that DeployWeft deployed, as
+// README.md says to: `kubectl apply -f` of network-policy.yaml, then of weft.yaml with its
+// commented --network-policy uncommented, and waits until the DaemonSet's rolling update is
+// done.
+func (c *Cluster) EnableNetworkPolicy(ctx context.Context, repo, work string) error {
+	if err := c.applyWeft(ctx, repo, work, true); err != nil {
+		return err
+	}
+	out, err := c.Kubectl(ctx, "rollout", "status", "-n", "kube-flannel", "ds/weft", "--timeout=4m")
+	if err != nil {
+		return fmt.Errorf("kubecluster: the rolling update to --network-policy: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// applyWeft applies dist/kubernetes's rbac.yaml and weft.yaml (WeftManifest's copy), with
+// policy on: network-policy.yaml too, and weft.yaml's --network-policy uncommented.
+func (c *Cluster) applyWeft(ctx context.Context, repo, work string, policy bool) error {
 	local, err := WeftManifest(repo, work)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	files := []string{filepath.Join(repo, "dist", "kubernetes", "rbac.yaml")}
 	if policy {
 		m, err := os.ReadFile(local)
 		if err != nil {
-			return nil, fmt.Errorf("kubecluster: %w", err)
+			return fmt.Errorf("kubecluster: %w", err)
 		}
 		if !strings.Contains(string(m), policySwitch) {
-			return nil, fmt.Errorf("kubecluster: dist/kubernetes/weft.yaml has no %q to uncomment", strings.TrimSpace(policySwitch))
+			return fmt.Errorf("kubecluster: dist/kubernetes/weft.yaml has no %q to uncomment", strings.TrimSpace(policySwitch))
 		}
 		on := strings.Replace(string(m), policySwitch, "- --network-policy\n", 1)
 		if err := os.WriteFile(local, []byte(on), 0o644); err != nil {
-			return nil, fmt.Errorf("kubecluster: %w", err)
+			return fmt.Errorf("kubecluster: %w", err)
 		}
 		files = append(files, filepath.Join(repo, "dist", "kubernetes", "network-policy.yaml"))
 	}
 	for _, f := range append(files, local) {
 		out, err := c.Kubectl(ctx, "apply", "-f", f)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		c.log.Logf("kubectl apply -f %s:\n%s", filepath.Base(f), strings.TrimSpace(out))
 	}
-	return c.waitNetworkReady(ctx, "the apply")
+	return nil
 }
 
 // waitNetworkReady waits until every node is NetworkReady and returns the nodes, logging how

@@ -1,8 +1,9 @@
 #!/bin/sh
 # install-e2e.sh DIR: build e2e.test, Kubernetes' end-to-end suite (the test binary of
 # k8s.io/kubernetes/test/e2e), into DIR at the version of k8s.io/kubernetes pinned in this
-# module's go.mod, for `make conformance`, which runs its network tests against
-# e2e/kubecluster's cluster (TestConformance). `make test` never builds it.
+# module's go.mod: `make deps` builds it for `make test`, whose TestPodNetwork runs a core of
+# its network specs against e2e/kubecluster's cluster, and `make conformance` runs many more
+# (TestConformance, TestNetworkPolicyConformance).
 #
 # The suite links nearly all of Kubernetes and every e2e test: measured here, about 18 minutes
 # on a busy machine with Go's cache warm from the cluster's programs (install-kube.sh), 2.2 GB
