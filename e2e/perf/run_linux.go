@@ -36,6 +36,8 @@ type bench struct {
 	figs   *figures
 	failed atomic.Bool
 
+	turns int // daemonOrder's calls so far
+
 	mu     sync.Mutex
 	errors []string
 }
@@ -98,13 +100,15 @@ func (b *bench) clusterDir(mode string) string {
 	return filepath.Join(b.cfg.Dir, mode)
 }
 
-// daemonOrder is the order of the daemons in a repetition: turn about, so that neither
-// always runs on a machine the other has just warmed up.
-func (b *bench) daemonOrder(rep int) []string {
+// daemonOrder is the order of the daemons in the next round of a figure (a repetition, the
+// bulk join): turn about across the whole run, so that neither always runs on a machine the
+// other has just warmed up, nor goes first in two of a size's three repetitions every time.
+func (b *bench) daemonOrder() []string {
 	d := b.cfg.Daemons()
-	if rep%2 == 1 {
+	if b.turns%2 == 1 {
 		slices.Reverse(d)
 	}
+	b.turns++
 	return d
 }
 
@@ -159,14 +163,14 @@ func (b *bench) runEtcd(ctx context.Context) error {
 			if cold {
 				fl, ls = b.floor(n), b.listFloor(ctx, peers, n)
 			}
-			for _, d := range b.daemonOrder(rep) {
+			for _, d := range b.daemonOrder() {
 				if err := b.etcdRun(ctx, c, peers, d, n, cold, events && rep == reps-1, fl, ls); err != nil {
 					return err
 				}
 			}
 		}
 		if cfg.Bulk > 0 && n == cfg.BulkBase {
-			for _, d := range b.daemonOrder(0) {
+			for _, d := range b.daemonOrder() {
 				if err := b.etcdBulk(ctx, c, peers, d, n); err != nil {
 					return err
 				}
@@ -367,8 +371,8 @@ func (b *bench) runKube(ctx context.Context) error {
 		have = n
 		b.log.Info("the API server holds the peers' Nodes", "peers", n)
 		all := map[string][]Value{} // by daemon: its times to all routes
-		for rep := range b.cfg.Reps {
-			for _, d := range b.daemonOrder(rep) {
+		for range b.cfg.Reps {
+			for _, d := range b.daemonOrder() {
 				if err := b.datastore(ctx, "resetting the node's own Node", func(ctx context.Context) error {
 					return peers.resetOwn(ctx, nodeName)
 				}); err != nil {

@@ -27,7 +27,7 @@ const (
 
 // runThroughput measures the throughput figures of each daemon, in a cluster of its own.
 func (b *bench) runThroughput(ctx context.Context) error {
-	for _, d := range b.cfg.Daemons() {
+	for _, d := range b.daemonOrder() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -35,7 +35,7 @@ func (b *bench) runThroughput(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", d, err)
 		}
 	}
-	for i, d := range b.cfg.Daemons() {
+	for i, d := range b.daemonOrder() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -44,7 +44,7 @@ func (b *bench) runThroughput(ctx context.Context) error {
 			return fmt.Errorf("%s: host-gw: %w", d, err)
 		}
 	}
-	for _, d := range b.cfg.Daemons() {
+	for _, d := range b.daemonOrder() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -4,9 +4,14 @@
 # GOOS=windows it builds DIR/flanneld.exe instead (GOARCH amd64 unless set, no cgo: flannel's
 # Windows build needs none), the daemon the Wine node of the e2e tests runs beside weftd.exe.
 #
+# Built as upstream's release is (flannel's Makefile: -ldflags '-s -w -X …version.Version=…
+# -extldflags "-static"', cgo on amd64): without symbol tables, and on Linux linked
+# statically, as weftd's image build is; the benchmarks that set the two side by side compare
+# like with like.
+#
 # Idempotent and fast when nothing changed: a stamp file in DIR (one per GOOS) records a
-# hash of go.mod and go.sum, so a cached DIR costs two file reads, and bumping the pinned
-# version rebuilds. A cold build takes a few minutes on two cores (client-go, hcsshim,
+# hash of go.mod, go.sum and this script, so a cached DIR costs a few file reads, and bumping
+# the pinned version or changing the build rebuilds. A cold build takes a few minutes on two cores (client-go, hcsshim,
 # etcd's client...).
 set -eu
 
@@ -20,7 +25,7 @@ if [ "$goos" = windows ]; then
 	GOARCH=${GOARCH:-amd64}
 	export GOARCH
 fi
-if tool_current "$stampname" "$here/go.mod" "$here/go.sum" && [ -f "$dir/$bin" ]; then
+if tool_current "$stampname" "$here/go.mod" "$here/go.sum" "$here/install-flanneld.sh" && [ -f "$dir/$bin" ]; then
 	exit 0
 fi
 
@@ -48,7 +53,10 @@ echo "install-flanneld: building $bin $version ($goos) into $dir (cgo $cgo)"
 # upstream's Makefile does, so that flanneld --version and its log say which one runs. The
 # binary is built beside its final name and renamed, so that an interrupted build never
 # leaves a half-written flanneld that the stamp check would take for installed.
-ldflags="-X github.com/flannel-io/flannel/pkg/version.Version=$version"
+ldflags="-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$version"
+if [ "$goos" = linux ]; then
+	ldflags="$ldflags -extldflags -static"
+fi
 (cd "$here" && CGO_ENABLED=$cgo go build -mod=readonly -trimpath -ldflags "$ldflags" \
 	-o "$dir/$bin.tmp" github.com/flannel-io/flannel)
 mv -f "$dir/$bin.tmp" "$dir/$bin"
