@@ -15,7 +15,9 @@
 // The schedule is a pure function of a seed and a duration (Plan): the same seed replays the
 // same faults at the same offsets, and every run prints its seed and its schedule. Invariants
 // are checked all along and reported with the seed and the faults in force when they break (see
-// Run): pings between pods whose nodes no fault touches are not lost; no node's lease changes
+// Run): pings between pods whose nodes no fault touches are not lost, and neither are those
+// between pods whose nodes only faults of weftd (stopped, killed, frozen) or of its path to
+// the datastore touch, since the data path must not depend on the daemon running; no node's lease changes
 // subnet, public IP or VTEP MAC while it lives (a VXLAN device deleted under a running weftd
 // comes back with the same MAC; only one deleted while weftd is down or starting comes back
 // with a new one, which the lease then publishes); no two nodes hold one subnet; no node has

@@ -97,13 +97,17 @@ type kindSpec struct {
 	global string
 	// etcd, kube: the datastores it applies to.
 	etcd, kube bool
+	// keepsTraffic: the nodes it touches must lose no packet while it lasts. weftd stopped,
+	// killed or frozen, or cut from its datastore, leaves the kernel as it was: the data path
+	// does not depend on the daemon running (flannel's promise too).
+	keepsTraffic bool
 }
 
 var kindSpecs = map[Kind]kindSpec{
-	WeftdTerm:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
-	WeftdKill:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
-	WeftdKillMany:       {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd", etcd: true, kube: true},
-	WeftdFreeze:         {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true},
+	WeftdTerm:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true, keepsTraffic: true},
+	WeftdKill:           {minFor: time.Second, maxFor: 8 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true, keepsTraffic: true},
+	WeftdKillMany:       {minFor: time.Second, maxFor: 6 * time.Second, nodes: -1, resource: "weftd", etcd: true, kube: true, keepsTraffic: true},
+	WeftdFreeze:         {minFor: 2 * time.Second, maxFor: 10 * time.Second, nodes: 1, resource: "weftd", etcd: true, kube: true, keepsTraffic: true},
 	EtcdKill:            {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
 	EtcdTerm:            {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true},
 	EtcdFreeze:          {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, etcd: true, kube: true},
@@ -111,7 +115,7 @@ var kindSpecs = map[Kind]kindSpec{
 	EtcdLeaderPartition: {minFor: 2 * time.Second, maxFor: 12 * time.Second, members: 1, allMembers: true, etcd: true},
 	EtcdQuorumLoss:      {minFor: 3 * time.Second, maxFor: 12 * time.Second, members: 2, etcd: true},
 	EtcdCompact:         {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "compact", etcd: true, kube: true},
-	DatastoreCut:        {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true},
+	DatastoreCut:        {minFor: 3 * time.Second, maxFor: 20 * time.Second, nodes: 1, resource: "net", etcd: true, kube: true, keepsTraffic: true},
 	LeaseChurn:          {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "churn", etcd: true},
 	HostileLeases:       {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", etcd: true},
 	// The time given to weftd to repair what was deleted: the node counts as touched.
@@ -125,6 +129,10 @@ var kindSpecs = map[Kind]kindSpec{
 	HostileNodes:     {minFor: 3 * time.Second, maxFor: 15 * time.Second, global: "hostile", kube: true},
 	AnnotationTamper: {minFor: 3 * time.Second, maxFor: 12 * time.Second, nodes: 2, resource: "annotations", kube: true},
 }
+
+// KeepsTraffic reports whether the nodes a fault of kind k touches must lose no packet while
+// it lasts.
+func (k Kind) KeepsTraffic() bool { return kindSpecs[k].keepsTraffic }
 
 // AllKinds lists every kind of fault, in a fixed order.
 func AllKinds() []Kind {

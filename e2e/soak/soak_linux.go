@@ -138,7 +138,7 @@ const (
 	// datastoreTimeout is weftd's --datastore-timeout: a node cut from etcd for longer
 	// must say so on /readyz (probes every 2 s, so within about 2 s + 4 s more).
 	datastoreTimeout = 4 * time.Second
-	cutReadyzAfter   = 14 * time.Second
+	cutReadyzAfter   = 9 * time.Second
 	// underlayMTU is the nodes' eth0 MTU, which MTUChange lowers and puts back.
 	underlayMTU = 1500
 )
@@ -603,6 +603,9 @@ func (r *runner) apply(rec *record, until time.Time) bool {
 				r.problem("%v: %v", f, err)
 			}
 		}
+		if f.Kind == EtcdQuorumLoss {
+			r.expectUnready(f, nil, time.Now(), until, "etcd's quorum lost")
+		}
 		hold()
 		for _, m := range down {
 			if !m.Running() {
@@ -818,10 +821,10 @@ func (r *runner) cut(f Fault, until time.Time) bool {
 	return true
 }
 
-// expectUnready checks, if the fault lasts long enough, that the nodes (nil: all) say on
-// /readyz cutReadyzAfter after since that their datastore is out of reach.
+// expectUnready checks, if the fault lasts long enough (10 s or more), that the nodes (nil:
+// all) say on /readyz cutReadyzAfter after since that their datastore is out of reach.
 func (r *runner) expectUnready(f Fault, nodes []int, since, until time.Time, what string) {
-	if time.Until(until) <= cutReadyzAfter+time.Second {
+	if time.Until(until) < cutReadyzAfter+time.Second {
 		return
 	}
 	if nodes == nil {
@@ -1369,7 +1372,7 @@ func (r *runner) pingLoop(stop <-chan struct{}, i, j int, from, to *cluster.Pod)
 			time.Sleep(time.Second)
 			continue
 		}
-		touched := r.touched(i, j, begin, end)
+		touched, keeps := r.touched(i, j, begin, end)
 		r.mu.Lock()
 		r.rep.PingRuns++
 		if touched != "" {
@@ -1387,19 +1390,33 @@ func (r *runner) pingLoop(stop <-chan struct{}, i, j int, from, to *cluster.Pod)
 			r.log.Logf("soak: ping %s (n%d) -> %s %s (n%d): %d of %d lost from %v to %v, touched by %s",
 				from.Name, i+1, to.Name, dst, j+1, sent-recv, sent, r.since(begin), r.since(end), touched)
 		}
-		if touched == "" {
-			r.check("no ping lost between untouched nodes")
+		switch {
+		case touched == "":
+			r.check(checkUntouched)
 			if recv != sent || sent == 0 {
 				r.violate("ping %s (n%d) -> %s %s (n%d): %d of %d lost from %v to %v, no fault touching either node",
 					from.Name, i+1, to.Name, dst, j+1, sent-recv, sent, r.since(begin), r.since(end))
+			}
+		case keeps:
+			r.check(checkKeepsTraffic)
+			if recv != sent || sent == 0 {
+				r.violate("ping %s (n%d) -> %s %s (n%d): %d of %d lost from %v to %v, touched only by %s, which must not interrupt traffic",
+					from.Name, i+1, to.Name, dst, j+1, sent-recv, sent, r.since(begin), r.since(end), touched)
 			}
 		}
 	}
 }
 
+// The invariants of the pings.
+const (
+	checkUntouched    = "no ping lost between untouched nodes"
+	checkKeepsTraffic = "no ping lost through weftd stopped or cut from its datastore"
+)
+
 // touched names the kinds of the faults touching node i or j that were in force (or
-// settling) in [begin, end], or returns "".
-func (r *runner) touched(i, j int, begin, end time.Time) string {
+// settling) in [begin, end], or returns ""; keeps is whether every one of them keeps
+// traffic (Kind.KeepsTraffic).
+func (r *runner) touched(i, j int, begin, end time.Time) (names string, keeps bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kinds := map[Kind]bool{}
@@ -1422,11 +1439,13 @@ func (r *runner) touched(i, j int, begin, end time.Time) string {
 	for _, rec := range r.done {
 		note(rec)
 	}
-	var names []string
+	var list []string
+	keeps = true
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {
-		names = append(names, string(k))
+		list = append(list, string(k))
+		keeps = keeps && k.KeepsTraffic()
 	}
-	return strings.Join(names, "+")
+	return strings.Join(list, "+"), keeps && len(list) > 0
 }
 
 // converge waits, after a phase, until every node runs, is ready and has programmed

@@ -80,11 +80,25 @@ func soak(t *testing.T, cfg Config) {
 	for _, p := range rep.Problems {
 		t.Errorf("soak harness: %s", p)
 	}
-	if rep.Checks["no ping lost between untouched nodes"] == 0 {
+	if rep.Checks[checkUntouched] == 0 {
 		t.Error("no ping run went untouched by faults: the ping invariant was never checked")
+	}
+	if rep.Checks[checkKeepsTraffic] == 0 {
+		t.Errorf("no ping run went through weftd stopped or cut from its datastore alone: %q was never checked", checkKeepsTraffic)
 	}
 	if len(rep.Injected) == 0 {
 		t.Error("no fault injected")
+	}
+	// Every fault the schedule drew ran or was skipped, and no kind drawn was always skipped
+	// (a fault that cannot be injected checks nothing).
+	for kind, drew := range rep.Schedule.Count() {
+		ran, skipped := rep.Injected[kind], rep.Skipped[kind]
+		if ran+skipped != drew {
+			t.Errorf("%s: the schedule drew %d, %d ran and %d were skipped", kind, drew, ran, skipped)
+		}
+		if ran == 0 {
+			t.Errorf("%s: drawn %d times, never injected", kind, drew)
+		}
 	}
 }
 
