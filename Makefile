@@ -71,10 +71,10 @@ e2e: deps
 ## control plane in the e2e underlay, nodes with their own containerd and kubelet in network and
 ## mount namespaces (e2e/kubecluster), a Windows node beside them (weftd.exe and kube-proxy.exe
 ## under Wine, e2e/winnode), every test of it, the long ones too. `make test` runs its
-## core (TestPodNetwork). The long ones also need agnhost and CoreDNS, Helm, flanneld with
-## flannel's CNI plugin for the migration, and for TestConformance Kubernetes' e2e suite
-## (e2e.test, about 20 minutes to build the first time; its network specs run for about an
-## hour, each printed as it ends). All built once, cached.
+## core (TestPodNetwork: the cluster's own checks, then Kubernetes' e2e suite on SIG Network's
+## conformance specs and a core of the NetworkPolicy ones). The long ones also need Helm and
+## flanneld with flannel's CNI plugin for the migration; TestConformance runs the e2e suite's
+## network specs for about an hour, each printed as it ends. All built once, cached.
 conformance:
 	tools/kube/install-kube.sh $(KUBE_BIN) $(KUBE_PROGRAMS) agnhost
 	tools/kube/install-e2e.sh $(KUBE_BIN)

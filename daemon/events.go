@@ -32,6 +32,9 @@ type Events interface {
 	// checksum offload: daemon.Notice's reasons), a warning or not; each reason is rate
 	// limited on its own.
 	Notice(warning bool, reason, message string)
+	// NoticeAbout is Notice about obj, an object of the cluster other than the Node (a
+	// NetworkPolicy weft cannot enforce); rate limited per reason and object.
+	NoticeAbout(obj events.Object, warning bool, reason, message string)
 }
 
 var _ Events = (*events.Recorder)(nil)
@@ -39,12 +42,13 @@ var _ Events = (*events.Recorder)(nil)
 // noEvents is the Events of etcd mode, where there is no Node object to tell.
 type noEvents struct{}
 
-func (noEvents) LeaseAcquired(subnet.Lease)         {}
-func (noEvents) Notice(bool, string, string)        {}
-func (noEvents) LeaseChanged(_, _ subnet.Lease)     {}
-func (noEvents) PeerSkipped(_, _ string)            {}
-func (noEvents) Dataplane(error)                    {}
-func (noEvents) PeersUnreachable(_ int, _ []string) {}
+func (noEvents) LeaseAcquired(subnet.Lease)                      {}
+func (noEvents) Notice(bool, string, string)                     {}
+func (noEvents) NoticeAbout(events.Object, bool, string, string) {}
+func (noEvents) LeaseChanged(_, _ subnet.Lease)                  {}
+func (noEvents) PeerSkipped(_, _ string)                         {}
+func (noEvents) Dataplane(error)                                 {}
+func (noEvents) PeersUnreachable(_ int, _ []string)              {}
 
 // newEventRecorder is weftd's event recorder in Kubernetes mode: the defaults (at most one
 // Event of a reason a minute), failed posts logged to log, every post counted in m.

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/weftnet/weft/backend"
 	"github.com/weftnet/weft/events"
@@ -107,11 +108,17 @@ func kubeManagerConfig(k KubeConfig, log *slog.Logger, m *metrics, ev Events) ku
 }
 
 // eventSink is where the events Recorder posts in Kubernetes mode: each events.Event becomes
-// what a core/v1 Event says, which km creates about the node's Node.
+// what a core/v1 Event says, which km creates about the node's Node, or about the object the
+// Event regards.
 func eventSink(km *kube.Manager) events.Sink {
 	return func(ctx context.Context, e events.Event) error {
-		return km.PostEvent(ctx, &corev1.Event{Type: e.Type, Reason: e.Reason, Message: e.Message,
-			Count: int32(min(e.Count, math.MaxInt32)), FirstTimestamp: metav1.NewTime(e.First), LastTimestamp: metav1.NewTime(e.Last)})
+		ev := &corev1.Event{Type: e.Type, Reason: e.Reason, Message: e.Message,
+			Count: int32(min(e.Count, math.MaxInt32)), FirstTimestamp: metav1.NewTime(e.First), LastTimestamp: metav1.NewTime(e.Last)}
+		if o := e.Regarding; o != (events.Object{}) {
+			ev.InvolvedObject = corev1.ObjectReference{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace,
+				Name: o.Name, UID: types.UID(o.UID)}
+		}
+		return km.PostEvent(ctx, ev)
 	}
 }
 

@@ -8,8 +8,12 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/weftnet/weft/events"
 	"github.com/weftnet/weft/netpol"
 	npkube "github.com/weftnet/weft/netpol/kube"
 	"github.com/weftnet/weft/status"
@@ -66,7 +70,10 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 	log.Info("enforcing NetworkPolicy: pods, namespaces and policies listed")
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
-	refused := map[netpol.Refusal]bool{} // logged already
+	// refused are the refusals logged already, each with whether its Event is posted: an
+	// Event about the policy, from a node where it selects pods (every node refuses a policy
+	// it cannot enforce; only those whose pods it denies say so to the policy's readers).
+	refused := map[netpol.Refusal]bool{}
 	// full: the first write, each resync (drift repair) and a retry check all the OS holds;
 	// a change writes what differs from the last write.
 	full, resync := true, false
@@ -75,12 +82,20 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 		pods, nss, pols := w.Snapshot()
 		rules := netpol.Compile(netpol.Cluster{Pods: pods, Namespaces: nss, Policies: pols}, node, plane.Options())
 		now := map[netpol.Refusal]bool{}
+		var local map[string]bool // the policies that select pods of the node
 		for _, r := range rules.Refused {
-			now[r] = true
-			if !refused[r] {
+			told, logged := refused[r]
+			if !logged {
 				log.Warn("NetworkPolicy refused: the pods it selects are denied in its directions", "policy", r.Policy, "reason", r.Reason)
-				ev.Notice(true, NoticePolicyRefused, fmt.Sprintf("NetworkPolicy %s cannot be enforced as written, so the pods it selects on this node are denied in its directions: %s", r.Policy, r.Reason))
 			}
+			if local == nil {
+				local = selectingPolicies(rules)
+			}
+			if !told && local[r.Policy] {
+				ev.NoticeAbout(policyObject(pols, r.Policy), true, NoticePolicyRefused, fmt.Sprintf("NetworkPolicy %s cannot be enforced as written, so the pods it selects on node %s are denied in its directions: %s", r.Policy, node, r.Reason))
+				told = true
+			}
+			now[r] = told
 		}
 		refused = now
 		m.policyRefused.Set(float64(len(now)))
@@ -121,6 +136,32 @@ func enforcePolicy(ctx context.Context, log *slog.Logger, m *metrics, ev Events,
 			full, resync = true, true
 		}
 	}
+}
+
+// selectingPolicies are the policies that select a pod of the node, by "namespace/name".
+func selectingPolicies(rules netpol.Rules) map[string]bool {
+	out := map[string]bool{}
+	for _, pr := range rules.Pods {
+		for _, p := range pr.Policies {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+// policyObject is what an Event about the policy called key ("namespace/name") regards:
+// the policy of pols, with its UID (kubectl describe looks for it), or, if pols lacks it,
+// the policy by name.
+func policyObject(pols []*networkingv1.NetworkPolicy, key string) events.Object {
+	ns, name, _ := strings.Cut(key, "/")
+	obj := events.Object{APIVersion: networkingv1.SchemeGroupVersion.String(), Kind: "NetworkPolicy", Namespace: ns, Name: name}
+	for _, p := range pols {
+		if p.Namespace == ns && p.Name == name {
+			obj.UID = string(p.UID)
+			break
+		}
+	}
+	return obj
 }
 
 // policyStatus is /status's view of rules, last written at written (zero: never) with err.

@@ -1,12 +1,15 @@
 // Package events tells a node's operator what happens to the node's network, as Events on
 // its Kubernetes Node object (`kubectl describe node`): the lease acquired or changed, peer
 // leases skipped, the data plane failing and programmed again, overlay peers unreachable and
-// reachable again.
+// reachable again; and, as Events on another object of the cluster (NoticeAbout), what
+// concerns that object: a NetworkPolicy weft cannot enforce as written
+// (`kubectl describe networkpolicy`).
 //
 // A Recorder takes occurrences as they happen and posts few Events. The occurrences of one
 // reason that arrive while that reason may not post are folded into its next Event: a count,
 // the first and last time, and for skipped peers how many of each kind with a few examples.
-// Each reason has a token bucket: Burst Events at once, then one more per Interval. Posting
+// Each reason has a token bucket (each reason and object, for an Event about another object):
+// Burst Events at once, then one more per Interval. Posting
 // runs on a goroutine of its own (Run), so a caller never waits for the API server, and what
 // waits to be posted takes a bounded amount of memory whatever the storm.
 package events
@@ -65,7 +68,16 @@ const (
 	// maxGroups is how many groups an Event tallies apart; members of more are counted as
 	// "other" (the callers' groups are a small fixed set: this bounds memory all the same).
 	maxGroups = 16
+	// maxObjects is how many objects other than the Node may have an Event waiting at once;
+	// an occurrence about one more is folded into the Node's Event of its reason instead.
+	maxObjects = 64
 )
+
+// Object is what an Event is about when it is not the node's own Node: an object of the
+// cluster, named as a core/v1 ObjectReference names it. The zero Object is the Node.
+type Object struct {
+	APIVersion, Kind, Namespace, Name, UID string
+}
 
 // Event is what a Sink posts: the occurrences of one reason since the last Event of that
 // reason, folded into one.
@@ -77,10 +89,12 @@ type Event struct {
 	// when the first and the last of them happened.
 	Count       int
 	First, Last time.Time
+	// Regarding is the object the Event is about; zero: the node's Node.
+	Regarding Object
 }
 
 // Sink posts an Event: weftd's makes it a core/v1 Event that kube.Manager.PostEvent creates
-// about the node's Node.
+// about the node's Node, or about the Event's Regarding object.
 type Sink func(ctx context.Context, e Event) error
 
 // Options tune a Recorder; the zero value is the defaults.
@@ -107,9 +121,10 @@ type Recorder struct {
 	wake chan struct{} // a token: something was recorded
 
 	mu      sync.Mutex
-	buckets map[string]*bucket  // by reason
-	pending map[string]*pending // by reason: occurrences not posted yet
-	seq     uint64              // occurrences recorded so far: their order
+	buckets map[key]*bucket  // a reason's, or a reason's about an object
+	pending map[key]*pending // occurrences not posted yet
+	objects int              // keys of pending about an object other than the Node
+	seq     uint64           // occurrences recorded so far: their order
 	// failures counts the data plane's failures since it last worked, the first at
 	// failingSince.
 	failures     int
@@ -136,7 +151,13 @@ func New(opts Options) *Recorder {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Recorder{opts: opts, wake: make(chan struct{}, 1), buckets: map[string]*bucket{}, pending: map[string]*pending{}}
+	return &Recorder{opts: opts, wake: make(chan struct{}, 1), buckets: map[key]*bucket{}, pending: map[key]*pending{}}
+}
+
+// key is what occurrences are folded and rate limited by: their reason and their object.
+type key struct {
+	reason string
+	obj    Object
 }
 
 // LeaseAcquired records that the node holds l, at start.
@@ -202,6 +223,24 @@ func (r *Recorder) Notice(warning bool, reason, msg string) {
 	r.record(typ, reason, msg, "", "")
 }
 
+// NoticeAbout records an event of another reason about obj (the zero Object: the Node, as
+// Notice), rate limited per reason and object. While maxObjects other objects have Events
+// waiting, it is folded into the Node's Event of the reason instead, so that memory stays
+// bounded whatever the storm.
+func (r *Recorder) NoticeAbout(obj Object, warning bool, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	typ := Normal
+	if warning {
+		typ = Warning
+	}
+	k := key{reason: reason, obj: obj}
+	if _, waiting := r.pending[k]; obj != (Object{}) && !waiting && r.objects >= maxObjects {
+		k.obj = Object{}
+	}
+	r.recordKey(k, typ, msg, "", "")
+}
+
 // PeersUnreachable records what the overlay prober found in a round: n peers it could not
 // reach over the overlay, a few of them in examples. It is a Warning when n rises from 0 or
 // grows by half or more since the last one; a Normal PeersReachable when n is back at 0.
@@ -226,14 +265,22 @@ func (r *Recorder) PeersUnreachable(n int, examples []string) {
 	}
 }
 
-// record folds an occurrence into the reason's pending Event, tallying it under group when
-// group is set, and wakes Run. r.mu is held.
+// record folds an occurrence into the reason's pending Event about the Node, tallying it
+// under group when group is set, and wakes Run. r.mu is held.
 func (r *Recorder) record(typ, reason, msg, group, example string) {
+	r.recordKey(key{reason: reason}, typ, msg, group, example)
+}
+
+// recordKey is record for the pending Event of k.
+func (r *Recorder) recordKey(k key, typ, msg, group, example string) {
 	now := r.opts.Now()
-	p := r.pending[reason]
+	p := r.pending[k]
 	if p == nil {
 		p = &pending{first: now}
-		r.pending[reason] = p
+		r.pending[k] = p
+		if k.obj != (Object{}) {
+			r.objects++
+		}
 	}
 	r.seq++
 	p.typ, p.msg, p.last, p.seq = typ, msg, now, r.seq
@@ -294,34 +341,46 @@ func (r *Recorder) due(now time.Time) ([]Event, time.Time) {
 	var ready []*pending
 	var next time.Time
 	full := time.Duration(r.opts.Burst) * r.opts.Interval
-	for reason, p := range r.pending {
-		b := r.buckets[reason]
+	for k, p := range r.pending {
+		b := r.buckets[k]
 		if b == nil {
 			b = &bucket{credit: full, at: now}
-			r.buckets[reason] = b
+			r.buckets[k] = b
 		}
 		b.refill(now, full)
 		if b.credit >= r.opts.Interval {
 			b.credit -= r.opts.Interval
-			p.reason = reason
+			p.key = k
 			ready = append(ready, p)
-			delete(r.pending, reason)
+			delete(r.pending, k)
+			if k.obj != (Object{}) {
+				r.objects--
+			}
 			continue
 		}
 		if at := b.at.Add(r.opts.Interval - b.credit); next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}
+	// An object's bucket that is full again, with nothing waiting, is as a new one would be:
+	// it goes, so that buckets do not pile up with the objects ever told about.
+	for k, b := range r.buckets {
+		if _, waiting := r.pending[k]; k.obj != (Object{}) && !waiting {
+			if b.refill(now, full); b.credit >= full {
+				delete(r.buckets, k)
+			}
+		}
+	}
 	// In the order of their last occurrences.
 	slices.SortFunc(ready, func(a, b *pending) int { return cmp.Compare(a.seq, b.seq) })
 	out := make([]Event, 0, len(ready))
 	for _, p := range ready {
-		out = append(out, p.event(p.reason))
+		out = append(out, p.event(p.key))
 	}
 	return out, next
 }
 
-// bucket is a reason's token bucket, kept as time: a token is an Interval's worth of credit,
+// bucket is a key's token bucket, kept as time: a token is an Interval's worth of credit,
 // so that refilling is exact and a wait computed from it ends with a whole token.
 type bucket struct {
 	credit time.Duration
@@ -336,10 +395,10 @@ func (b *bucket) refill(now time.Time, full time.Duration) {
 	}
 }
 
-// pending is the occurrences of one reason not posted yet.
+// pending is the occurrences of one key not posted yet.
 type pending struct {
 	typ, msg    string // the last occurrence's
-	reason      string // set when it is due
+	key         key    // set when it is due
 	count       int
 	first, last time.Time
 	seq         uint64  // of the last occurrence among all reasons' (times can be equal)
@@ -374,7 +433,7 @@ func (p *pending) tally(name, example string) {
 
 // event is the Event p stands for: the last message, followed by the tally if there is one,
 // e.g. "peer leases skipped: 10 bad_backend_data (e.g. a, b, c), 2 duplicate_vtep_mac (e.g. d)".
-func (p *pending) event(reason string) Event {
+func (p *pending) event(k key) Event {
 	msg := p.msg
 	if len(p.groups) > 0 {
 		parts := make([]string, 0, len(p.groups)+1)
@@ -390,7 +449,8 @@ func (p *pending) event(reason string) Event {
 		}
 		msg += ": " + strings.Join(parts, ", ")
 	}
-	return Event{Type: p.typ, Reason: reason, Message: truncate(msg, MaxMessage), Count: p.count, First: p.first, Last: p.last}
+	return Event{Type: p.typ, Reason: k.reason, Message: truncate(msg, MaxMessage), Count: p.count, First: p.first, Last: p.last,
+		Regarding: k.obj}
 }
 
 // truncate cuts s to at most n bytes, on a character boundary, marking the cut.

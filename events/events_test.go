@@ -373,3 +373,75 @@ func TestConcurrent(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestNoticeAbout: an Event about another object carries it, is folded and rate limited per
+// object (two policies refused at once are two Events, and neither waits for the Node's Event
+// of the same reason); past maxObjects waiting, one more object's occurrence goes into the
+// Node's Event; an object's bucket goes once it is full again.
+func TestNoticeAbout(t *testing.T) {
+	c := newClock()
+	r := New(Options{Now: c.now})
+	a := Object{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Namespace: "shop", Name: "a", UID: "uid-a"}
+	b := Object{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy", Namespace: "shop", Name: "b", UID: "uid-b"}
+	r.NoticeAbout(a, true, "PolicyRefused", "a refused")
+	r.NoticeAbout(a, true, "PolicyRefused", "a refused again")
+	r.NoticeAbout(b, true, "PolicyRefused", "b refused")
+	r.Notice(true, "PolicyRefused", "on the node")
+	evs, _ := r.due(c.now())
+	equal(t, "two objects and the Node", evs,
+		"PolicyRefused Warning x2: a refused again", "PolicyRefused Warning x1: b refused", "PolicyRefused Warning x1: on the node")
+	want := []Object{a, b, {}}
+	for i, e := range evs {
+		if i < len(want) && e.Regarding != want[i] {
+			t.Errorf("Event %d regards %+v, want %+v", i, e.Regarding, want[i])
+		}
+	}
+
+	// Rate limited per object: a's next Event waits for its token, b's is not held by it.
+	c.set(time.Second)
+	r.NoticeAbout(a, true, "PolicyRefused", "a once more")
+	if evs, next := r.due(c.now()); len(evs) != 0 || !next.Equal(t0.Add(DefaultInterval)) {
+		t.Errorf("a within its interval: %v, next %v; want nothing before %v", summary(evs), next, t0.Add(DefaultInterval))
+	}
+	c.set(DefaultInterval)
+	equal(t, "a after its interval", mustDue(r, c.now()), "PolicyRefused Warning x1: a once more")
+
+	// Bounded: maxObjects objects waiting, one more goes into the Node's Event.
+	c.set(10 * DefaultInterval)
+	for i := range maxObjects + 1 {
+		r.NoticeAbout(Object{Kind: "NetworkPolicy", Namespace: "n", Name: fmt.Sprint(i)}, true, "PolicyRefused", fmt.Sprint("refused ", i))
+	}
+	if len(r.pending) != maxObjects+1 || r.objects != maxObjects {
+		t.Errorf("%d Events waiting, %d about objects; want %d and %d", len(r.pending), r.objects, maxObjects+1, maxObjects)
+	}
+	evs = mustDue(r, c.now())
+	node := 0
+	for _, e := range evs {
+		if e.Regarding == (Object{}) {
+			node++
+			if e.Message != fmt.Sprint("refused ", maxObjects) {
+				t.Errorf("the Node's Event says %q, want the occurrence past the bound", e.Message)
+			}
+		}
+	}
+	if len(evs) != maxObjects+1 || node != 1 {
+		t.Errorf("%d Events, %d about the Node; want %d and 1", len(evs), node, maxObjects+1)
+	}
+	// Once every object's bucket is full again they are gone; the Node's reasons stay.
+	c.set(20 * DefaultInterval)
+	mustDue(r, c.now())
+	for k := range r.buckets {
+		if k.obj != (Object{}) {
+			t.Errorf("bucket of %+v kept with nothing waiting and full credit", k.obj)
+		}
+	}
+	if r.objects != 0 {
+		t.Errorf("objects = %d with nothing waiting", r.objects)
+	}
+}
+
+// mustDue is r.due's Events at now.
+func mustDue(r *Recorder, now time.Time) []Event {
+	evs, _ := r.due(now)
+	return evs
+}
