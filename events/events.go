@@ -214,13 +214,7 @@ func (r *Recorder) Dataplane(err error) {
 // checks, transmit checksum offload), a Warning or a Normal one, rate limited per reason as
 // the others.
 func (r *Recorder) Notice(warning bool, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	typ := Normal
-	if warning {
-		typ = Warning
-	}
-	r.record(typ, reason, msg, "", "")
+	r.NoticeAbout(Object{}, warning, reason, msg)
 }
 
 // NoticeAbout records an event of another reason about obj (the zero Object: the Node, as
